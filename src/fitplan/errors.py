@@ -1,0 +1,9 @@
+"""The one error type for user mistakes.
+
+A SpecError names the field, the value and the fix; the CLI prints it as one line on
+stderr and exits 2. An infeasible configuration is not an error: it is a result.
+"""
+
+
+class SpecError(ValueError):
+    """Bad user input: an unknown preset, a malformed size, degrees that do not multiply."""

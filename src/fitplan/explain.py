@@ -1,0 +1,96 @@
+"""A Term is a number together with how it was computed: formula, inputs, source.
+
+Formulas are plain functions over numbers (ints or NumPy arrays, see fitplan.arith). The
+`formula` decorator attaches the text and citation. Assemblers take an evaluator `ev`:
+`RAW` just calls the function (the vectorized search), a `Trace` also records a Term for
+every call (the explanation of one configuration). One copy of each formula and of each
+assembly serves both.
+"""
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fitplan.sources import Cite
+
+BYTES, COUNT, FLOPS, SECONDS, RATIO = "bytes", "count", "flops", "s", "ratio"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Term:
+    key: str                     # slash path, e.g. "states/weights"
+    value: int | float
+    unit: str
+    formula: str = ""            # ASCII, paper symbols
+    cite: Cite | None = None
+    inputs: tuple[tuple[str, int | float], ...] = ()
+    assumes: tuple[str, ...] = ()
+
+    def substituted(self) -> str:
+        """The formula with its inputs written out, like one line of a worked proof."""
+        args = ", ".join(f"{k}={_num(v)}" for k, v in self.inputs)
+        return f"{self.formula} with {args}" if args else self.formula
+
+
+def _num(value) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Formula:
+    fn: Callable
+    key: str
+    text: str | Callable[..., str]   # a function of the keyword inputs when the text depends on a mode
+    cite: Cite
+    unit: str
+    assumes: tuple[str, ...] = ()
+
+    def __call__(self, /, **kw):
+        return self.fn(**kw)
+
+    def term(self, /, *, key: str | None = None, **kw) -> Term:
+        text = self.text(**kw) if callable(self.text) else self.text
+        inputs = tuple((k, _plain(v)) for k, v in kw.items() if not callable(v))
+        return Term(key=key or self.key, value=_plain(self.fn(**kw)), unit=self.unit,
+                    formula=text, cite=self.cite, inputs=inputs, assumes=self.assumes)
+
+
+def _plain(value):
+    """Enums and NumPy scalars become plain Python values in a Term."""
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        return value.item()
+    if hasattr(value, "value") and not isinstance(value, (int, float, bool)):
+        return value.value
+    return value
+
+
+def formula(key: str, text, cite: Cite, unit: str = BYTES, assumes: tuple[str, ...] = ()):
+    def wrap(fn: Callable) -> Formula:
+        return Formula(fn, key, text, cite, unit, tuple(assumes))
+    return wrap
+
+
+def RAW(f: Formula, /, *, key: str | None = None, **kw):
+    """Evaluator for the search: compute, record nothing."""
+    return f.fn(**kw)
+
+
+@dataclass
+class Trace:
+    """Evaluator for explanations: compute and keep a Term per call, in call order."""
+    terms: list[Term] = field(default_factory=list)
+
+    def __call__(self, f: Formula, /, *, key: str | None = None, **kw):
+        term = f.term(key=key, **kw)
+        self.terms.append(term)
+        return term.value
+
+    def get(self, key: str) -> Term:
+        for term in self.terms:
+            if term.key == key:
+                return term
+        raise KeyError(key)

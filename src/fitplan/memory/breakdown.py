@@ -1,0 +1,157 @@
+"""Assemble the per-GPU memory of one pipeline stage: a flat list of formula calls.
+
+This is the only place that knows which terms exist. `stage_memory` runs with any
+evaluator (fitplan.explain): RAW over NumPy arrays in the search, a Trace for the one
+configuration a report explains. The busiest GPU is the larger of the first stage (the
+embedding, the most micro-batches in flight) and the last (the output layer and logits).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from fitplan.arith import maximum, select
+from fitplan.counts import params as P
+from fitplan.explain import RAW, Term, Trace, formula
+from fitplan.memory import activations as A
+from fitplan.memory import states as S
+from fitplan.sources import Cite
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from fitplan.specs.model import Mlp
+
+PARTS = ("states/weights", "states/grads", "states/master", "states/optimizer",
+         "activations/layers", "activations/pipeline_in_flight", "activations/embedding",
+         "activations/output", "activations/recompute_workspace")
+STATE_PARTS = PARTS[:4]
+UNBOUNDED_MICROBATCHES = 2**40   # no global batch given: assume enough micro-batches to fill the pipeline
+STAGE = Cite("korthikanti", "Sec. 4.2.3")
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """The scalar half of a question: what is trained, how, and on which GPUs."""
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+
+
+def shape_inputs(setup: Setup) -> dict:
+    """The per-layer activation symbols of fitplan.memory.activations, from the specs."""
+    m, tr = setup.model, setup.training
+    return dict(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size,
+                f=m.ffn_hidden_size, n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes,
+                M=1, D=1 if tr.dropout else 0)
+
+
+@formula("activations/layers", "A_layer*L/p  (one micro-batch through this stage's layers)", STAGE)
+def stage_layers_bytes(*, A_layer, L, p):
+    return A_layer * (L // p)
+
+
+@formula("activations/pipeline_in_flight", "A_layer*L/(p*v)*(chunks - v)  (the other micro-batches in flight)", STAGE)
+def in_flight_bytes(*, A_layer, L, p, v, chunks):
+    return A_layer * (L // (p * v)) * (chunks - v)
+
+
+def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool) -> dict:
+    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
+    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    psi = ev(P.stage_params, L=model.num_layers, S=P.layer_sharded_params(model),
+             R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
+             N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=tp, p=pp,
+             is_first=first)
+    if model.published_params is not None:
+        psi = ev(P.scale_to_published, psi_shape=psi, published=model.published_params,
+                 derived=P.shape_params(model))
+    n_d = dp * cp
+    out = {
+        "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero),
+        "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero),
+        "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero),
+        "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero),
+    }
+    shapes = dict(shape_inputs(setup), b=b, t=tp, c=cp, sp=sp, recompute=recompute)
+    m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
+    a_layer = ev(A.per_layer_bytes, **shapes)
+    chunks = ev(A.chunks_in_flight, p=pp, v=v, r=0 if first else pp - 1, m=m)
+    out["activations/layers"] = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp)
+    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_layer=a_layer, L=model.num_layers, p=pp, v=v,
+                                               chunks=chunks)
+    n_mb = lambda: ev(A.embedding_microbatches, p=pp, v=v, m=m)
+    out["activations/embedding"] = _held(select(pp == 1, True, first), lambda: ev(
+        A.embedding_bytes, s=shapes["s"], b=b, h=shapes["h"], M=shapes["M"], D=shapes["D"], t=tp, c=cp, sp=sp,
+        n_mb=n_mb()), a_layer)
+    out["activations/output"] = _held(select(pp == 1, True, not first), lambda: ev(
+        A.output_bytes, s=shapes["s"], b=b, h=shapes["h"], V=model.vocab_size, e=shapes["e"], t=tp, c=cp, sp=sp),
+        a_layer)
+    out["activations/recompute_workspace"] = ev(A.recompute_workspace_bytes, **shapes)
+    return out
+
+
+def _held(holds, compute, like):
+    """A term only some stages hold: computed (and explained) only where it is held."""
+    if isinstance(holds, np.ndarray):
+        return compute() * holds
+    return compute() if holds else 0 * like
+
+
+def total(parts: dict):
+    return sum(parts[k] for k in PARTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """The busiest GPU of one configuration, term by term, with the Terms that explain it."""
+    config: ParallelConfig
+    stage: str                 # "only" (pp = 1), "first" or "last"
+    parts: dict                # key -> bytes, in PARTS order
+    terms: tuple[Term, ...]    # every formula evaluated for that stage, in call order
+    usable_bytes: int
+    reserve_bytes: int
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(self.parts[k] for k in STATE_PARTS)
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.per_gpu_bytes - self.state_bytes
+
+    @property
+    def per_gpu_bytes(self) -> int:
+        return total(self.parts)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.usable_bytes - self.per_gpu_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.per_gpu_bytes <= self.usable_bytes
+
+
+def config_kwargs(config: ParallelConfig) -> dict:
+    return dict(tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, b=config.micro_batch,
+                v=config.virtual_stages, zero=config.zero, sp=config.sequence_parallel,
+                recompute=config.recompute)
+
+
+def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
+    """Exact integer breakdown of the busiest GPU, with its explanation."""
+    stages = [True] if config.pp == 1 else [True, False]
+    best = None
+    for first in stages:
+        trace = Trace()
+        parts = stage_memory(trace, setup, first=first, **config_kwargs(config))
+        if best is None or total(parts) > total(best[1]):
+            best = (first, parts, trace)
+    first, parts, trace = best
+    stage = "only" if config.pp == 1 else ("first" if first else "last")
+    return Breakdown(config=config, stage=stage, parts=parts, terms=tuple(trace.terms),
+                     usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes)
+
+
+def busiest_total(setup: Setup, **kw):
+    """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path)."""
+    first = total(stage_memory(RAW, setup, first=True, **kw))
+    last = total(stage_memory(RAW, setup, first=False, **kw))
+    return maximum(first, last)   # equal when pp = 1: the one stage holds both ends

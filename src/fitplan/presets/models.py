@@ -1,0 +1,60 @@
+"""Model presets with the training setup their source states. Shapes are cited."""
+from dataclasses import dataclass
+
+from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelPreset:
+    model: ModelSpec
+    seq_len: int
+    micro_batch: int = 1
+    global_batch: int | None = None
+    gpu: str = "h100-80gb"     # the GPU preset used when none is named
+
+
+GPT3 = "Brown et al. 2020 (GPT-3), Table 2.1; vocabulary 50257 (GPT-2 BPE)"
+
+
+def _gpt3(name, params, layers, hidden, heads, batch_tokens, gpu="h100-80gb", note=""):
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+                      ffn_hidden_size=4 * hidden, vocab_size=50257, max_seq_len=2048, published_params=params,
+                      source=GPT3 + note)
+    return ModelPreset(model=model, seq_len=2048, micro_batch=1, global_batch=batch_tokens // 2048, gpu=gpu)
+
+
+def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None):
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+                      position=Position.ROPE, tied_embeddings=False, linear_bias=False, source=source)
+    return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch)
+
+
+LLAMA2 = "Touvron et al. 2023 (Llama 2) Table 1; shapes from HF meta-llama/Llama-2-*-hf config.json"
+LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
+
+_PRESETS = (
+    _gpt3("gpt3-125m", 125_000_000, 12, 768, 12, 2**19),
+    _gpt3("gpt3-350m", 350_000_000, 24, 1024, 16, 2**19),
+    _gpt3("gpt3-760m", 760_000_000, 24, 1536, 16, 2**19),
+    _gpt3("gpt3-1.3b", 1_300_000_000, 24, 2048, 24, 2**20,
+          note="; the table's 24 heads x d_head 128 != d_model 2048: projections kept h wide, 24 heads kept"),
+    _gpt3("gpt3-2.7b", 2_700_000_000, 32, 2560, 32, 2**20),
+    _gpt3("gpt3-6.7b", 6_700_000_000, 32, 4096, 32, 2**21),
+    _gpt3("gpt3-13b", 13_000_000_000, 40, 5120, 40, 2**21,
+          note="; the table prints d_model 5140, a typo for 40 x 128 = 5120"),
+    # 1536 sequences x 2048 = 3.1M tokens: the table's 3.2M batch as Megatron-LM's GPT-3 example runs it.
+    _gpt3("gpt3-175b", 175_000_000_000, 96, 12288, 96, 1536 * 2048, gpu="gpu-192gib"),
+    ModelPreset(model=ModelSpec(
+        name="dense-100b", num_layers=80, hidden_size=10240, num_heads=80, num_kv_heads=80,
+        ffn_hidden_size=40960, vocab_size=51200, max_seq_len=2048,
+        source="fitplan: a GPT-3-style 100B decoder (L=80, h=10240, a=80, f=4h, V=51200, s=2048); "
+               "12*L*h^2 = 100.7e9, 101.2e9 with embeddings"), seq_len=2048, micro_batch=1, global_batch=1536),
+    _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024),
+    _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024),
+    _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024),
+    _llama("llama3.1-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3),
+    _llama("llama3.1-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3),
+    _llama("llama3.1-405b", 126, 16384, 53248, 128, 8, 128256, 8192, LLAMA3),
+)
+MODELS = {p.model.name: p for p in _PRESETS}

@@ -1,0 +1,30 @@
+"""Precision recipes: bytes per parameter of each model-state component."""
+from fitplan.specs.training import Recipe
+
+ADAM = (("adam_m", 4), ("adam_v", 4))
+
+RECIPES = {r.name: r for r in (
+    Recipe(name="mixed-adam", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=ADAM,
+           description="bf16/fp16 weights and grads, fp32 master weights, fp32 Adam moments (16 B/param)",
+           source="ZeRO Sec. 3.1 (K = 12)"),
+    Recipe(name="bf16-adam", weights_bytes=2, grads_bytes=2, master_bytes=0, moments=ADAM,
+           description="bf16 weights updated in place, no fp32 master copy, fp32 Adam moments (12 B/param)",
+           source="Transformer Math 101 (optimizer state without the fp32 copy)"),
+    Recipe(name="fp32-adam", weights_bytes=4, grads_bytes=4, master_bytes=0, moments=ADAM,
+           description="fp32 weights and grads, fp32 Adam moments (16 B/param)",
+           source="HF Ultra-Scale Playbook, 'Memory usage in Transformers'"),
+    Recipe(name="megatron-fp32-grad", weights_bytes=2, grads_bytes=4, master_bytes=4, moments=ADAM,
+           description="bf16 weights, fp32 main grads, fp32 master weights, fp32 Adam (18 B/param)",
+           source="Megatron-LM theoretical_memory_usage.py (18 B/param without the distributed optimizer)"),
+    Recipe(name="adam-8bit", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("adam_m", 1), ("adam_v", 1)),
+           description="mixed precision with 8-bit Adam moments (10 B/param)",
+           source="Dettmers et al. 2022; Transformer Math 101 (8-bit AdamW: 6 B/param of optimizer state)"),
+    Recipe(name="sgd-momentum", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("momentum", 4),),
+           description="mixed precision SGD with fp32 momentum (12 B/param)",
+           source="Transformer Math 101 (SGD with momentum: 8 B/param of optimizer state)"),
+    Recipe(name="fp8", weights_bytes=1, grads_bytes=4, master_bytes=4, moments=ADAM,
+           description="fp8 primary weights (Megatron --fp8-param-gather), fp32 main grads, fp32 master, "
+                       "fp32 Adam (17 B/param); activations stay at the training act_bytes",
+           source="Micikevicius et al. 2022; Megatron-LM/Transformer Engine fp8 primary weights"),
+)}
+DEFAULT_RECIPE = "mixed-adam"

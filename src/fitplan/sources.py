@@ -1,0 +1,56 @@
+"""Where every formula and figure comes from. Code cites a short key; reports print the rest."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    title: str
+    authors: str
+    year: int
+    locator: str  # arXiv id, repository path or document
+
+
+SOURCES = {
+    "zero": Source("ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+                   "Rajbhandari, Rasley, Ruwase, He", 2020, "arXiv:1910.02054"),
+    "korthikanti": Source("Reducing Activation Recomputation in Large Transformer Models",
+                          "Korthikanti et al.", 2022, "arXiv:2205.05198"),
+    "narayanan": Source("Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+                        "Narayanan et al.", 2021, "arXiv:2104.04473"),
+    "gpt3": Source("Language Models are Few-Shot Learners", "Brown et al.", 2020, "arXiv:2005.14165"),
+    "llama2": Source("Llama 2: Open Foundation and Fine-Tuned Chat Models", "Touvron et al.", 2023,
+                     "arXiv:2307.09288; HF meta-llama/Llama-2-*-hf config.json"),
+    "llama3": Source("The Llama 3 Herd of Models", "Llama Team, AI @ Meta", 2024,
+                     "arXiv:2407.21783 Table 3; HF meta-llama/Llama-3.1-*/config.json"),
+    "megatron": Source("Megatron-LM", "NVIDIA", 2023, "megatron/training/theoretical_memory_usage.py"),
+    "megatron-schedules": Source("Megatron-LM pipeline schedules", "NVIDIA", 2023,
+                                 "megatron/core/pipeline_parallel/schedules.py"),
+    "transformer-math": Source("Transformer Math 101", "Anthony, Biderman, Schoelkopf (EleutherAI)", 2023,
+                               "blog.eleuther.ai/transformer-math"),
+    "bitsandbytes": Source("8-bit Optimizers via Block-wise Quantization", "Dettmers et al.", 2022,
+                           "arXiv:2110.02861"),
+    "fp8": Source("FP8 Formats for Deep Learning", "Micikevicius et al.", 2022, "arXiv:2209.05433"),
+    "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
+    "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cite:
+    key: str
+    where: str  # "Table 2", "Sec. 5", "Eq. 2"
+
+    def __post_init__(self) -> None:
+        if self.key not in SOURCES:
+            raise KeyError(f"unknown source {self.key!r}; add it to fitplan.sources.SOURCES")
+
+    def __str__(self) -> str:
+        return f"{short_name(self.key)} {self.where}"
+
+
+def short_name(key: str) -> str:
+    return {"zero": "ZeRO", "korthikanti": "Korthikanti et al.", "narayanan": "Narayanan et al.",
+            "gpt3": "GPT-3", "llama2": "Llama 2", "llama3": "Llama 3", "megatron": "Megatron-LM",
+            "megatron-schedules": "Megatron-LM schedules", "transformer-math": "Transformer Math 101",
+            "bitsandbytes": "Dettmers et al.", "fp8": "Micikevicius et al.", "fitplan": "fitplan",
+            "vendor": "vendor sheet"}[key]

@@ -1,0 +1,63 @@
+"""How one training step is spread over ranks: degrees, ZeRO stage, recompute mode."""
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from fitplan.errors import SpecError
+from fitplan.specs._check import positive_int
+
+
+class ZeroStage(IntEnum):
+    """What data parallelism shards; a higher stage shards more [zero Sec. 5]."""
+    NONE = 0   # DDP: every data-parallel rank holds the full model states
+    OS = 1     # ZeRO-1 (P_os): master weights and optimizer moments
+    OS_G = 2   # ZeRO-2 (P_os+g): + gradients
+    OS_G_P = 3 # ZeRO-3 (P_os+g+p), FSDP full shard: + weights
+
+
+class Recompute(StrEnum):
+    """Activation recomputation [korthikanti Sec. 5]. Ordered by how much it recomputes."""
+    NONE = "none"
+    SELECTIVE = "selective"   # drop the attention core (softmax, its dropout), recompute it
+    FULL = "full"             # keep only each layer's input, recompute the whole forward
+
+    @property
+    def level(self) -> int:
+        return ("none", "selective", "full").index(self.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelConfig:
+    """Degrees, not rank lists. World size = tp * pp * dp * cp.
+
+    Rank order is tp innermost, then cp, then pp, then dp (Megatron-LM's default grid), so a
+    tp group is contiguous and stays inside a node when tp <= GPUs per node.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    zero: ZeroStage = ZeroStage.NONE
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    micro_batch: int = 1
+    virtual_stages: int = 1   # model chunks per pipeline rank (interleaved 1F1B) [narayanan Sec. 2.2.2]
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages"):
+            positive_int("parallel", name, getattr(self, name), maximum=10**9)
+        if not isinstance(self.zero, ZeroStage):
+            raise SpecError(f"parallel.zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if not isinstance(self.recompute, Recompute):
+            raise SpecError(f"parallel.recompute must be none, selective or full, got {self.recompute!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def shard_degree(self) -> int:
+        """The group ZeRO shards over: dp x cp. Context-parallel ranks hold the same
+        parameters, so Megatron-LM's distributed optimizer shards over the data-parallel
+        group with context parallel included (parallel_state, with_context_parallel=True)."""
+        return self.dp * self.cp

@@ -1,0 +1,73 @@
+"""The only module that parses and prints sizes and rates.
+
+Inside fitplan every quantity is a plain number in base units and its name says which
+(`_bytes`, `_s`, `_flops`, `_per_s`). Memory capacity uses binary prefixes (GiB = 2**30
+bytes); link bandwidth and FLOP rates use decimal prefixes (GB/s = 1e9 bytes/s), as vendor
+sheets and nccl-tests do. Strings are parsed with Decimal so "0.1 GiB" is an exact int.
+"""
+from decimal import Decimal
+import re
+
+from fitplan.errors import SpecError
+
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
+TERA = 10**12
+
+_TIME_UNITS = {"s": Decimal(1), "ms": Decimal("1e-3"), "us": Decimal("1e-6"), "ns": Decimal("1e-9")}
+_NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
+# A byte count above this is not a GPU memory or a model size anyone plans for (1 EiB).
+MAX_BYTES = 2**60
+
+
+def _split(text: str, field: str, example: str):
+    if not isinstance(text, str):
+        raise SpecError(f"{field}: expected a string such as {example!r}, got {text!r}")
+    match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/]+)\s*", text)
+    if not match:
+        raise SpecError(f"{field}: cannot read {text!r}; write a number and a unit, e.g. {example!r}")
+    return Decimal(match.group(1)), match.group(2)
+
+
+def parse_bytes(text: str, field: str = "size") -> int:
+    """'80 GiB' -> 85899345920. Case-sensitive on purpose: 'GiB' and 'GB' differ by 7%."""
+    number, unit = _split(text, field, "80 GiB")
+    scale = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB,
+             "KB": KB, "kB": KB, "MB": MB, "GB": GB, "TB": TB}.get(unit)
+    if scale is None:
+        raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
+    value = number * scale
+    if value > MAX_BYTES:
+        raise SpecError(f"{field}: {text!r} is larger than 1 EiB; check the unit")
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def parse_rate(text: str, field: str = "bandwidth") -> float:
+    """'450 GB/s' -> 4.5e11 bytes/s. Rates are decimal (GB/s = 1e9 B/s)."""
+    number, unit = _split(text, field, "450 GB/s")
+    scale = {"B/s": 1, "KB/s": KB, "MB/s": MB, "GB/s": GB, "TB/s": TB, "Gb/s": GB / 8}.get(unit)
+    if scale is None:
+        raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use B/s, MB/s, GB/s, TB/s or Gb/s")
+    value = float(number) * scale
+    if value <= 0:
+        raise SpecError(f"{field}: {text!r} must be positive")
+    return value
+
+
+def parse_seconds(text: str, field: str = "latency") -> float:
+    """'5 us' -> 5e-6 seconds."""
+    number, unit = _split(text, field, "5 us")
+    scale = _TIME_UNITS.get(unit)
+    if scale is None:
+        raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use s, ms, us or ns")
+    return float(number * scale)
+
+
+def fmt_bytes(num_bytes, unit: int = GiB, digits: int = 2) -> str:
+    """One unit per table, chosen by the caller; never auto-scaled per row."""
+    name = {GiB: "GiB", MiB: "MiB", TiB: "TiB", GB: "GB", 1: "B"}[unit]
+    return f"{num_bytes / unit:,.{digits}f} {name}"
+
+
+def fmt_int(value) -> str:
+    return f"{int(value):,}"
