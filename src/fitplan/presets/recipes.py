@@ -22,7 +22,7 @@ RECIPES = {r.name: r for r in (
     Recipe(name="sgd-momentum", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("momentum", 4),),
            description="mixed precision SGD with fp32 momentum (12 B/param)",
            source="Transformer Math 101 (SGD with momentum: 8 B/param of optimizer state)"),
-    Recipe(name="fp8", weights_bytes=1, grads_bytes=4, master_bytes=4, moments=ADAM,
+    Recipe(name="fp8", weights_bytes=1, grads_bytes=4, master_bytes=4, moments=ADAM, compute="fp8",
            description="fp8 primary weights (Megatron --fp8-param-gather), fp32 main grads, fp32 master, "
                        "fp32 Adam (17 B/param); activations stay at the training act_bytes",
            source="Micikevicius et al. 2022; Megatron-LM/Transformer Engine fp8 primary weights"),

@@ -18,6 +18,7 @@ class Recipe:
     grads_bytes: int | float
     master_bytes: int | float           # a higher-precision copy the optimizer updates (0: none)
     moments: tuple[tuple[str, int | float], ...]   # optimizer state per parameter, by name
+    compute: str = "bf16"               # GEMM precision, picks the GPU's peak rate: "bf16" or "fp8"
     description: str = ""
     source: str = ""
 
@@ -26,6 +27,8 @@ class Recipe:
             _non_negative(f"recipe.{name}", getattr(self, name))
         for moment, size in self.moments:
             _non_negative(f"recipe.moments.{moment}", size)
+        if self.compute not in ("bf16", "fp8"):
+            raise SpecError(f"recipe.compute must be 'bf16' or 'fp8', got {self.compute!r}")
         if self.weights_bytes == 0:
             raise SpecError("recipe.weights_bytes must be > 0: training needs the weights")
 
