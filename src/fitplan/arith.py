@@ -2,9 +2,13 @@
 
 Every formula in fitplan is written once with these helpers, so the explanation of one
 configuration (exact Python ints) and the vectorized search (float64 arrays over many
-candidates) run the same code.
+candidates) run the same code. NumPy is imported only when an array is met, so the
+explaining commands start without it.
 """
-import numpy as np
+
+
+def is_array(x) -> bool:
+    return hasattr(x, "__array__") and not isinstance(x, (int, float, bool))
 
 
 def ceil_div(x, n):
@@ -14,18 +18,26 @@ def ceil_div(x, n):
 
 def select(cond, if_true, if_false):
     """cond ? if_true : if_false, elementwise when cond is an array."""
-    if isinstance(cond, np.ndarray):
+    if is_array(cond):
+        import numpy as np
         return np.where(cond, if_true, if_false)
     return if_true if cond else if_false
 
 
 def minimum(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+    if is_array(a) or is_array(b):
+        import numpy as np
         return np.minimum(a, b)
     return min(a, b)
 
 
 def maximum(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+    if is_array(a) or is_array(b):
+        import numpy as np
         return np.maximum(a, b)
     return max(a, b)
+
+
+def logical_not(x):
+    """not x, elementwise for arrays (~ on a Python bool is -2)."""
+    return ~x if is_array(x) else not x

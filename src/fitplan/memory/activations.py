@@ -32,7 +32,21 @@ TABLE2 = Cite("korthikanti", "Table 2 (Sec. 4), generalised in formulas.md#activ
 SEC43 = Cite("korthikanti", "Sec. 4.3")
 
 
-def _layer_text(*, recompute, sp, **_):
+def _paper_shaped(*, h, q, kv, f, n, e, M, D, **_) -> bool:
+    """GPT shapes with Korthikanti et al.'s assumptions: the formula reduces to Table 2."""
+    return (q, kv, f, n, e, M, D) == (h, h, 4 * h, 2, 2, 1, 1)
+
+
+def _layer_text(*, recompute, sp, t, c, **kw):
+    div_c = "" if c == 1 else "/c"
+    if _paper_shaped(**kw):
+        if recompute == Recompute.FULL:
+            return ("2*s*b*h/t" if sp and t > 1 else "2*s*b*h") + div_c
+        if t == 1:
+            return ("34*s*b*h" if recompute == Recompute.SELECTIVE else "s*b*h*(34 + 5as/h)") + div_c
+        if sp:
+            return ("34*s*b*h/t" if recompute == Recompute.SELECTIVE else "s*b*h/t*(34 + 5as/h)") + div_c
+        return ("s*b*h*(10 + 24/t)" if recompute == Recompute.SELECTIVE else "s*b*h*(10 + 24/t + 5as/(h*t))") + div_c
     rep = "R" if sp else "R*t"
     if recompute == Recompute.FULL:
         return "e*s*b*h/(t*c)" if sp else "e*s*b*h/c"

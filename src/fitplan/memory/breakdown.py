@@ -7,9 +7,7 @@ embedding, the most micro-batches in flight) and the last (the output layer and 
 """
 from dataclasses import dataclass
 
-import numpy as np
-
-from fitplan.arith import maximum, select
+from fitplan.arith import is_array, maximum, select
 from fitplan.counts import params as P
 from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
@@ -89,7 +87,7 @@ def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
 
 def _held(holds, compute, like):
     """A term only some stages hold: computed (and explained) only where it is held."""
-    if isinstance(holds, np.ndarray):
+    if is_array(holds):
         return compute() * holds
     return compute() if holds else 0 * like
 

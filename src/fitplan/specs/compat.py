@@ -8,8 +8,7 @@ for a configuration the user typed into a SpecError.
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
+from fitplan.arith import logical_not
 from fitplan.errors import SpecError
 
 
@@ -55,17 +54,13 @@ RULES = (
          lambda m, t, k, c: f"tp={c.tp} is larger than the {k.gpus_per_node} GPUs in a node, so tensor "
                             f"parallel traffic would cross nodes; lower tp or pass --allow-cross-node-tp"),
     Rule("sequence_parallel_needs_tp",
-         lambda m, t, k, c, x: (c.tp > 1) | ~_as_bool(c.sequence_parallel),
+         lambda m, t, k, c, x: (c.tp > 1) | logical_not(c.sequence_parallel),
          lambda m, t, k, c: "sequence parallel splits along the tensor-parallel group; it needs tp > 1"),
     Rule("virtual_stages_need_pp",
          lambda m, t, k, c, x: (c.pp > 1) | (c.virtual_stages == 1),
          lambda m, t, k, c: "virtual pipeline stages (interleaving) need pp > 1"),
 )
 
-
-def _as_bool(value):
-    """~ on a Python bool is -2; make scalars behave like NumPy bool arrays."""
-    return np.asarray(value, dtype=bool)
 
 
 def check(model, training, cluster, config, *, allow_cross_node_tp: bool = False) -> tuple[Violation, ...]:

@@ -1,0 +1,5 @@
+import sys
+
+from fitplan.cli import main
+
+sys.exit(main())

@@ -1,0 +1,184 @@
+"""fitplan's command line: parse -> call the core -> render. Exit 0 fits, 1 does not fit, 2 bad input."""
+import argparse
+import sys
+
+from fitplan import presets
+from fitplan.analysis import seed_answer
+from fitplan.errors import SpecError
+from fitplan.memory.bound import lower_bound
+from fitplan.memory.breakdown import evaluate
+from fitplan.report import jsonout, text
+from fitplan.setup_args import add_model_args, setup_from_args
+from fitplan.specs import compat
+from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
+
+CONFIG_FLAGS = ("tp", "pp", "dp", "cp", "zero", "sequence_parallel", "recompute", "virtual_stages")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and a SpecError (exit 2), never a traceback."""
+
+    def error(self, message):
+        raise SpecError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fitplan", description="Does training fit? Memory, parallelism and step-time planner.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    plan = sub.add_parser("plan", help="memory per GPU: the seed report, one configuration, or --suggest")
+    add_plan_args(plan)
+    srch = sub.add_parser("search", help="the same as 'plan --suggest'")
+    add_plan_args(srch)
+    pre = sub.add_parser("presets", help="list or show presets")
+    pre.add_argument("action", choices=("list", "show"))
+    pre.add_argument("name", nargs="?")
+    return parser
+
+
+def add_plan_args(p) -> None:
+    add_model_args(p)
+    g = p.add_argument_group("one configuration (with --suggest: fixes that axis of the search)")
+    g.add_argument("--tp", type=int)
+    g.add_argument("--pp", type=int)
+    g.add_argument("--dp", type=int)
+    g.add_argument("--cp", type=int)
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
+    g.add_argument("--sequence-parallel", action="store_true", default=None)
+    g.add_argument("--recompute", choices=[r.value for r in Recompute])
+    g.add_argument("--virtual-stages", type=int, help="model chunks per pipeline rank (interleaved 1F1B)")
+    s = p.add_argument_group("search")
+    s.add_argument("--suggest", action="store_true", help="search every legal configuration and rank those that fit")
+    s.add_argument("--top", type=int, default=5)
+    s.add_argument("--rank", choices=("disturbance", "throughput"), default="disturbance")
+    s.add_argument("--allow-cross-node-tp", action="store_true")
+    s.add_argument("--max-cp", type=int, default=8)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="one JSON object, raw base units")
+
+
+def _explicit(args) -> bool:
+    return any(getattr(args, k) is not None for k in CONFIG_FLAGS)
+
+
+def _config(args, setup, micro_batch) -> ParallelConfig:
+    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
+    n = setup.cluster.num_gpus
+    dp = args.dp
+    if dp is None:
+        if n % (tp * pp * cp):
+            raise SpecError(f"--gpus {n} is not divisible by tp x pp x cp = {tp * pp * cp}; change the degrees")
+        dp = n // (tp * pp * cp)
+    config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=ZeroStage(args.zero or 0),
+                            sequence_parallel=bool(args.sequence_parallel),
+                            recompute=Recompute(args.recompute or "none"), micro_batch=micro_batch,
+                            virtual_stages=args.virtual_stages or 1)
+    compat.require(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=args.allow_cross_node_tp)
+    return config
+
+
+def _space(args, setup, micro_batch):
+    from fitplan.search import default_space   # NumPy is loaded only by the search
+    n = setup.cluster.num_gpus
+    space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp)
+    fixed = {}
+    for flag, field in (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("virtual_stages", "virtual_stages")):
+        if getattr(args, flag) is not None:
+            fixed[field] = (getattr(args, flag),)
+    if args.zero is not None:
+        fixed["zero"] = (ZeroStage(args.zero),)
+    if args.recompute is not None:
+        fixed["recompute"] = (Recompute(args.recompute),)
+    if args.sequence_parallel:
+        fixed["sequence_parallel"] = (True,)
+    if args.dp is not None:
+        raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
+    from dataclasses import replace
+    return replace(space, **fixed)
+
+
+def run_plan(args, out) -> int:
+    setup, micro_batch = setup_from_args(args)
+    if args.top < 1:
+        raise SpecError(f"--top must be >= 1, got {args.top}")
+    if args.suggest or args.command == "search":
+        if args.rank == "throughput":
+            raise SpecError("--rank throughput needs the time model, which is not built yet; use --rank disturbance")
+        from fitplan.search import search
+        space = _space(args, setup, micro_batch)
+        result = search(setup, space, top=args.top)
+        model, training = setup.model, setup.training
+        from fitplan.counts.params import num_params
+        bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
+                            s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
+                            L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
+        smallest = None if result.feasible else smallest_fitting(setup, args, micro_batch, bound.min_gpus)
+        render = jsonout.search if args.json else text.search
+        out.write(render(setup, result, bound, smallest))
+        return 0 if result.feasible else 1
+    if _explicit(args):
+        breakdown = evaluate(setup, _config(args, setup, micro_batch))
+        out.write(jsonout.breakdown(setup, breakdown) if args.json else text.breakdown(setup, breakdown))
+        return 0 if breakdown.fits else 1
+    answer = seed_answer(setup, micro_batch=micro_batch)
+    out.write(jsonout.seed(answer) if args.json else text.seed(answer))
+    return 0 if any(s.breakdown.fits for s in answer.strategies) else 1
+
+
+SMALLEST_TRIES = 64
+
+
+def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
+    """The smallest GPU count from the lower bound upwards where the search finds a fit,
+    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each."""
+    from dataclasses import replace
+
+    from fitplan.search import search
+
+    def fits(n: int) -> bool:
+        s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
+        return search(s, _space(args, s, micro_batch), top=1).feasible
+
+    found = {"general": None, "power_of_two": None, "searched_up_to": None}
+    n = max(start, 1)
+    for n in range(max(start, 1), max(start, 1) + SMALLEST_TRIES):
+        if fits(n):
+            found["general"] = n
+            break
+    p = 1 << (max(start, 1) - 1).bit_length()
+    for _ in range(SMALLEST_TRIES):
+        if fits(p):
+            found["power_of_two"] = p
+            break
+        p *= 2
+    found["searched_up_to"] = max(n, p)
+    return found
+
+
+def run_presets(args, out) -> int:
+    if args.action == "list":
+        out.write(text.preset_list())
+        return 0
+    if not args.name:
+        raise SpecError("presets show: name a preset, e.g. 'fitplan presets show gpt3-175b'")
+    out.write(text.preset_show(args.name))
+    return 0
+
+
+def main(argv: list[str] | None = None, out=None, err=None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["plan", *argv]
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "presets":
+            return run_presets(args, out)
+        return run_plan(args, out)
+    except SpecError as error:
+        err.write(f"fitplan: {error}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

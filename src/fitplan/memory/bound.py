@@ -1,0 +1,64 @@
+"""A lower bound on the busiest GPU that holds for every configuration, and the
+smallest GPU count it allows.
+
+Sharding only partitions; it never removes bytes. Over all N GPUs together:
+  - model states hold at least B*psi bytes (B = the recipe's bytes per parameter; tp
+    replication, tied-embedding copies and shard padding only add), and
+  - each data-parallel replica stores at least every layer's input for one micro-batch,
+    e*s*b_min*h*L bytes, the least any recompute mode keeps (full recompute, Korthikanti
+    Table 2: 2sbh per layer), b_min the smallest micro-batch searched.
+The busiest GPU holds at least the average, so it needs
+  (B*psi + e*s*b_min*h*L) / N  <=  usable bytes per GPU,
+which no ZeRO stage, tp, pp, cp, sequence parallel or recompute mode can beat.
+"""
+from dataclasses import dataclass
+
+from fitplan.arith import ceil_div
+from fitplan.explain import COUNT, formula
+from fitplan.sources import Cite
+
+BOUND = Cite("fitplan", "formulas.md#lower-bound (ZeRO Sec. 5 + Korthikanti Table 2)")
+
+
+@formula("bound/total", "B*psi + e*s*b_min*h*L", BOUND)
+def least_total_bytes(*, B, psi, e, s, b_min, h, L):
+    return ceil_div(B * psi, 1) + e * s * b_min * h * L
+
+
+@formula("bound/per_gpu", "(B*psi + e*s*b_min*h*L)/N", BOUND)
+def least_per_gpu_bytes(*, total, N):
+    return ceil_div(total, N)
+
+
+@formula("bound/min_gpus", "ceil((B*psi + e*s*b_min*h*L)/U)", BOUND, COUNT)
+def min_gpus(*, total, U):
+    return ceil_div(total, U)
+
+
+@dataclass(frozen=True, slots=True)
+class LowerBound:
+    total_bytes: int
+    per_gpu_bytes: int
+    usable_bytes: int
+    num_gpus: int
+    min_gpus: int
+    inequality: str
+
+    @property
+    def excludes(self) -> bool:
+        """True when the bound alone proves that nothing fits on num_gpus."""
+        return self.per_gpu_bytes > self.usable_bytes
+
+    @property
+    def min_gpus_power_of_two(self) -> int:
+        return 1 << (self.min_gpus - 1).bit_length()
+
+
+def lower_bound(*, B, psi: int, e: int, s: int, b_min: int, h: int, L: int, N: int, U: int) -> LowerBound:
+    total = least_total_bytes(B=B, psi=psi, e=e, s=s, b_min=b_min, h=h, L=L)
+    per_gpu = least_per_gpu_bytes(total=total, N=N)
+    relation = ">" if per_gpu > U else "<="
+    text = (f"busiest GPU >= (B*psi + e*s*b*h*L)/N = ({B}*{psi:,} + {e}*{s}*{b_min}*{h}*{L})/{N} B"
+            f" = {per_gpu / 2**30:,.2f} GiB {relation} usable {U / 2**30:,.2f} GiB")
+    return LowerBound(total_bytes=total, per_gpu_bytes=per_gpu, usable_bytes=U, num_gpus=N,
+                      min_gpus=min_gpus(total=total, U=U), inequality=text)

@@ -1,0 +1,75 @@
+"""JSON output: one object, sorted keys, raw base units (bytes, counts), no formatted strings
+except the texts that explain (inequality, rank_reason). Schema in README.md."""
+import json
+
+from fitplan import __version__
+from fitplan.counts.params import num_params, shape_params
+from fitplan.memory.breakdown import PARTS
+
+
+def _dump(obj) -> str:
+    return json.dumps(obj, sort_keys=True, indent=2) + "\n"
+
+
+def _common(setup) -> dict:
+    m, t, c = setup.model, setup.training, setup.cluster
+    return {
+        "fitplan_version": __version__,
+        "model": {"name": m.name, "num_params": num_params(m), "shape_params": shape_params(m),
+                  "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+                  "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size},
+        "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.recipe.name,
+                     "act_bytes": t.act_bytes, "dropout": t.dropout},
+        "cluster": {"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+                    "memory_bytes_per_gpu": c.gpu.memory_bytes, "reserve_bytes_per_gpu": c.reserve_bytes},
+        "usable_bytes_per_gpu": c.usable_bytes,
+    }
+
+
+def config_dict(c) -> dict:
+    return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "zero": int(c.zero),
+            "sequence_parallel": c.sequence_parallel, "recompute": c.recompute.value,
+            "micro_batch": c.micro_batch, "virtual_stages": c.virtual_stages}
+
+
+def breakdown_dict(b) -> dict:
+    return {"config": config_dict(b.config), "stage": b.stage,
+            "breakdown": {**{k: int(b.parts[k]) for k in PARTS}, "reserve": b.reserve_bytes},
+            "state_bytes": int(b.state_bytes), "activation_bytes": int(b.activation_bytes),
+            "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits}
+
+
+def seed(a) -> str:
+    out = _common(a.setup)
+    out["state"] = {"bytes_per_param": a.bytes_per_param, "total_bytes": a.state_total_bytes,
+                    "gpus_of_pure_state": a.gpus_of_pure_state}
+    out["activations"] = {"attention_factor": a.attention_factor.value, "per_layer_bytes": a.per_layer.value,
+                          "all_layers_bytes": a.all_layers_bytes, "bigger_problem": a.bigger_problem}
+    out["strategies"] = [{
+        "name": s.name, "state_bytes": int(s.breakdown.state_bytes),
+        "activation_bytes": int(s.breakdown.activation_bytes), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+        "fits": s.breakdown.fits,
+        "blocking_term": None if s.blocking is None else {
+            "name": s.blocking.name, "bytes": int(s.blocking.bytes), "formula": s.blocking.formula,
+            "alone_exceeds": s.blocking.alone_exceeds},
+    } for s in a.strategies]
+    return _dump(out)
+
+
+def breakdown(setup, b) -> str:
+    return _dump({**_common(setup), **breakdown_dict(b)})
+
+
+def search(setup, r, bound, smallest) -> str:
+    suggestions = [{**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+                    "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason}
+                   for s in r.suggestions]
+    lower = {"min_gpus": bound.min_gpus, "min_gpus_power_of_two": bound.min_gpus_power_of_two,
+             "inequality": bound.inequality, "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}
+    if smallest:
+        lower["smallest_fitting_gpus"] = smallest["general"]
+        lower["smallest_fitting_gpus_power_of_two"] = smallest["power_of_two"]
+    return _dump({**_common(setup), "feasible": r.feasible, "lower_bound": lower, "suggestions": suggestions,
+                  "recommended": suggestions[0] if suggestions else None, "rank_order": r.rank_order,
+                  "candidates": {"considered": r.considered, "rejected_by_reason": r.rejected_by_reason,
+                                 "fit": r.fit}})

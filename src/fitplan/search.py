@@ -1,0 +1,225 @@
+"""Search: enumerate -> reject with reasons -> evaluate -> rank, over NumPy arrays.
+
+The candidates are every combination of the SearchSpace whose degrees multiply to the
+GPU count. Discrete modes (ZeRO stage, sequence parallel, recompute) split the space into
+groups; inside a group the numeric axes (tp, pp, cp, micro-batch, virtual stages) are
+arrays, and the same formula functions that explain one configuration evaluate them all
+at once (fitplan.memory.breakdown.stage_memory with the RAW evaluator). What the search
+returns is re-evaluated exactly, one configuration at a time, before it is shown.
+"""
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+
+from fitplan.errors import SpecError
+from fitplan.memory.breakdown import Breakdown, Setup, busiest_total, evaluate
+from fitplan.specs import compat
+from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
+
+# A space larger than this would take more than a few seconds; refuse it instead of hanging.
+MAX_CANDIDATES = 50_000_000
+
+RANK_ORDER = (
+    "least disturbance from plain data parallelism, in this order: no CP before CP (it changes every "
+    "layer's attention kernel and traffic; tried only when nothing else fits); recompute none < selective "
+    "< full; ZeRO stage lower first; no TP before TP; no PP before PP; no interleaving before interleaving; "
+    "micro-batch closer to the requested one first; sequence parallel off before on; then smaller tp, pp, "
+    "cp, virtual stages; then smaller per-GPU total"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    tp: tuple[int, ...]
+    pp: tuple[int, ...]
+    cp: tuple[int, ...]
+    micro_batches: tuple[int, ...]
+    virtual_stages: tuple[int, ...]
+    zero: tuple[ZeroStage, ...] = tuple(ZeroStage)
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    recompute: tuple[Recompute, ...] = tuple(Recompute)
+    requested_micro_batch: int = 1
+    allow_cross_node_tp: bool = False
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+def default_space(num_gpus: int, *, micro_batch: int = 1, max_cp: int = 8, max_virtual_stages: int = 4,
+                  micro_batches: tuple[int, ...] | None = None, allow_cross_node_tp: bool = False) -> SearchSpace:
+    """tp, pp: every divisor of the GPU count; cp: divisors up to max_cp; micro-batch: the
+    requested one and its halvings (a smaller micro-batch is the cheapest memory lever)."""
+    divs = divisors(num_gpus)
+    if micro_batches is None:
+        halvings, mb = [], micro_batch
+        while mb >= 1:
+            halvings.append(mb)
+            mb //= 2
+        micro_batches = tuple(sorted(set(halvings + [1])))
+    return SearchSpace(tp=divs, pp=divs, cp=tuple(d for d in divs if d <= max_cp),
+                       micro_batches=tuple(sorted(micro_batches)),
+                       virtual_stages=tuple(range(1, max_virtual_stages + 1)),
+                       requested_micro_batch=micro_batch, allow_cross_node_tp=allow_cross_node_tp)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Numeric axes of every candidate, as int64 arrays with ParallelConfig's attribute names."""
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    micro_batch: np.ndarray
+    virtual_stages: np.ndarray
+    sequence_parallel: bool = False
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+
+def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
+    degrees = [(t, p, c) for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0]
+    if not degrees:
+        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(6)))
+    deg = np.array(degrees, dtype=np.int64)
+    mb = np.array(space.micro_batches, dtype=np.int64)
+    vs = np.array(space.virtual_stages, dtype=np.int64)
+    i, j, k = np.meshgrid(np.arange(len(deg)), np.arange(len(mb)), np.arange(len(vs)), indexing="ij")
+    i, j, k = i.ravel(), j.ravel(), k.ravel()
+    tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
+    return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k])
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    config: ParallelConfig
+    breakdown: Breakdown
+    rank_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    num_gpus: int
+    space: SearchSpace
+    considered: int
+    rejected_by_reason: dict
+    fit: int
+    suggestions: tuple[Suggestion, ...]
+    closest: Breakdown | None = None     # the least-loaded legal candidate, when nothing fits
+    rank_order: str = RANK_ORDER
+
+    @property
+    def feasible(self) -> bool:
+        return self.fit > 0
+
+
+def _groups(space: SearchSpace):
+    return [(z, sp, rc) for rc in space.recompute for z in space.zero for sp in space.sequence_parallel]
+
+
+def space_size(num_gpus: int, space: SearchSpace) -> int:
+    num_degrees = sum(1 for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0)
+    return num_degrees * len(space.micro_batches) * len(space.virtual_stages) * len(_groups(space))
+
+
+def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.ndarray:
+    """Boolean mask of legal candidates; each illegal one is counted under the first rule it breaks."""
+    ok = np.ones(len(grid), dtype=bool)
+    for rule in compat.RULES:
+        passed = np.broadcast_to(rule.ok(setup.model, setup.training, setup.cluster, grid,
+                                         space.allow_cross_node_tp), ok.shape)
+        newly = ok & ~passed
+        if newly.any():
+            rejected[rule.id] = rejected.get(rule.id, 0) + int(newly.sum())
+        ok &= passed
+    return ok
+
+
+def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute, totals: np.ndarray,
+               requested_mb: int) -> np.ndarray:
+    """One row per fitting candidate; lexicographic order = RANK_ORDER."""
+    tp, pp, cp = grid.tp[idx], grid.pp[idx], grid.cp[idx]
+    v, mb = grid.virtual_stages[idx], grid.micro_batch[idx]
+    n = len(idx)
+    full = lambda x: np.full(n, x, dtype=np.float64)
+    return np.stack([cp > 1, full(rc.level), full(int(zero)), tp > 1, pp > 1, v > 1,
+                     np.abs(mb - requested_mb), -mb, full(int(sp)), tp, pp, cp, v, totals]).astype(np.float64).T
+
+
+def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:
+    num_gpus = setup.cluster.num_gpus
+    size = space_size(num_gpus, space)
+    if size > MAX_CANDIDATES:
+        raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it, "
+                        f"e.g. fewer --micro-batches or a smaller --max-cp")
+    usable = setup.cluster.usable_bytes
+    base = _grid(num_gpus, space)
+    rejected: dict = {}
+    keys, rows, closest = [], [], None
+    legal_by_sp = {}
+    for sp in space.sequence_parallel:
+        grid = _Grid(base.tp, base.pp, base.dp, base.cp, base.micro_batch, base.virtual_stages, sp)
+        per_group: dict = {}
+        legal = _legal(setup, grid, space, per_group)
+        legal_by_sp[sp] = (grid, legal, per_group)
+    for zero, sp, rc in _groups(space):
+        grid, legal, per_group = legal_by_sp[sp]
+        for rule, count in per_group.items():
+            rejected[rule] = rejected.get(rule, 0) + count
+        if zero > 0:   # ZeRO over one rank shards nothing: the same candidate as ZeRO-0
+            single = legal & (grid.dp * grid.cp == 1)
+            rejected["zero_over_one_rank"] = rejected.get("zero_over_one_rank", 0) + int(single.sum())
+            legal = legal & ~single
+        idx = np.flatnonzero(legal)
+        if len(idx) == 0:
+            continue
+        f = lambda a: a[idx].astype(np.float64)
+        totals = busiest_total(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp),
+                               b=f(grid.micro_batch), v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc)
+        fits = totals <= usable
+        rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
+        low = int(np.argmin(totals))
+        if closest is None or totals[low] < closest[0]:
+            closest = (totals[low], _config(grid, idx[low], zero, sp, rc))
+        if fits.any():
+            keep = idx[fits]
+            keys.append(_rank_keys(grid, keep, zero, sp, rc, totals[fits], space.requested_micro_batch))
+            rows.extend((grid, i, zero, sp, rc) for i in keep)
+    fit = len(rows)
+    suggestions = []
+    if fit:
+        allkeys = np.concatenate(keys)
+        order = np.lexsort(allkeys.T[::-1])
+        for pos in order:
+            if len(suggestions) == top:
+                break
+            grid, i, zero, sp, rc = rows[pos]
+            config = _config(grid, i, zero, sp, rc)
+            exact = evaluate(setup, config)
+            if exact.fits:   # float screening can misjudge a candidate within a byte of the limit
+                suggestions.append(Suggestion(config, exact, rank_reason(config, space.requested_micro_batch)))
+    return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
+                        fit=fit, suggestions=tuple(suggestions),
+                        closest=None if fit or closest is None else evaluate(setup, closest[1]))
+
+
+def _config(grid: _Grid, i: int, zero, sp: bool, rc: Recompute) -> ParallelConfig:
+    return ParallelConfig(tp=int(grid.tp[i]), pp=int(grid.pp[i]), dp=int(grid.dp[i]), cp=int(grid.cp[i]),
+                          zero=ZeroStage(zero), sequence_parallel=bool(sp), recompute=rc,
+                          micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]))
+
+
+def rank_reason(config: ParallelConfig, requested_mb: int) -> str:
+    """The rank key in words, most significant first."""
+    parts = [f"recompute {config.recompute.value}" + ("" if config.recompute is Recompute.NONE else " needed"),
+             f"ZeRO-{int(config.zero)}",
+             "no TP" if config.tp == 1 else f"TP {config.tp}" + (" + SP" if config.sequence_parallel else ""),
+             "no PP" if config.pp == 1 else f"PP {config.pp}" + (f" x {config.virtual_stages} virtual"
+                                                                if config.virtual_stages > 1 else ""),
+             "no CP" if config.cp == 1 else f"CP {config.cp}"]
+    if config.micro_batch != requested_mb:
+        parts.append(f"micro-batch {config.micro_batch} instead of {requested_mb}")
+    return ", ".join(parts)

@@ -1,0 +1,118 @@
+"""Turn command-line values into specs. Shared by every subcommand; raises SpecError."""
+from dataclasses import replace
+
+from fitplan import presets
+from fitplan.errors import SpecError
+from fitplan.memory.breakdown import Setup
+from fitplan.presets.recipes import DEFAULT_RECIPE
+from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
+from fitplan.specs.model import Mlp, Norm, Position
+from fitplan.units import parse_bytes
+
+SHAPE_FLAGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads", "kv_heads": "num_kv_heads",
+               "ffn": "ffn_hidden_size", "vocab": "vocab_size", "params": "published_params"}
+
+
+def add_model_args(parser) -> None:
+    g = parser.add_argument_group("model")
+    g.add_argument("--preset", help="model preset, e.g. gpt3-175b (fitplan presets list)")
+    g.add_argument("--layers", type=int)
+    g.add_argument("--hidden", type=int)
+    g.add_argument("--heads", type=int)
+    g.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention); default: --heads")
+    g.add_argument("--ffn", type=int, help="MLP hidden size; default 4*hidden for gelu")
+    g.add_argument("--vocab", type=int)
+    g.add_argument("--mlp", choices=[m.value for m in Mlp])
+    tied = g.add_mutually_exclusive_group()
+    tied.add_argument("--tied-embeddings", dest="tied", action="store_const", const=True)
+    tied.add_argument("--untied-embeddings", dest="tied", action="store_const", const=False)
+    g.add_argument("--params", type=int, help="a published parameter count to use instead of the shape-derived one")
+    t = parser.add_argument_group("training")
+    t.add_argument("--seq-len", type=int)
+    t.add_argument("--micro-batch", type=int)
+    t.add_argument("--global-batch", type=int)
+    t.add_argument("--precision", default=DEFAULT_RECIPE, help="precision recipe (fitplan presets list)")
+    for comp in ("weight", "grad", "master", "optimizer"):
+        t.add_argument(f"--{comp}-bytes", type=float, help=f"custom {comp} bytes per parameter")
+    t.add_argument("--act-bytes", type=int, choices=(1, 2, 4), default=2, help="bytes per stored activation")
+    t.add_argument("--no-dropout", action="store_true", help="train without dropout (no masks stored)")
+    c = parser.add_argument_group("cluster")
+    c.add_argument("--gpus", type=int, required=True, help="number of GPUs")
+    c.add_argument("--gpu", help="GPU preset (default: the model preset's, else h100-80gb)")
+    c.add_argument("--gpu-memory", help='memory per GPU, e.g. "192 GiB"')
+    c.add_argument("--reserve", help='memory held back per GPU, e.g. "10 GiB"')
+    c.add_argument("--gpus-per-node", type=int)
+
+
+def _model(args) -> tuple[ModelSpec, object]:
+    preset = presets.model(args.preset) if args.preset else None
+    given = {field: getattr(args, flag) for flag, field in SHAPE_FLAGS.items() if getattr(args, flag) is not None}
+    if preset is not None:
+        model = preset.model
+        if given or args.mlp or args.tied is not None:
+            changes = dict(given)
+            if "num_heads" in given and "num_kv_heads" not in given and model.num_kv_heads == model.num_heads:
+                changes["num_kv_heads"] = given["num_heads"]
+            if args.mlp:
+                changes["mlp"] = Mlp(args.mlp)
+            if args.tied is not None:
+                changes["tied_embeddings"] = args.tied
+            if "published_params" not in given:
+                changes["published_params"] = None   # a changed shape invalidates the published count
+            model = replace(model, name=model.name + " (modified)", **changes)
+        return model, preset
+    missing = [f"--{flag.replace('_', '-')}" for flag in ("layers", "hidden", "heads", "vocab")
+               if getattr(args, flag) is None]
+    if missing:
+        raise SpecError(f"--preset: no model given; name a preset or give a custom shape ({', '.join(missing)} missing)")
+    if args.seq_len is None:
+        raise SpecError("--seq-len: a custom model needs a sequence length, e.g. --seq-len 2048")
+    mlp = Mlp(args.mlp or "gelu")
+    if args.ffn is None and mlp is Mlp.SWIGLU:
+        raise SpecError("--ffn: a swiglu MLP has no conventional size; give --ffn")
+    gpt = mlp is Mlp.GELU
+    model = ModelSpec(name="custom", num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
+                      num_kv_heads=args.kv_heads or args.heads, ffn_hidden_size=args.ffn or 4 * args.hidden,
+                      vocab_size=args.vocab, max_seq_len=args.seq_len, mlp=mlp,
+                      norm=Norm.LAYERNORM if gpt else Norm.RMSNORM, position=Position.LEARNED if gpt else Position.ROPE,
+                      tied_embeddings=gpt if args.tied is None else args.tied, linear_bias=gpt,
+                      published_params=args.params, source="custom shape from flags")
+    return model, None
+
+
+def _recipe(args):
+    recipe = presets.recipe(args.precision)
+    custom = {f"{name}_bytes": getattr(args, f"{flag}_bytes") for flag, name in
+              (("weight", "weights"), ("grad", "grads"), ("master", "master")) if getattr(args, f"{flag}_bytes") is not None}
+    if args.optimizer_bytes is not None:
+        custom["moments"] = (("optimizer", args.optimizer_bytes),)
+    if custom:
+        recipe = replace(recipe, name=recipe.name + " (custom)", **{k: _whole(v) for k, v in custom.items()})
+    return recipe
+
+
+def _whole(value):
+    if isinstance(value, tuple):
+        return tuple((n, _whole(b)) for n, b in value)
+    return int(value) if float(value).is_integer() else value
+
+
+def setup_from_args(args) -> tuple[Setup, int]:
+    """The Setup and the requested micro-batch."""
+    model, preset = _model(args)
+    seq_len = args.seq_len if args.seq_len is not None else preset.seq_len
+    global_batch = args.global_batch if args.global_batch is not None else (preset.global_batch if preset else None)
+    training = TrainingSpec(seq_len=seq_len, recipe=_recipe(args), global_batch=global_batch,
+                            act_bytes=args.act_bytes, dropout=not args.no_dropout)
+    gpu = presets.gpu(args.gpu or (preset.gpu if preset else "h100-80gb"))
+    if args.gpu_memory is not None:
+        gpu = replace(gpu, name=gpu.name + " (custom memory)", memory_bytes=parse_bytes(args.gpu_memory, "--gpu-memory"))
+    reserve = parse_bytes(args.reserve, "--reserve") if args.reserve is not None else gpu.default_reserve_bytes
+    if args.gpus is None:
+        raise SpecError("--gpus: say how many GPUs, e.g. --gpus 8")
+    cluster = ClusterSpec(gpu=gpu, num_gpus=args.gpus, gpus_per_node=args.gpus_per_node or gpu.gpus_per_node,
+                          reserve_bytes=reserve)
+    micro_batch = args.micro_batch if args.micro_batch is not None else (preset.micro_batch if preset else 1)
+    if micro_batch < 1:
+        raise SpecError(f"--micro-batch must be >= 1, got {micro_batch}")
+    return Setup(model, training, cluster), micro_batch
