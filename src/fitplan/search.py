@@ -138,15 +138,20 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
     return ok
 
 
+def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total):
+    """RANK_ORDER as a tuple, most significant first; elementwise on arrays, so the
+    search and the brute-force check in the tests sort by the same key."""
+    return (cp > 1, recompute_level, zero, tp > 1, pp > 1, v > 1, abs(mb - requested_mb), -mb, sp,
+            tp, pp, cp, v, total)
+
+
 def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute, totals: np.ndarray,
                requested_mb: int) -> np.ndarray:
     """One row per fitting candidate; lexicographic order = RANK_ORDER."""
-    tp, pp, cp = grid.tp[idx], grid.pp[idx], grid.cp[idx]
-    v, mb = grid.virtual_stages[idx], grid.micro_batch[idx]
-    n = len(idx)
-    full = lambda x: np.full(n, x, dtype=np.float64)
-    return np.stack([cp > 1, full(rc.level), full(int(zero)), tp > 1, pp > 1, v > 1,
-                     np.abs(mb - requested_mb), -mb, full(int(sp)), tp, pp, cp, v, totals]).astype(np.float64).T
+    key = rank_key(cp=grid.cp[idx], recompute_level=rc.level, zero=int(zero), tp=grid.tp[idx], pp=grid.pp[idx],
+                   v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb, sp=int(sp),
+                   total=totals)
+    return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
 
 
 def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:

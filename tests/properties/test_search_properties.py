@@ -1,0 +1,69 @@
+"""Search soundness over random models and clusters (hypothesis, 'ci' profile: derandomized).
+
+- every suggestion passes the rules and fits when evaluated alone, exactly;
+- on these small spaces the number that fit and the best suggestion equal a brute-force
+  enumeration that evaluates every candidate one at a time with Python ints;
+- every rejection has a reason: rejected + fit = considered;
+- the lower bound never exceeds the best configuration found, and when it excludes a GPU
+  count nothing is found there.
+"""
+from itertools import product
+
+from hypothesis import given, settings
+
+from fitplan.counts.params import num_params
+from fitplan.memory.bound import lower_bound
+from fitplan.memory.breakdown import evaluate
+from fitplan.search import default_space, rank_key, search
+from fitplan.specs import compat
+from fitplan.specs.parallel import ParallelConfig
+from tests.properties.strategies import setups
+
+
+def brute_force(setup, space):
+    n = setup.cluster.num_gpus
+    fitting = []
+    for tp, pp, cp, mb, v, zero, sp, rc in product(space.tp, space.pp, space.cp, space.micro_batches,
+                                                   space.virtual_stages, space.zero, space.sequence_parallel,
+                                                   space.recompute):
+        if n % (tp * pp * cp):
+            continue
+        c = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), zero=zero, sequence_parallel=sp,
+                           recompute=rc, micro_batch=mb, virtual_stages=v)
+        if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
+            continue
+        b = evaluate(setup, c)
+        if b.fits:
+            fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
+                                     requested_mb=space.requested_micro_batch, sp=int(sp), total=b.per_gpu_bytes), c))
+    return fitting
+
+
+@settings(max_examples=60)
+@given(setups())
+def test_search_equals_brute_force(setup):
+    space = default_space(setup.cluster.num_gpus, micro_batch=2, max_virtual_stages=2)
+    r = search(setup, space, top=3)
+    fitting = brute_force(setup, space)
+    assert r.fit == len(fitting)
+    assert r.fit + sum(r.rejected_by_reason.values()) == r.considered
+    if fitting:
+        assert r.suggestions[0].config == min(fitting, key=lambda kc: kc[0])[1]
+    for s in r.suggestions:
+        assert not compat.check(setup.model, setup.training, setup.cluster, s.config)
+        assert evaluate(setup, s.config).fits
+
+
+@settings(max_examples=60)
+@given(setups())
+def test_lower_bound_is_sound(setup):
+    space = default_space(setup.cluster.num_gpus, micro_batch=1, max_virtual_stages=2)
+    r = search(setup, space, top=1)
+    t, m = setup.training, setup.model
+    bound = lower_bound(B=t.recipe.total_bytes, psi=num_params(m), e=t.act_bytes, s=t.seq_len, b_min=1,
+                        h=m.hidden_size, L=m.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
+    if r.suggestions:
+        assert bound.per_gpu_bytes <= r.suggestions[0].breakdown.per_gpu_bytes
+        assert not bound.excludes
+    if bound.excludes:
+        assert not r.feasible

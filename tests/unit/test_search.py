@@ -1,0 +1,77 @@
+"""The search on the seed cases, derived by hand where it matters.
+
+GPT-3 175B, 192 GiB GPUs, 10 GiB reserved (182 GiB usable), 8 per node, global batch 1536.
+16 GPUs: no configuration without CP fits with no recompute (tp=8 x pp=2 leaves 16psi/16 =
+163 GiB of state and 32 GiB of activations), so the first suggestion needs selective
+recompute: TP 8 + SP, PP 2, ZeRO-0 = 163.0 GiB state + 9.56 GiB (34sbhL/t) + extras.
+"""
+import io
+import json
+
+import pytest
+
+from fitplan.cli import main
+from fitplan.memory.breakdown import evaluate
+from fitplan.search import default_space, search
+from fitplan.specs import compat
+from fitplan.specs.parallel import Recompute, ZeroStage
+from fitplan.units import GiB
+from tests.conftest import make_setup
+
+
+@pytest.fixture(scope="module")
+def result16():
+    setup = make_setup("gpt3-175b", 16)
+    return setup, search(setup, default_space(16), top=4)
+
+
+def test_16_gpus_recommendation(result16):
+    setup, r = result16
+    best = r.suggestions[0].config
+    assert (best.dp, best.tp, best.pp, best.cp) == (1, 8, 2, 1)
+    assert best.sequence_parallel and best.recompute is Recompute.SELECTIVE and best.zero is ZeroStage.NONE
+    b = r.suggestions[0].breakdown
+    assert b.per_gpu_bytes / GiB == pytest.approx(173.76, abs=0.005)
+    assert b.headroom_bytes / GiB == pytest.approx(8.24, abs=0.005)
+    # Eq. 6 with the first stage's 2 micro-batches in flight of L/2 layers: 34*s*b*h*L/t
+    assert b.parts["activations/layers"] + b.parts["activations/pipeline_in_flight"] == 34 * 2048 * 12288 * 96 // 8
+
+
+def test_candidates_add_up(result16):
+    setup, r = result16
+    assert r.fit + sum(r.rejected_by_reason.values()) == r.considered
+    assert r.considered == 3264   # (tp, pp, cp) triples dividing 16 x 1 micro-batch x 4 virtual x 24 mode groups
+
+
+def test_every_suggestion_fits_alone(result16):
+    setup, r = result16
+    for s in r.suggestions:
+        assert not compat.check(setup.model, setup.training, setup.cluster, s.config)
+        assert evaluate(setup, s.config).fits
+
+
+def test_8_gpus_nothing_fits_with_proof():
+    out = io.StringIO()
+    assert main(["plan", "--preset", "gpt3-175b", "--gpus", "8", "--suggest", "--json"], out=out) == 1
+    data = json.loads(out.getvalue())
+    assert not data["feasible"] and data["suggestions"] == [] and data["recommended"] is None
+    lb = data["lower_bound"]
+    # (16*175e9 + 2*2048*1*12288*96) / (182 * 2**30) = 14.36 -> 15 GPUs; 16 as a power of two
+    assert lb["min_gpus"] == 15 and lb["min_gpus_power_of_two"] == 16 and lb["excludes"]
+    assert lb["per_gpu_bytes"] == -(-(16 * 175 * 10**9 + 2 * 2048 * 12288 * 96) // 8)
+    assert "> usable 182.00 GiB" in lb["inequality"]
+    assert lb["smallest_fitting_gpus"] == 16 and lb["smallest_fitting_gpus_power_of_two"] == 16
+
+
+def test_32_gpus_no_recompute_needed():
+    setup = make_setup("gpt3-175b", 32)
+    r = search(setup, default_space(32), top=5)
+    assert all(s.config.recompute is Recompute.NONE for s in r.suggestions)
+    assert [(s.config.tp, s.config.pp) for s in r.suggestions[:2]] == [(4, 8), (8, 4)]
+
+
+def test_fixed_axis_restricts_space():
+    setup = make_setup("gpt3-175b", 16)
+    out = io.StringIO()
+    assert main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--pp", "1", "--json"], out=out) == 0
+    assert all(s["pp"] == 1 for s in json.loads(out.getvalue())["suggestions"])
