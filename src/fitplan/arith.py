@@ -12,7 +12,12 @@ def is_array(x) -> bool:
 
 
 def ceil_div(x, n):
-    """ceil(x / n); exact for ints, elementwise for arrays. Shards are padded up."""
+    """ceil(x / n); exact for ints, elementwise for arrays. Shards are padded up.
+    On float arrays (the search's screening pass) ceil(x / n) is several times faster than
+    floor division; the search re-checks what it returns with exact ints."""
+    if is_array(x) or is_array(n):
+        import numpy as np
+        return np.ceil(np.true_divide(x, n))
     return -(-x // n)
 
 

@@ -134,9 +134,13 @@ def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
 
     from fitplan.search import search
 
+    seen: dict = {}
+
     def fits(n: int) -> bool:
-        s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
-        return search(s, _space(args, s, micro_batch), top=1).feasible
+        if n not in seen:
+            s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
+            seen[n] = search(s, _space(args, s, micro_batch), top=1).feasible
+        return seen[n]
 
     found = {"general": None, "power_of_two": None, "searched_up_to": None}
     n = max(start, 1)

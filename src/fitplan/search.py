@@ -163,7 +163,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:
     usable = setup.cluster.usable_bytes
     base = _grid(num_gpus, space)
     rejected: dict = {}
-    keys, rows, closest = [], [], None
+    keys, members, closest = [], [], None
     legal_by_sp = {}
     for sp in space.sequence_parallel:
         grid = _Grid(base.tp, base.pp, base.dp, base.cp, base.micro_batch, base.virtual_stages, sp)
@@ -190,18 +190,18 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:
         if closest is None or totals[low] < closest[0]:
             closest = (totals[low], _config(grid, idx[low], zero, sp, rc))
         if fits.any():
-            keep = idx[fits]
-            keys.append(_rank_keys(grid, keep, zero, sp, rc, totals[fits], space.requested_micro_batch))
-            rows.extend((grid, i, zero, sp, rc) for i in keep)
-    fit = len(rows)
+            keys.append(_rank_keys(grid, idx[fits], zero, sp, rc, totals[fits], space.requested_micro_batch))
+            members.append(((grid, zero, sp, rc), idx[fits]))
+    fit = sum(len(i) for _, i in members)
     suggestions = []
     if fit:
-        allkeys = np.concatenate(keys)
-        order = np.lexsort(allkeys.T[::-1])
+        order = np.lexsort(np.concatenate(keys).T[::-1])
+        group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
+        index_of = np.concatenate([i for _, i in members])
         for pos in order:
             if len(suggestions) == top:
                 break
-            grid, i, zero, sp, rc = rows[pos]
+            (grid, zero, sp, rc), i = members[group_of[pos]][0], index_of[pos]
             config = _config(grid, i, zero, sp, rc)
             exact = evaluate(setup, config)
             if exact.fits:   # float screening can misjudge a candidate within a byte of the limit
