@@ -1,0 +1,30 @@
+"""The core (specs, counts, memory, timing, search, explain, units, arith) is pure: no print,
+open, input or exit, and no import of torch, the CLI or the reports."""
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "fitplan"
+CORE = ["specs", "counts", "memory", "timing", "search.py", "explain.py", "units.py", "arith.py", "sources.py",
+        "analysis.py", "presets"]
+FORBIDDEN_CALLS = {"print", "open", "input", "exit", "quit"}
+FORBIDDEN_IMPORTS = ("torch", "fitplan.cli", "fitplan.report", "matplotlib", "sys")
+
+
+def core_files():
+    for entry in CORE:
+        path = SRC / entry
+        yield from ([path] if path.suffix == ".py" else sorted(path.rglob("*.py")))
+
+
+def test_core_is_pure():
+    files = list(core_files())
+    assert len(files) > 15
+    for path in files:
+        tree = ast.parse(path.read_text())
+        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not calls & FORBIDDEN_CALLS, path
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(FORBIDDEN_IMPORTS), f"{path} imports {name}"

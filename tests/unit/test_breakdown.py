@@ -1,0 +1,53 @@
+"""A tiny GPT worked by hand: L=4, h=64, a=4, f=256, V=1000, s=128, tied, biases, 16 B/param.
+tp = 2, pp = 2, dp = 1, no SP, no recompute, global batch unset (pipeline full).
+
+Parameters per layer: sharded h(q+2kv) + qh + 2hf + (q+2kv) + f = 12288 + 4096 + 32768 + 192 + 256
+= 49600; replicated 2*(2h) norms + 2h row biases = 384; 49984 = 12h^2 + 13h.
+First stage: 2 layers * (49600/2 + 384) + V*h/2 + s_max*h = 50368 + 32000 + 8192 = 90560.
+Last stage: 50368 + final LN 128 + its own copy of the tied embedding 32000 = 82496.
+Activations per layer: sbh(10 + 24/t + 5as/(ht)) = 8192 * (10 + 12 + 20) = 344064 B.
+First stage holds 2 micro-batches of 2 layers; embedding mask + int64 ids: 2 * (8192 + 1024).
+Last stage: 1 micro-batch; 2*e*sbh + 4sbV/t = 32768 + 256000.
+"""
+import pytest
+
+from fitplan.explain import RAW
+from fitplan.memory.breakdown import Setup, busiest_total, config_kwargs, evaluate, stage_memory, total
+from fitplan.explain import RAW
+from fitplan.presets import gpu, recipe
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from fitplan.units import GiB
+
+TINY = ModelSpec(name="tiny", num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                 vocab_size=1000, max_seq_len=128)
+SETUP = Setup(TINY, TrainingSpec(seq_len=128, recipe=recipe("mixed-adam")),
+              ClusterSpec(gpu=gpu("a100-80gb"), num_gpus=4, gpus_per_node=8, reserve_bytes=GiB))
+CONFIG = ParallelConfig(tp=2, pp=2, dp=1)
+
+
+def test_first_stage_by_hand():
+    b = evaluate(SETUP, CONFIG)
+    assert b.stage == "first"
+    assert b.state_bytes == 16 * 90560
+    assert b.parts["activations/layers"] == 2 * 344064
+    assert b.parts["activations/pipeline_in_flight"] == 2 * 344064
+    assert b.parts["activations/embedding"] == 2 * (8192 + 1024)
+    assert b.parts["activations/output"] == 0
+    assert b.per_gpu_bytes == 16 * 90560 + 4 * 344064 + 18432 == 2_843_648
+
+
+def test_last_stage_by_hand():
+    last = stage_memory(RAW, SETUP, first=False, **config_kwargs(CONFIG))
+    assert sum(last[k] for k in ("states/weights", "states/grads", "states/master", "states/optimizer")) == 16 * 82496
+    assert last["activations/pipeline_in_flight"] == 0
+    assert last["activations/output"] == 32768 + 256000
+    assert total(last) == 16 * 82496 + 2 * 344064 + 288768
+
+
+def test_vectorized_equals_scalar():
+    """The search's NumPy path gives the same numbers as the exact path (float64, here exact)."""
+    import numpy as np
+    configs = [ParallelConfig(tp=t, pp=p, dp=4 // (t * p)) for t, p in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1))]
+    arrays = {k: np.array([config_kwargs(c)[k] for c in configs], dtype=np.float64) for k in ("tp", "pp", "dp", "cp", "b", "v")}
+    got = busiest_total(SETUP, **arrays, zero=0, sp=False, recompute=CONFIG.recompute)
+    assert list(got) == [evaluate(SETUP, c).per_gpu_bytes for c in configs]
