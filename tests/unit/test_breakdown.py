@@ -13,7 +13,6 @@ import pytest
 
 from fitplan.explain import RAW
 from fitplan.memory.breakdown import Setup, busiest_total, config_kwargs, evaluate, stage_memory, total
-from fitplan.explain import RAW
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.units import GiB
