@@ -7,7 +7,8 @@ from fitplan.analysis import seed_answer
 from fitplan.errors import SpecError
 from fitplan.memory.bound import lower_bound
 from fitplan.memory.breakdown import evaluate
-from fitplan.report import jsonout, text
+from fitplan.report import document, jsonout
+from fitplan.report.render import render_markdown, render_text
 from fitplan.setup_args import add_model_args, setup_from_args
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
@@ -53,7 +54,8 @@ def add_plan_args(p) -> None:
     s.add_argument("--allow-cross-node-tp", action="store_true")
     s.add_argument("--max-cp", type=int, default=8)
     o = p.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="one JSON object, raw base units")
+    o.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    o.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
 
 
 def _explicit(args) -> bool:
@@ -112,16 +114,22 @@ def run_plan(args, out) -> int:
                             s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
                             L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
         smallest = None if result.feasible else smallest_fitting(setup, args, micro_batch, bound.min_gpus)
-        render = jsonout.search if args.json else text.search
-        out.write(render(setup, result, bound, smallest))
+        _write(out, args.format, jsonout.search, document.search, setup, result, bound, smallest)
         return 0 if result.feasible else 1
     if _explicit(args):
         breakdown = evaluate(setup, _config(args, setup, micro_batch))
-        out.write(jsonout.breakdown(setup, breakdown) if args.json else text.breakdown(setup, breakdown))
+        _write(out, args.format, jsonout.breakdown, document.breakdown, setup, breakdown)
         return 0 if breakdown.fits else 1
     answer = seed_answer(setup, micro_batch=micro_batch)
-    out.write(jsonout.seed(answer) if args.json else text.seed(answer))
+    _write(out, args.format, jsonout.seed, document.seed, answer)
     return 0 if any(s.breakdown.fits for s in answer.strategies) else 1
+
+
+def _write(out, fmt: str, as_json, as_blocks, *data) -> None:
+    if fmt == "json":
+        out.write(as_json(*data))
+    else:
+        out.write((render_markdown if fmt == "markdown" else render_text)(as_blocks(*data)))
 
 
 SMALLEST_TRIES = 64
@@ -160,12 +168,16 @@ def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
 
 def run_presets(args, out) -> int:
     if args.action == "list":
-        out.write(text.preset_list())
+        out.write(render_text(document.preset_list()))
         return 0
     if not args.name:
         raise SpecError("presets show: name a preset, e.g. 'fitplan presets show gpt3-175b'")
-    out.write(text.preset_show(args.name))
-    return 0
+    for registry in (presets.MODELS, presets.GPUS, presets.RECIPES):
+        if args.name in registry:
+            out.write(repr(registry[args.name]) + "\n")
+            return 0
+    presets.model(args.name)   # unknown: raises with suggestions
+    return 2
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:

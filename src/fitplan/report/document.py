@@ -1,0 +1,171 @@
+"""What each report says, as blocks (fitplan.report.render draws them as text or markdown).
+One unit per column: GiB = 2**30 bytes."""
+from fitplan import presets
+from fitplan.counts.params import shape_params
+from fitplan.memory.breakdown import PARTS
+from fitplan.report.render import Bullets, Heading, Lines, Table
+from fitplan.units import GiB
+
+LABELS = {
+    "states/weights": "weights", "states/grads": "grads", "states/master": "master weights",
+    "states/optimizer": "optimizer", "activations/layers": "activations",
+    "activations/pipeline_in_flight": "pipeline extras (in flight)", "activations/embedding": "embedding extras",
+    "activations/output": "output-layer extras", "activations/recompute_workspace": "recompute workspace",
+}
+STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
+STRATEGY_FORMULAS = {"ddp": "(w+g+m+K)*psi", "zero1": "(w+g)*psi + (m+K)*psi/N_d",
+                     "zero2": "w*psi + (g+m+K)*psi/N_d", "zero3": "(w+g+m+K)*psi/N_d"}
+
+
+def gib(num_bytes) -> str:
+    return f"{num_bytes / GiB:,.2f}"
+
+
+def header(setup) -> list:
+    m, t, c = setup.model, setup.training, setup.cluster
+    count = (f"{m.published_params:,} parameters (published; shape-derived {shape_params(m):,})"
+             if m.published_params else f"{shape_params(m):,} parameters (from shapes)")
+    batch = f"global batch {t.global_batch}" if t.global_batch else "global batch not given"
+    return [Heading(f"fitplan: {m.name} on {c.num_gpus} x {c.gpu.name}"), Lines((
+        f"model    {count}",
+        f"         L={m.num_layers} h={m.hidden_size} a={m.num_heads} kv_heads={m.num_kv_heads} "
+        f"ffn={m.ffn_hidden_size} V={m.vocab_size} mlp={m.mlp.value} "
+        f"{'tied' if m.tied_embeddings else 'untied'} embeddings",
+        f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
+        f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}",
+        f"cluster  {gib(c.gpu.memory_bytes)} GiB per GPU, {gib(c.reserve_bytes)} GiB reserved, "
+        f"{gib(c.usable_bytes)} GiB usable; {c.gpus_per_node} GPUs per node",
+    ))]
+
+
+def _inputs(term) -> str:
+    return ", ".join(f"{k}={v}" for k, v in term.inputs)
+
+
+def seed(a) -> list:
+    setup = a.setup
+    bpp = " + ".join(f"{v:g} {k}" for k, v in a.bytes_per_param.items())
+    total_bpp = setup.training.recipe.total_bytes
+    big, small = max(a.state_total_bytes, a.all_layers_bytes), min(a.state_total_bytes, a.all_layers_bytes)
+    blocks = header(setup) + [
+        Heading(f"(a) Model state  [ZeRO Sec. 3.1; recipe: {setup.training.recipe.source}]"),
+        Lines((f"bytes per parameter: {bpp} = {total_bpp:g}",
+               f"total: {total_bpp:g} * {a.num_params:,} = {a.state_total_bytes:,} B = {gib(a.state_total_bytes)} GiB",
+               f"= {a.gpus_of_pure_state:.2f} GPUs of pure state ({gib(a.state_total_bytes)} GiB / "
+               f"{gib(setup.cluster.gpu.memory_bytes)} GiB per GPU)")),
+        Heading(f"(b) Activations, one micro-batch, no parallelism  [{a.per_layer.cite}]"),
+        Lines((f"attention factor {a.attention_factor.formula} with {_inputs(a.attention_factor)}: "
+               f"{a.attention_factor.value:g}",
+               f"one layer: {a.per_layer.formula}",
+               f"   with {_inputs(a.per_layer)}",
+               f"   = {a.per_layer.value:,} B = {gib(a.per_layer.value)} GiB",
+               f"all {setup.model.num_layers} layers: {a.all_layers_bytes:,} B = {gib(a.all_layers_bytes)} GiB",
+               f"the bigger problem: {a.bigger_problem} ({gib(big)} GiB vs {gib(small)} GiB, "
+               f"{big / max(1, small):.1f}x)")),
+        Heading(f"(c) The cheap options on {setup.cluster.num_gpus} GPUs: dp={setup.cluster.num_gpus}, no tp/pp/cp, "
+                f"no recompute  [ZeRO Sec. 5, Fig. 1]"),
+    ]
+    rows = []
+    for s in a.strategies:
+        b = s.breakdown
+        why = "-" if s.blocking is None else (f"{s.blocking.name}, {s.blocking.formula} = {gib(s.blocking.bytes)} GiB"
+                                              + ("" if s.blocking.alone_exceeds else " (only the sum exceeds)"))
+        rows.append((STRATEGY_NAMES[s.name], STRATEGY_FORMULAS[s.name], gib(b.state_bytes), gib(b.activation_bytes),
+                     gib(b.per_gpu_bytes), "yes" if b.fits else "no", why))
+    blocks.append(Table(("strategy", "state formula", "state GiB", "activ. GiB", "total GiB", "fits", "too big"),
+                        tuple(rows), align="llrrrll",
+                        note=f"per GPU, against {gib(setup.cluster.usable_bytes)} GiB usable; activations include "
+                             f"the embedding and output-layer extras of Korthikanti Sec. 4.3"))
+    blocks.append(Bullets("assumptions", a.per_layer.assumes))
+    blocks.append(Lines(("", "next: --suggest searches tp, pp, cp, sequence parallel and recompute for a fit",)))
+    return blocks
+
+
+STAGE_NAMES = {"only": "every GPU holds the whole model depth (pp = 1)",
+               "first": "first pipeline stage (embedding, most micro-batches in flight)",
+               "last": "last pipeline stage (output layer and logits)"}
+
+
+def config_line(c) -> str:
+    return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp} zero={int(c.zero)} "
+            f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
+            f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}")
+
+
+def breakdown(setup, b) -> list:
+    by_key = {t.key: t for t in b.terms}
+    rows = []
+    for key in PARTS:
+        term = by_key.get(key)
+        rows.append((LABELS[key], gib(b.parts[key]), term.formula if term else "not held on this stage",
+                     str(term.cite) if term else ""))
+    rows += [("total", gib(b.per_gpu_bytes), "sum of the above", ""),
+             ("usable", gib(b.usable_bytes), f"capacity {gib(setup.cluster.gpu.memory_bytes)} - reserve "
+                                             f"{gib(b.reserve_bytes)}", ""),
+             ("headroom", gib(b.headroom_bytes), "usable - total", "")]
+    verdict = "fits" if b.fits else "does not fit"
+    where = []
+    for t in b.terms:
+        value = f"{t.value:,} B = {gib(t.value)} GiB" if t.unit == "bytes" else f"{t.value:,}"
+        where += [f"{t.key} = {value}", f"    {t.formula}; {_inputs(t)}  [{t.cite}]"]
+    return header(setup) + [
+        Heading(f"Configuration: {config_line(b.config)}"),
+        Lines((f"busiest GPU: {STAGE_NAMES[b.stage]}",)),
+        Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
+        Lines(("", f"verdict: {verdict} ({gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
+                   f"{gib(b.usable_bytes)} GiB usable)")),
+        Heading("Where each number comes from"), Lines(tuple(where)),
+        Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
+    ]
+
+
+def search(setup, r, bound, smallest, advice=None) -> list:
+    blocks = header(setup) + [
+        Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
+                f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
+        Lines(("rejected, by the first rule broken: " + "; ".join(f"{k} {v:,}" for k, v in r.rejected_by_reason.items()),)),
+        Heading("Lower bound, for every configuration  [docs/formulas.md#lower-bound]"),
+        Lines((bound.inequality,
+               f"so N >= {bound.min_gpus} GPUs in general, {bound.min_gpus_power_of_two} as a power of two")),
+    ]
+    if not r.feasible:
+        if bound.excludes:
+            why = (f"Nothing fits on {r.num_gpus} GPUs, whatever the ZeRO stage, tp, pp, cp, sequence parallel or "
+                   f"recompute mode: sharding only partitions the bytes, and even their average exceeds the usable "
+                   f"memory.")
+        else:
+            why = (f"Nothing fits on {r.num_gpus} GPUs: the bound allows this count, but every legal candidate "
+                   f"exceeds memory or breaks a rule (counts above).")
+        lines = [why]
+        if r.closest is not None:
+            lines.append(f"closest: {config_line(r.closest.config)} needs {gib(r.closest.per_gpu_bytes)} GiB")
+        if smallest:
+            def found(n):
+                return str(n) if n else f"none up to {smallest['searched_up_to']}"
+            lines.append(f"smallest GPU count where the search finds a fit: {found(smallest['general'])} "
+                         f"(power of two: {found(smallest['power_of_two'])})")
+        return blocks + [Heading("Verdict"), Lines(tuple(lines))]
+    rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(int(c.zero)),
+                  "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch), str(c.virtual_stages),
+                  gib(s.breakdown.per_gpu_bytes), gib(s.breakdown.headroom_bytes), s.rank_reason)
+                 for i, s in enumerate(r.suggestions, 1) for c in [s.config])
+    blocks += [Heading("Configurations that fit, least disturbance first"), Lines((f"ranked by {r.rank_order}",)),
+               Table(("#", "dp", "tp", "pp", "cp", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
+                      "headroom GiB", "why this rank"), rows, align="rrrrrrlrrrrrl")]
+    best = r.suggestions[0]
+    lines = [f"#1: {config_line(best.config)}",
+             f"{gib(best.breakdown.per_gpu_bytes)} GiB per GPU, {gib(best.breakdown.headroom_bytes)} GiB headroom; "
+             f"recompute needed: {best.config.recompute.value}"]
+    if advice is not None:
+        lines += list(advice)
+    return blocks + [Heading("Recommended"), Lines(tuple(lines))]
+
+
+def preset_list() -> list:
+    models = tuple((n, str(p.model.num_layers), str(p.model.hidden_size), str(p.seq_len), p.model.source)
+                   for n, p in presets.MODELS.items())
+    gpus = tuple((n, gib(g.memory_bytes), g.source) for n, g in presets.GPUS.items())
+    recipes = tuple((n, f"{r.total_bytes:g}", r.description) for n, r in presets.RECIPES.items())
+    return [Heading("models"), Table(("name", "L", "h", "s", "source"), models, align="lrrrl"),
+            Heading("gpus"), Table(("name", "GiB", "source"), gpus, align="lrl"),
+            Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl")]
