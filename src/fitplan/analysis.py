@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fitplan.counts import params as P
 from fitplan.explain import Term, formula
 from fitplan.memory import activations as A
+from fitplan.memory import buffers
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
@@ -109,3 +110,32 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
                       gpus_of_pure_state=total_state / cluster.gpu.memory_bytes, attention_factor=factor,
                       per_layer=per_layer, all_layers_bytes=per_layer.value * model.num_layers,
                       strategies=tuple(strategies))
+
+
+def caveat(setup: Setup, b: Breakdown) -> str:
+    """One sentence on what the analytic total leaves out that matters most for this answer."""
+    m, tr, c = setup.model, setup.training, b.config
+    gib = lambda x: f"{x / 2**30:,.2f} GiB"
+    items = []
+    if c.zero >= ZeroStage.OS_G_P:
+        largest = max(P.layer_sharded_params(m) + P.layer_replicated_params(m), P.embedding_params(m))
+        items.append((buffers.zero3_gather_bytes(P_layer=largest, t=c.tp),
+                      "ZeRO-3's gathered-layer buffers (DeepSpeed budgets 4 B x the largest layer's parameters)"))
+    if c.pp == 1 or b.stage == "last":
+        items.append((buffers.logits_grad_bytes(s=tr.seq_len, b=c.micro_batch, V=m.vocab_size, t=c.tp, c=c.cp),
+                      "the fp32 logits' gradient in the cross-entropy backward"))
+    if c.pp > 1:
+        items.append((buffers.p2p_bytes(e=tr.act_bytes, s=tr.seq_len, b=c.micro_batch, h=m.hidden_size, t=c.tp,
+                                        c=c.cp, sp=c.sequence_parallel), "pipeline send/receive buffers"))
+    size, what = max(items, key=lambda x: x[0]) if items else (0, "")
+    if size > b.headroom_bytes:
+        return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
+                f"check it on the real engine or pick a configuration with more headroom.")
+    if b.headroom_bytes < 0.05 * b.usable_bytes:
+        return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
+                f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
+                f"reports out-of-memory errors with over 30% free in extreme cases).")
+    if what:
+        return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
+                f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
+    return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."

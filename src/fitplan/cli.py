@@ -78,14 +78,21 @@ def _config(args, setup, micro_batch) -> ParallelConfig:
     return config
 
 
+def _at_least_one(flag: str, value: int) -> None:
+    if value < 1:
+        raise SpecError(f"{flag} must be >= 1, got {value}")
+
+
 def _space(args, setup, micro_batch):
     from fitplan.search import default_space   # NumPy is loaded only by the search
+    _at_least_one("--max-cp", args.max_cp)
     n = setup.cluster.num_gpus
     space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp)
     fixed = {}
-    for flag, field in (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("virtual_stages", "virtual_stages")):
+    for flag in ("tp", "pp", "cp", "virtual_stages"):
         if getattr(args, flag) is not None:
-            fixed[field] = (getattr(args, flag),)
+            _at_least_one("--" + flag.replace("_", "-"), getattr(args, flag))
+            fixed[flag] = (getattr(args, flag),)
     if args.zero is not None:
         fixed["zero"] = (ZeroStage(args.zero),)
     if args.recompute is not None:

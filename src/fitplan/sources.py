@@ -30,6 +30,12 @@ SOURCES = {
     "bitsandbytes": Source("8-bit Optimizers via Block-wise Quantization", "Dettmers et al.", 2022,
                            "arXiv:2110.02861"),
     "fp8": Source("FP8 Formats for Deep Learning", "Micikevicius et al.", 2022, "arXiv:2209.05433"),
+    "thakur": Source("Optimization of Collective Communication Operations in MPICH",
+                     "Thakur, Rabenseifner, Gropp", 2005, "IJHPCA 19(1)"),
+    "pytorch-ddp": Source("PyTorch DistributedDataParallel", "PyTorch", 2020,
+                          "torch/nn/parallel/distributed.py (bucket_cap_mb=25); Li et al., VLDB 2020"),
+    "deepspeed": Source("DeepSpeed memory estimators", "Microsoft", 2023,
+                        "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -53,4 +59,5 @@ def short_name(key: str) -> str:
             "gpt3": "GPT-3", "llama2": "Llama 2", "llama3": "Llama 3", "megatron": "Megatron-LM",
             "megatron-schedules": "Megatron-LM schedules", "transformer-math": "Transformer Math 101",
             "bitsandbytes": "Dettmers et al.", "fp8": "Micikevicius et al.", "fitplan": "fitplan",
+            "deepspeed": "DeepSpeed", "thakur": "Thakur et al.", "pytorch-ddp": "PyTorch DDP",
             "vendor": "vendor sheet"}[key]

@@ -50,16 +50,23 @@ def in_flight_bytes(*, A_layer, L, p, v, chunks):
     return A_layer * (L // (p * v)) * (chunks - v)
 
 
-def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool) -> dict:
-    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
-    model, training, recipe = setup.model, setup.training, setup.training.recipe
-    psi = ev(P.stage_params, L=model.num_layers, S=P.layer_sharded_params(model),
+def stage_psi(ev, setup: Setup, *, tp, pp, first: bool, key: str | None = None):
+    """Parameters one GPU of the first (or last) pipeline stage holds, before ZeRO."""
+    model = setup.model
+    psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=tp, p=pp,
              is_first=first)
     if model.published_params is not None:
-        psi = ev(P.scale_to_published, psi_shape=psi, published=model.published_params,
-                 derived=P.shape_params(model))
+        psi = ev(P.scale_to_published, key=key and key + "_scaled", psi_shape=psi,
+                 published=model.published_params, derived=P.shape_params(model))
+    return psi
+
+
+def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool) -> dict:
+    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
+    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    psi = stage_psi(ev, setup, tp=tp, pp=pp, first=first)
     n_d = dp * cp
     out = {
         "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero),

@@ -1,0 +1,112 @@
+"""Floating-point operations of a training step: GEMMs only, as [korthikanti] App. A counts.
+
+Symbols, as in [korthikanti] Table 1 and App. A: B sequences in the batch the count is
+for (a micro-batch b, or the whole step), s sequence length, h hidden size, L layers, V
+vocabulary. Generalised: q = a*d query width, kv = g*d key/value width (GQA), f ffn size,
+n ffn-wide weight matrices (2 GeLU, 3 SwiGLU). A GEMM of (x, y) by (y, z) is 2xyz FLOPs.
+
+Per layer, forward:
+  linear  2*B*s*h*(2q + 2kv + n*f)   Q, K, V and output projections, the MLP matrices
+  core    4*B*s^2*q                  the two attention GEMMs, Q K^T and scores x V
+  logits  2*B*s*h*V                  the output layer, once per model
+For GPT shapes (q = kv = h, f = 4h, n = 2) the layer is 24Bsh^2 + 4Bs^2h, App. A.
+Backward is 2x forward. Model FLOPs (Eq. 7) count forward and backward once; hardware
+FLOPs add what recompute reruns in the backward pass:
+  selective  the attention core, 4Bs^2h per layer
+  full       the whole layer forward, 24Bsh^2 + 4Bs^2h per layer (logits are not rerun)
+With full recompute this is [narayanan] Eq. 3 exactly. With selective it gives the factor
+1 + 2s/(9h) over the layers, not Eq. 8's printed 1 + s/(3h): see korthikanti_eq8_printed.
+The attention core is counted over all s^2 query-key pairs, as both papers do (no
+causal-mask halving).
+"""
+from fitplan.explain import FLOPS, formula
+from fitplan.sources import Cite
+from fitplan.specs.parallel import Recompute
+
+APP_A = Cite("korthikanti", "App. A, generalised in formulas.md#flops")
+EQ7 = Cite("korthikanti", "Eq. 7 (App. A)")
+GEMMS_ONLY = ("only GEMMs are counted (Korthikanti App. A): norms, softmax, activations ignored",
+              "attention core over all s^2 pairs (no causal halving), as Korthikanti and Narayanan count")
+
+
+@formula("flops/layer_linear", "2*B*s*h*(2q + 2kv + n*f)", APP_A, FLOPS, GEMMS_ONLY)
+def layer_linear_flops(*, B, s, h, q, kv, f, n):
+    """Forward FLOPs of one layer's weight GEMMs: QKV 2Bsh(q + 2kv), output projection
+    2Bsqh, MLP 2Bsh*n*f. GPT shapes: 24Bsh^2."""
+    return 2 * B * s * h * (2 * q + 2 * kv + n * f)
+
+
+@formula("flops/attention_core", "4*B*s^2*q", APP_A, FLOPS, GEMMS_ONLY)
+def attention_core_flops(*, B, s, q):
+    """Forward FLOPs of Q K^T (2Bs^2q) and of the scores times V (2Bs^2q). GPT: 4Bs^2h."""
+    return 4 * B * s * s * q
+
+
+@formula("flops/logits", "2*B*s*h*V", APP_A, FLOPS)
+def logits_flops(*, B, s, h, V):
+    """Forward FLOPs of the output layer (the vocabulary projection)."""
+    return 2 * B * s * h * V
+
+
+@formula("flops/forward", "L*(F_linear + F_core) + F_logits", APP_A, FLOPS)
+def forward_flops(*, L, F_linear, F_core, F_logits):
+    """One forward pass over L layers, plus the logits where the output layer is held."""
+    return L * (F_linear + F_core) + F_logits
+
+
+def _recompute_text(*, recompute, **_):
+    return {"none": "0", "selective": "L*F_core", "full": "L*(F_linear + F_core)"}[str(recompute)]
+
+
+@formula("flops/recompute", _recompute_text, Cite("korthikanti", "Sec. 5 and App. A"), FLOPS,
+         ("selective reruns the attention core only; full reruns every layer's forward, not the logits",))
+def recompute_flops(*, L, F_linear, F_core, recompute):
+    """Forward FLOPs rerun during the backward pass."""
+    if recompute == Recompute.FULL:
+        return L * (F_linear + F_core)
+    if recompute == Recompute.SELECTIVE:
+        return L * F_core
+    return 0 * F_core
+
+
+@formula("flops/backward", "2*F_forward + F_recompute", APP_A, FLOPS,
+         ("backward = 2x forward (Korthikanti App. A); the recomputed forward runs inside it",))
+def backward_flops(*, F_forward, F_recompute):
+    return 2 * F_forward + F_recompute
+
+
+@formula("flops/model", "3*F_forward  (= 72BLsh^2(1 + s/(6h) + V/(12hL)) for GPT shapes)", EQ7, FLOPS)
+def model_flops(*, F_forward):
+    """Model FLOPs: forward plus a backward of twice its cost, no recompute. For GPT shapes
+    over the whole model this is korthikanti_eq7."""
+    return 3 * F_forward
+
+
+@formula("flops/hardware", "F_forward + F_backward", Cite("korthikanti", "Eq. 8, as derived in App. A"), FLOPS,
+         ("the recomputed forward counted as executed (hardware FLOPs); selective adds 4Bs^2h per layer, "
+          "i.e. 1 + 2s/(9h) over the layers, not Eq. 8's printed 1 + s/(3h)",))
+def hardware_flops(*, F_forward, F_backward):
+    return F_forward + F_backward
+
+
+@formula("flops/korthikanti_eq7", "72*B*L*s*h^2*(1 + s/(6h) + V/(12hL))", EQ7, FLOPS)
+def korthikanti_eq7(*, B, L, s, h, V):
+    """[korthikanti] Eq. 7 as printed, in integers: 72BLsh^2 + 12BLs^2h + 6BshV."""
+    return 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V
+
+
+@formula("flops/korthikanti_eq8_printed", "72*B*L*s*h^2*(1 + s/(3h) + V/(12hL))",
+         Cite("korthikanti", "Eq. 8 (App. A), as printed"), FLOPS)
+def korthikanti_eq8_printed(*, B, L, s, h, V):
+    """[korthikanti] Eq. 8 as printed: 72BLsh^2 + 24BLs^2h + 6BshV. It adds 12Bs^2h per
+    layer to Eq. 7, three times the 4Bs^2h that rerunning the two attention GEMMs costs;
+    Table 5's HFU follows it (Eq. 9, HFU/MFU ~ 1 + s/(6h)). fitplan's hardware_flops
+    does not use it (it adds 4Bs^2h: factor 1 + 2s/(9h))."""
+    return 72 * B * L * s * h * h + 24 * B * L * s * s * h + 6 * B * s * h * V
+
+
+@formula("flops/narayanan_eq3", "96*B*s*l*h^2*(1 + s/(6h) + V/(16lh))", Cite("narayanan", "Eq. 3"), FLOPS,
+         ("full activation recompute: 4 forward passes' worth per layer, logits 3x",))
+def narayanan_eq3(*, B, s, l, h, V):
+    """[narayanan] Eq. 3 as printed, in integers: 96Bslh^2 + 16Bs^2lh + 6BshV."""
+    return 96 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * h * V

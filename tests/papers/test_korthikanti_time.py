@@ -1,0 +1,165 @@
+"""[korthikanti] App. A FLOPs, Sec. 5 recompute overhead, Table 5 MFU/HFU and iteration times.
+
+Settings from Table 3 (REFERENCE.md 1.6): s = 2048, v = 51200, A100 peak 312 TFLOP/s,
+tp = 8, no data parallelism, SP + selective recompute ("present work"), interleaving
+with 3 chunks for 175B and 530B. Two kinds of test, kept apart:
+  formula reproductions   exact, or to the rounding the paper prints;
+  predicted vs measured   fitplan's step model against Table 5's times, with wide,
+                          written-down bands (no tuning to these rows).
+"""
+import dataclasses
+
+import pytest
+
+from fitplan import presets
+from fitplan.counts import flops as F
+from fitplan.memory.breakdown import Setup
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
+from fitplan.timing import compute as C
+from fitplan.timing import DpOverlap, evaluate_step
+
+S, V, PEAK = 2048, 51200, 312e12
+#        name    a    h      L   t  p   B    b  v  full_s  sel_s  MFU%  HFU%  MFU check  HFU check
+TABLE5 = [
+    ("22B", 64, 6144, 48, 8, 1, 4, 4, 1, 1.42, 1.10, 41.5, 43.7, 41.65, 43.81),
+    ("175B", 96, 12288, 96, 8, 8, 64, 1, 3, 18.13, 13.75, 51.4, 52.8, 51.39, 52.77),
+    ("530B", 128, 20480, 105, 8, 35, 280, 1, 3, 49.05, 37.83, 56.0, 57.0, 56.05, 56.96),
+    ("1T", 160, 25600, 128, 8, 64, 512, 1, 1, 94.42, 71.49, 56.3, 57.0, 56.27, 57.01),
+]
+IDS = [row[0] for row in TABLE5]
+
+
+def _utilisation(flops, time_s, n):
+    return 100 * C.flops_utilisation(F=flops, T_step=time_s, N=n, peak=PEAK)
+
+
+def _time_rounding(time_s, value_pct):
+    """Table 5 prints times to 0.01 s: +-0.005 s moves a utilisation by value * 0.005/time."""
+    return value_pct * 0.005 / time_s
+
+
+@pytest.mark.parametrize("row", TABLE5, ids=IDS)
+def test_table5_mfu_from_eq7(row):
+    """MFU = Eq. 7 / (time * N * 312 TFLOP/s), B = global batch, N = t*p. Matches the check
+    table of REFERENCE.md 1.9 (printed to 0.01 points) and the paper's MFU to its 0.05-point
+    rounding plus what the 0.01 s rounding of the time allows."""
+    name, a, h, L, t, p, B, b, v, full_s, sel_s, mfu, hfu, mfu_check, hfu_check = row
+    got = _utilisation(F.korthikanti_eq7(B=B, L=L, s=S, h=h, V=V), sel_s, t * p)
+    assert got == pytest.approx(mfu_check, abs=0.005)
+    assert got == pytest.approx(mfu, abs=0.05 + _time_rounding(sel_s, mfu))
+
+
+@pytest.mark.parametrize("row", TABLE5, ids=IDS)
+def test_table5_hfu_follows_printed_eq8(row):
+    """Arithmetic check, not fitplan's model: the published HFU values follow Eq. 8 *as
+    printed* (factor 1 + s/(3h)), which adds 12Bs^2h per layer to Eq. 7, three times the
+    4Bs^2h that rerunning the two attention GEMMs costs. So do the ratios HFU/MFU ~ 1 + s/(6h) (Eq. 9). fitplan's
+    hardware_flops uses the derived 1 + 2s/(9h) instead (see the next test)."""
+    name, a, h, L, t, p, B, b, v, full_s, sel_s, mfu, hfu, mfu_check, hfu_check = row
+    got = _utilisation(F.korthikanti_eq8_printed(B=B, L=L, s=S, h=h, V=V), sel_s, t * p)
+    assert got == pytest.approx(hfu_check, abs=0.005)
+    assert got == pytest.approx(hfu, abs=0.05 + _time_rounding(sel_s, hfu))
+    assert hfu / mfu == pytest.approx(1 + S / (6 * h), abs=0.003)       # Eq. 9, to the printed digits
+
+
+@pytest.mark.parametrize("row", TABLE5, ids=IDS)
+def test_derived_hfu_is_below_the_published(row):
+    """fitplan's hardware FLOPs: Eq. 7 + 4Bs^2h per layer (the recomputed attention core)."""
+    name, a, h, L, t, p, B, b, v, full_s, sel_s, mfu, hfu, mfu_check, hfu_check = row
+    fwd = F.forward_flops(L=L, F_linear=F.layer_linear_flops(B=B, s=S, h=h, q=h, kv=h, f=4 * h, n=2),
+                          F_core=F.attention_core_flops(B=B, s=S, q=h), F_logits=F.logits_flops(B=B, s=S, h=h, V=V))
+    assert F.model_flops(F_forward=fwd) == F.korthikanti_eq7(B=B, L=L, s=S, h=h, V=V)
+    rec = F.recompute_flops(L=L, F_linear=0, F_core=F.attention_core_flops(B=B, s=S, q=h),
+                            recompute=Recompute.SELECTIVE)
+    hw = F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rec))
+    derived = _utilisation(hw, sel_s, t * p)
+    assert mfu_check < derived < hfu_check
+    # Eq. 8 printed adds 12BLs^2h to Eq. 7, the derived count 4BLs^2h: the gap is 8BLs^2h
+    gap = _utilisation(F.korthikanti_eq8_printed(B=B, L=L, s=S, h=h, V=V) - hw, sel_s, t * p)
+    assert gap == pytest.approx(_utilisation(8 * B * L * S * S * h, sel_s, t * p))
+
+
+@pytest.mark.parametrize(("h", "published"), [(12288, 0.027), (20480, 0.016)], ids=["GPT-3", "MT-NLG"])
+def test_selective_recompute_overhead(h, published):
+    """Sec. 5: 2.7% (GPT-3 175B) and 1.6% (MT-NLG 530B) FLOPs overhead. The recomputed
+    attention core over a layer's forward, 4s^2h/(24sh^2 + 4s^2h) = 2.70% and 1.64%,
+    matches to the printed 0.1 point (REFERENCE.md 1.5)."""
+    lin = F.layer_linear_flops(B=1, s=S, h=h, q=h, kv=h, f=4 * h, n=2)
+    core = F.attention_core_flops(B=1, s=S, q=h)
+    extra = F.recompute_flops(L=1, F_linear=lin, F_core=core, recompute=Recompute.SELECTIVE)
+    assert extra / F.forward_flops(L=1, F_linear=lin, F_core=core, F_logits=0) == pytest.approx(published, abs=0.0005)
+
+
+def test_sec63_data_parallel_mfu():
+    """Sec. 6.3: 530B on 2240 GPUs (dp = 8, B = 8 * 280), 39.15 s per iteration: MFU 54.2%."""
+    got = _utilisation(F.korthikanti_eq7(B=2240, L=105, s=S, h=20480, V=V), 39.15, 2240)
+    assert got == pytest.approx(54.2, abs=0.05 + _time_rounding(39.15, 54.2))
+
+
+def _setup(row):
+    name, a, h, L, t, p, B, *_ = row
+    model = ModelSpec(name=name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=a, ffn_hidden_size=4 * h,
+                      vocab_size=V, max_seq_len=S)
+    return Setup(model=model, training=TrainingSpec(seq_len=S, recipe=presets.recipe("mixed-adam"), global_batch=B),
+                 cluster=ClusterSpec(gpu=presets.gpu("a100-80gb"), num_gpus=t * p, gpus_per_node=8, reserve_bytes=0))
+
+
+def _config(row, recompute, sp):
+    t, p, b, v = row[4], row[5], row[7], row[8]
+    return ParallelConfig(tp=t, pp=p, micro_batch=b, virtual_stages=v, sequence_parallel=sp, recompute=recompute)
+
+
+@pytest.mark.parametrize("row", TABLE5, ids=IDS)
+def test_predicted_speedup_of_selective_over_full_recompute(row):
+    """Predicted vs measured, Table 5 "throughput increase" (full / present-work time):
+    1.291, 1.319, 1.297, 1.321. fitplan predicts 1.328, 1.323, 1.308, 1.307: within 3%.
+    The ratio hardly depends on the GPU efficiency, which cancels in it."""
+    setup = _setup(row)
+    full = evaluate_step(setup, _config(row, Recompute.FULL, sp=False)).step_time_s
+    present = evaluate_step(setup, _config(row, Recompute.SELECTIVE, sp=True)).step_time_s
+    assert full / present == pytest.approx(row[9] / row[10], rel=0.03)
+
+
+@pytest.mark.parametrize(("row", "predicted_mfu"), zip(TABLE5, (43.5, 43.3, 42.5, 39.6)), ids=IDS)
+def test_predicted_mfu_with_uncalibrated_efficiency(row, predicted_mfu):
+    """Predicted vs measured MFU with the a100-80gb preset's efficiency 0.5, not tuned to
+    these rows: 43.5 / 43.3 / 42.5 / 39.6% against 41.5 / 51.4 / 56.0 / 56.3%. The model
+    has one efficiency for every GEMM size; the measured rows rise with h (non-GEMM work
+    per layer scales with s*b*h, GEMMs with s*b*h^2), which it does not capture. The 1T
+    row also carries a 12% 1F1B bubble (p = 64, m = 512). Band: within 30% of the paper."""
+    r = evaluate_step(_setup(row), _config(row, Recompute.SELECTIVE, sp=True))
+    assert 100 * r.mfu == pytest.approx(predicted_mfu, abs=0.05)       # pins the model's current output
+    assert 100 * r.mfu == pytest.approx(row[11], rel=0.30)
+
+
+def test_efficiency_that_reproduces_175b():
+    """With efficiency 0.6 (what 175B needs) the 175B step is 13.79 s vs the measured 13.75 s."""
+    row = TABLE5[1]
+    setup = _setup(row)
+    gpu = dataclasses.replace(setup.cluster.gpu, efficiency=0.6)
+    setup = dataclasses.replace(setup, cluster=dataclasses.replace(setup.cluster, gpu=gpu))
+    r = evaluate_step(setup, _config(row, Recompute.SELECTIVE, sp=True))
+    assert r.step_time_s == pytest.approx(13.75, rel=0.01)
+
+
+def test_sec63_data_parallel_cost_is_underpredicted():
+    """Predicted vs measured, Sec. 6.3: 8-way DP of the 530B model, gradient all-reduce not
+    overlapped, raises the iteration from 37.83 s to 39.15 s (+1.32 s). fitplan, with fp32
+    main gradients (megatron-fp32-grad, Megatron-LM's default then) and DpOverlap.NONE,
+    predicts +0.58 s: a ring all-reduce of 14.4 GB per GPU over 25 GB/s HDR. The model
+    underpredicts by about 2.3x: it takes the link's line rate as busbw (NCCL reaches less),
+    and leaves out the embedding all-reduce and data-parallel synchronisation skew.
+    Band: between 0.3x and 1x of the measured increase."""
+    row = TABLE5[2]
+    times = []
+    for dp in (1, 8):
+        name, a, h, L, t, p, B, *_ = row
+        setup = _setup(row)
+        setup = dataclasses.replace(
+            setup, training=TrainingSpec(seq_len=S, recipe=presets.recipe("megatron-fp32-grad"), global_batch=B * dp),
+            cluster=dataclasses.replace(setup.cluster, num_gpus=t * p * dp))
+        config = dataclasses.replace(_config(row, Recompute.SELECTIVE, sp=True), dp=dp)
+        times.append(evaluate_step(setup, config, dp_overlap=DpOverlap.NONE).step_time_s)
+    increase = times[1] - times[0]
+    assert increase == pytest.approx(0.577, abs=0.001)
+    assert 0.3 * 1.32 < increase < 1.32

@@ -1,0 +1,148 @@
+"""fitplan.timing.step: the assembler, scalar (Trace) and vectorized (RAW) paths agree;
+parts add up; hand-derived single-GPU case; fp8 peak; link tiers; monotonicity."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fitplan import presets
+from fitplan.counts import flops as F
+from fitplan.errors import SpecError
+from fitplan.explain import RAW
+from fitplan.memory.breakdown import Setup
+from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from fitplan.timing import DpOverlap, evaluate_step, step_time
+from fitplan.timing.step import PARTS
+
+
+def _setup(model="llama3.1-8b", gpu="h100-80gb", num_gpus=64, seq_len=4096, global_batch=256,
+           recipe="mixed-adam", **gpu_changes):
+    g = dataclasses.replace(presets.gpu(gpu), **gpu_changes) if gpu_changes else presets.gpu(gpu)
+    return Setup(model=presets.model(model).model,
+                 training=TrainingSpec(seq_len=seq_len, recipe=presets.recipe(recipe), global_batch=global_batch),
+                 cluster=ClusterSpec(gpu=g, num_gpus=num_gpus, gpus_per_node=8, reserve_bytes=0))
+
+
+CONFIGS = [dict(tp=1, pp=1, dp=64, cp=1, micro_batch=1, virtual_stages=1),
+           dict(tp=8, pp=1, dp=8, cp=1, micro_batch=2, virtual_stages=1),
+           dict(tp=2, pp=2, dp=8, cp=2, micro_batch=1, virtual_stages=2),
+           dict(tp=4, pp=4, dp=4, cp=1, micro_batch=1, virtual_stages=1),
+           dict(tp=2, pp=8, dp=4, cp=1, micro_batch=1, virtual_stages=4)]
+
+
+@pytest.mark.parametrize("zero", list(ZeroStage))
+@pytest.mark.parametrize("recompute", list(Recompute))
+@pytest.mark.parametrize("overlap", list(DpOverlap))
+def test_raw_arrays_equal_scalar_evaluation(zero, recompute, overlap):
+    setup = _setup()
+    arrays = {k: np.array([c[k] for c in CONFIGS]) for k in CONFIGS[0]}
+    out = step_time(RAW, setup, tp=arrays["tp"], pp=arrays["pp"], dp=arrays["dp"], cp=arrays["cp"],
+                    b=arrays["micro_batch"], v=arrays["virtual_stages"], zero=zero, sp=True, recompute=recompute,
+                    dp_overlap=overlap)
+    for i, c in enumerate(CONFIGS):
+        one = evaluate_step(setup, ParallelConfig(zero=zero, recompute=recompute, sequence_parallel=True, **c),
+                            dp_overlap=overlap)
+        assert out["time/step"][i] == pytest.approx(one.step_time_s, rel=1e-12)
+        for key in PARTS:
+            assert out[key][i] == pytest.approx(one.parts[key], rel=1e-12, abs=1e-15)
+        for axis, comm in one.comm.items():
+            assert out[f"comm/{axis}_bytes"][i] == pytest.approx(comm.bytes_per_step, rel=1e-12)
+            assert bool(out[f"link/{axis}_intra"][i]) is comm.intra_node
+        assert out["ratio/mfu"][i] == pytest.approx(one.mfu, rel=1e-12)
+
+
+@pytest.mark.parametrize("c", CONFIGS)
+def test_parts_add_up_and_shares_sum_to_one(c):
+    r = evaluate_step(_setup(), ParallelConfig(zero=ZeroStage.OS, recompute=Recompute.SELECTIVE, **c))
+    assert sum(r.parts.values()) == pytest.approx(r.step_time_s, rel=1e-12)
+    assert sum(r.shares.values()) == pytest.approx(1.0)
+    assert all(v >= 0 for v in r.parts.values())
+    assert r.hfu >= r.mfu > 0
+
+
+def test_single_gpu_step_is_hardware_flops_over_rate():
+    """One GPU, no parallelism: nothing to communicate, no bubble; the step is the hardware
+    FLOPs of m = global_batch/b micro-batches over peak*eff (989e12 * 0.5 for H100 bf16)."""
+    setup = _setup(model="gpt3-125m", num_gpus=1, seq_len=2048, global_batch=8)
+    r = evaluate_step(setup, ParallelConfig(micro_batch=2, recompute=Recompute.FULL))
+    hw = F.narayanan_eq3(B=8, s=2048, l=12, h=768, V=50257)   # full recompute, GPT shapes: Eq. 3
+    assert r.num_microbatches == 4
+    assert r.step_time_s == pytest.approx(hw / (989e12 * 0.5), rel=1e-12)
+    assert r.parts["time/compute"] == r.step_time_s
+    assert r.mfu == pytest.approx(F.korthikanti_eq7(B=8, L=12, s=2048, h=768, V=50257) / (r.step_time_s * 989e12))
+    assert r.tokens_per_s == pytest.approx(8 * 2048 / r.step_time_s)
+    assert r.tflops_per_gpu == pytest.approx(hw / r.step_time_s / 1e12)
+
+
+def test_fp8_uses_fp8_peak_and_needs_one():
+    bf16 = evaluate_step(_setup(num_gpus=8), ParallelConfig(tp=8))
+    fp8 = evaluate_step(_setup(num_gpus=8, recipe="fp8"), ParallelConfig(tp=8))
+    assert fp8.parts["time/compute"] == pytest.approx(bf16.parts["time/compute"] * 989 / 1979)
+    with pytest.raises(SpecError) as err:
+        evaluate_step(_setup(gpu="a100-80gb", num_gpus=8, recipe="fp8"), ParallelConfig(tp=8))
+    message = str(err.value)
+    assert "a100-80gb" in message and "\n" not in message and "bf16" in message
+
+
+def test_default_microbatches_without_global_batch():
+    r = evaluate_step(_setup(global_batch=None), ParallelConfig(tp=2, pp=4, dp=8, virtual_stages=2))
+    assert r.num_microbatches == 16                                # 4*p, fitplan's default
+    assert r.bubble_fraction == pytest.approx(3 / (2 * 16))        # (p - 1)/(v*m)
+
+
+def test_links_and_bytes_per_axis():
+    r = evaluate_step(_setup(), ParallelConfig(tp=8, pp=2, dp=4))
+    assert r.comm["tp"].intra_node and r.comm["tp"].link == "NVLink 4"
+    assert not r.comm["pp"].intra_node and r.comm["pp"].link == "InfiniBand NDR 400 Gb/s"
+    assert not r.comm["dp"].intra_node and r.comm["dp"].degree == 4
+    assert r.comm["cp"].bytes_per_step == 0
+    # pp: 2 sends per micro-batch of b*s*h*e/t bytes; m = 256/(4*1) = 64
+    assert r.comm["pp"].bytes_per_step == 2 * 64 * (4096 * 4096 * 2 // 8)
+
+
+def test_sequence_parallel_keeps_tp_cost_full_recompute_adds_half():
+    setup, base = _setup(), dict(tp=4, pp=2, dp=8)
+    plain = evaluate_step(setup, ParallelConfig(**base))
+    sp = evaluate_step(setup, ParallelConfig(sequence_parallel=True, **base))
+    full = evaluate_step(setup, ParallelConfig(recompute=Recompute.FULL, **base))
+    assert sp.comm["tp"].bytes_per_step == plain.comm["tp"].bytes_per_step
+    assert sp.parts["time/tp_exposed"] == pytest.approx(plain.parts["time/tp_exposed"])
+    assert full.comm["tp"].bytes_per_step == pytest.approx(1.5 * plain.comm["tp"].bytes_per_step)   # 6 vs 4
+
+
+def test_more_bandwidth_never_slower_and_bigger_bubble_never_faster():
+    cfgs = [ParallelConfig(zero=z, recompute=Recompute.SELECTIVE, **c) for c in CONFIGS for z in ZeroStage]
+    slow, fast = _setup(), _setup(inter_node=dataclasses.replace(presets.gpu("h100-80gb").inter_node,
+                                                                  bytes_per_s=500e9))
+    cut = _setup(inter_node=dataclasses.replace(presets.gpu("h100-80gb").inter_node, bytes_per_s=5e9))
+    for cfg in cfgs:
+        assert evaluate_step(fast, cfg).step_time_s <= evaluate_step(slow, cfg).step_time_s
+        assert evaluate_step(cut, cfg).step_time_s >= evaluate_step(slow, cfg).step_time_s
+    cfg = ParallelConfig(tp=2, pp=8, dp=4)
+    times = [evaluate_step(_setup(global_batch=gb), cfg).step_time_s / gb for gb in (32, 64, 128, 256)]
+    assert times == sorted(times, reverse=True)   # per-sequence time falls as the bubble (p-1)/m shrinks
+
+
+def test_dp_overlap_none_is_fully_exposed():
+    setup, cfg = _setup(), ParallelConfig(dp=64, zero=ZeroStage.NONE)
+    hidden = evaluate_step(setup, cfg, dp_overlap=DpOverlap.BACKWARD)
+    exposed = evaluate_step(setup, cfg, dp_overlap=DpOverlap.NONE)
+    grad_s = sum(t.value for t in exposed.terms if t.key in ("comm/dp_grad_rs_s", "comm/dp_grad_ag_s"))
+    assert exposed.parts["time/dp_exposed"] == pytest.approx(grad_s)
+    assert hidden.parts["time/dp_exposed"] < exposed.parts["time/dp_exposed"]
+
+
+def test_trace_explains_every_part_with_a_source():
+    r = evaluate_step(_setup(), ParallelConfig(tp=2, pp=2, dp=8, cp=2, sequence_parallel=True))
+    keys = {t.key for t in r.terms}
+    assert set(PARTS) <= keys and "time/step" in keys
+    assert all(t.cite is not None for t in r.terms)
+    tp_count = next(t for t in r.terms if t.key == "comm/tp_collectives")
+    assert "reduce-scatter + all-gather" in tp_count.formula and any("exposed" in a for a in tp_count.assumes)
+
+
+def test_gradient_group_spans_dp_and_cp():
+    r = evaluate_step(_setup(num_gpus=8), ParallelConfig(tp=2, cp=2, dp=2))
+    assert r.comm["cp"].intra_node and r.comm["dp"].intra_node and r.comm["dp"].degree == 4
+    r = evaluate_step(_setup(), ParallelConfig(tp=2, cp=2, dp=16))
+    assert r.comm["cp"].intra_node and not r.comm["dp"].intra_node
