@@ -110,11 +110,9 @@ def run_plan(args, out) -> int:
     if args.top < 1:
         raise SpecError(f"--top must be >= 1, got {args.top}")
     if args.suggest or args.command == "search":
-        if args.rank == "throughput":
-            raise SpecError("--rank throughput needs the time model, which is not built yet; use --rank disturbance")
         from fitplan.search import search
         space = _space(args, setup, micro_batch)
-        result = search(setup, space, top=args.top)
+        result = search(setup, space, top=args.top, rank=args.rank)
         model, training = setup.model, setup.training
         from fitplan.counts.params import num_params
         bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,

@@ -107,7 +107,8 @@ class SearchResult:
     considered: int
     rejected_by_reason: dict
     fit: int
-    suggestions: tuple[Suggestion, ...]
+    suggestions: tuple[Suggestion, ...]  # the top ones
+    ranked: tuple[Suggestion, ...] = ()  # the same order, a little deeper (RANKED_DEPTH)
     closest: Breakdown | None = None     # the least-loaded legal candidate, when nothing fits
     rank_order: str = RANK_ORDER
 
@@ -154,7 +155,15 @@ def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute,
     return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
 
 
-def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:
+THROUGHPUT_ORDER = ("estimated step time, shortest first (fitplan.timing.step); ties broken by least disturbance")
+RANKED_DEPTH = 16   # exact re-evaluations kept beyond --top, to find the next-cheapest alternative
+
+
+def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "disturbance") -> SearchResult:
+    """rank: 'disturbance' (RANK_ORDER) or 'throughput' (THROUGHPUT_ORDER)."""
+    if rank == "throughput":
+        from fitplan.timing.compute import peak_flops_per_s
+        peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)   # a SpecError for fp8 on an fp8-less GPU
     num_gpus = setup.cluster.num_gpus
     size = space_size(num_gpus, space)
     if size > MAX_CANDIDATES:
@@ -190,25 +199,40 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5) -> SearchResult:
         if closest is None or totals[low] < closest[0]:
             closest = (totals[low], _config(grid, idx[low], zero, sp, rc))
         if fits.any():
-            keys.append(_rank_keys(grid, idx[fits], zero, sp, rc, totals[fits], space.requested_micro_batch))
+            key = _rank_keys(grid, idx[fits], zero, sp, rc, totals[fits], space.requested_micro_batch)
+            if rank == "throughput":
+                key = np.column_stack([_step_seconds(setup, grid, idx[fits], zero, sp, rc), key])
+            keys.append(key)
             members.append(((grid, zero, sp, rc), idx[fits]))
     fit = sum(len(i) for _, i in members)
     suggestions = []
     if fit:
-        order = np.lexsort(np.concatenate(keys).T[::-1])
+        allkeys = np.concatenate(keys)
+        order = np.lexsort(allkeys.T[::-1])
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
         for pos in order:
-            if len(suggestions) == top:
+            if len(suggestions) == max(top, RANKED_DEPTH):
                 break
             (grid, zero, sp, rc), i = members[group_of[pos]][0], index_of[pos]
             config = _config(grid, i, zero, sp, rc)
             exact = evaluate(setup, config)
             if exact.fits:   # float screening can misjudge a candidate within a byte of the limit
-                suggestions.append(Suggestion(config, exact, rank_reason(config, space.requested_micro_batch)))
+                reason = rank_reason(config, space.requested_micro_batch)
+                if rank == "throughput":
+                    reason = f"step ~{allkeys[pos, 0]:.4g} s; {reason}"
+                suggestions.append(Suggestion(config, exact, reason))
     return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
-                        fit=fit, suggestions=tuple(suggestions),
-                        closest=None if fit or closest is None else evaluate(setup, closest[1]))
+                        fit=fit, suggestions=tuple(suggestions[:top]), ranked=tuple(suggestions),
+                        closest=None if fit or closest is None else evaluate(setup, closest[1]),
+                        rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER)
+
+
+def _step_seconds(setup, grid, idx, zero, sp, rc):
+    from fitplan.timing.step import step_seconds
+    f = lambda a: a[idx].astype(np.float64)
+    return step_seconds(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp), b=f(grid.micro_batch),
+                        v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc)
 
 
 def _config(grid: _Grid, i: int, zero, sp: bool, rc: Recompute) -> ParallelConfig:

@@ -119,7 +119,8 @@ def breakdown(setup, b) -> list:
     ]
 
 
-def search(setup, r, bound, smallest, advice=None) -> list:
+def search(setup, r, bound, smallest) -> list:
+    from fitplan.report.advice import advice, steps, time_table
     blocks = header(setup) + [
         Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
@@ -152,12 +153,14 @@ def search(setup, r, bound, smallest, advice=None) -> list:
     blocks += [Heading("Configurations that fit, least disturbance first"), Lines((f"ranked by {r.rank_order}",)),
                Table(("#", "dp", "tp", "pp", "cp", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
                       "headroom GiB", "why this rank"), rows, align="rrrrrrlrrrrrl")]
+    step_list = steps(setup, r.suggestions)
+    if step_list:
+        blocks += [Heading("Estimated step time of each"), time_table(r.suggestions, step_list)]
     best = r.suggestions[0]
     lines = [f"#1: {config_line(best.config)}",
              f"{gib(best.breakdown.per_gpu_bytes)} GiB per GPU, {gib(best.breakdown.headroom_bytes)} GiB headroom; "
              f"recompute needed: {best.config.recompute.value}"]
-    if advice is not None:
-        lines += list(advice)
+    lines += list(advice(setup, r, step_list))
     return blocks + [Heading("Recommended"), Lines(tuple(lines))]
 
 

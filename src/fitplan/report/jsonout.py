@@ -60,10 +60,21 @@ def breakdown(setup, b) -> str:
     return _dump({**_common(setup), **breakdown_dict(b)})
 
 
+def step_dict(st) -> dict:
+    return {"step_time_s": st.step_time_s, "tokens_per_s": st.tokens_per_s, "tflops_per_gpu": st.tflops_per_gpu,
+            "mfu": st.mfu, "hfu": st.hfu, "num_microbatches": int(st.num_microbatches),
+            "bubble_fraction": st.bubble_fraction, "parts_s": {k: float(v) for k, v in st.parts.items()},
+            "comm": {a: {"degree": c.degree, "bytes_per_step": float(c.bytes_per_step), "exposed_s": float(c.exposed_s),
+                         "intra_node": c.intra_node, "link": c.link} for a, c in st.comm.items()}}
+
+
 def search(setup, r, bound, smallest) -> str:
+    from fitplan.report.advice import steps
+    step_list = steps(setup, r.suggestions) or [None] * len(r.suggestions)
     suggestions = [{**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
-                    "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason}
-                   for s in r.suggestions]
+                    "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
+                    "time": None if st is None else step_dict(st)}
+                   for s, st in zip(r.suggestions, step_list)]
     lower = {"min_gpus": bound.min_gpus, "min_gpus_power_of_two": bound.min_gpus_power_of_two,
              "inequality": bound.inequality, "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}
     if smallest:

@@ -1,0 +1,78 @@
+"""The recommendation's justification and the time columns, from the core's numbers.
+
+Everything here is wording over fitplan.timing.step.evaluate_step and the memory
+breakdowns; no formula lives here.
+"""
+from fitplan.analysis import caveat
+from fitplan.errors import SpecError
+from fitplan.report.render import Table
+from fitplan.units import GB, GiB
+
+AXIS_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline", "dp": "data parallel"}
+
+
+def steps(setup, suggestions):
+    """evaluate_step for each suggestion, or None when the GPU cannot run the recipe's precision."""
+    from fitplan.timing.step import evaluate_step
+    try:
+        return [evaluate_step(setup, s.config) for s in suggestions]
+    except SpecError:
+        return None
+
+
+def _links(step) -> str:
+    parts = []
+    for axis, c in step.comm.items():
+        if c.degree > 1:
+            where = "inside a node" if c.intra_node else "across nodes"
+            parts.append(f"{axis} {c.degree} {where} over {c.link} ({c.bytes_per_step / GB:,.1f} GB/step/GPU, "
+                         f"{c.exposed_s:.3g} s exposed)")
+    return "; ".join(parts) or "no model-parallel or data-parallel traffic"
+
+
+def time_table(suggestions, step_list) -> Table:
+    rows = []
+    for i, (s, st) in enumerate(zip(suggestions, step_list), 1):
+        sh = st.shares
+        comm = sum(v for k, v in sh.items() if k not in ("time/compute", "time/bubble"))
+        moved = ", ".join(f"{a} {c.bytes_per_step / GB:,.1f} GB {'NVL' if c.intra_node else 'IB'}"
+                          for a, c in st.comm.items() if c.degree > 1) or "-"
+        rows.append((str(i), f"{st.step_time_s:,.3f}", f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
+                     f"{sh['time/compute']:.1%}", f"{comm:.1%}", f"{sh['time/bubble']:.1%}", moved))
+    return Table(("#", "step s", "tokens/s", "MFU", "compute", "exposed comm", "bubble",
+                  "bytes per step per GPU, link (NVL inside a node, IB across)"), tuple(rows), align="rrrrrrrl",
+                 note="time model: fitplan.timing.step; efficiency is the GPU preset's, a visible assumption")
+
+
+def _layout(c) -> tuple:
+    return (c.recompute, c.zero, c.tp, c.pp, c.cp, c.sequence_parallel)
+
+
+def advice(setup, result, step_list) -> tuple[str, ...]:
+    """Why #1, against the next-cheapest alternative of a different layout."""
+    best = result.ranked[0]
+    alt_i = next((i for i, s in enumerate(result.ranked) if _layout(s.config) != _layout(best.config)), None)
+    lines = []
+    st = step_list[0] if step_list else None
+    if st is not None:
+        extra = st.hfu / st.mfu - 1
+        lines.append(f"time: {st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}; "
+                     f"{best.config.recompute.value} recompute adds {extra:+.1%} to the step's FLOPs "
+                     f"({3 * extra:+.1%} of the forward, the way Korthikanti et al. quote it)")
+        lines.append(f"links: {_links(st)}")
+    if alt_i is not None:
+        alt = result.ranked[alt_i]
+        a, b = best.breakdown, alt.breakdown
+        line = (f"against the next-cheapest different layout (rank {alt_i + 1}: {alt.rank_reason}): "
+                f"{a.per_gpu_bytes / GiB:,.2f} vs {b.per_gpu_bytes / GiB:,.2f} GiB per GPU, "
+                f"headroom {a.headroom_bytes / GiB:,.2f} vs {b.headroom_bytes / GiB:,.2f} GiB")
+        alt_steps = steps(setup, [alt]) if st is not None else None
+        if alt_steps:
+            t = alt_steps[0]
+            line += (f"; step {st.step_time_s:,.3f} vs {t.step_time_s:,.3f} s; recompute FLOPs "
+                     f"{st.hfu / st.mfu - 1:+.1%} vs {t.hfu / t.mfu - 1:+.1%}")
+        lines.append(line)
+    else:
+        lines.append("no other layout fits: every other fitting candidate differs only in interleaving or micro-batch")
+    lines.append(f"not modelled: {caveat(setup, best.breakdown)}")
+    return tuple(lines)

@@ -1,0 +1,170 @@
+"""Pictures of per-GPU memory, written as PNG files with matplotlib's Agg backend.
+
+  plot_breakdowns  one stacked bar per configuration: the busiest GPU's bytes by term
+                   (fitplan.memory.breakdown.PARTS), against the usable-memory line
+  plot_sweep       per-GPU memory against GPU count (or sequence length), with the
+                   capacity line and the smallest (or largest) x that fits marked
+
+matplotlib is imported inside the functions, so `import fitplan` never needs it (install
+it with `pip install matplotlib`). Memory is drawn in GiB (2**30 bytes), one unit for the
+whole figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fitplan.memory.breakdown import PARTS
+from fitplan.units import GiB
+
+# Term key -> legend label; states in blues, activations in warm colours, so the two
+# groups read as blocks.
+LABELS = {"states/weights": "weights", "states/grads": "gradients", "states/master": "master weights",
+          "states/optimizer": "optimizer moments", "activations/layers": "activations: layers",
+          "activations/pipeline_in_flight": "activations: other micro-batches in flight",
+          "activations/embedding": "activations: embedding", "activations/output": "activations: output + logits",
+          "activations/recompute_workspace": "recompute workspace"}
+COLORS = {"states/weights": "#08519c", "states/grads": "#3182bd", "states/master": "#6baed6",
+          "states/optimizer": "#bdd7e7", "activations/layers": "#a63603",
+          "activations/pipeline_in_flight": "#e6550d", "activations/embedding": "#fd8d3c",
+          "activations/output": "#fdae6b", "activations/recompute_workspace": "#969696"}
+DPI = 100
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of the busiest GPU") -> Path:
+    """Stacked bars, one per Breakdown, segments in PARTS order; terms that are zero in
+    every bar are left out of the legend. Bars over the usable line are marked."""
+    if len(breakdowns) != len(labels):
+        raise ValueError(f"{len(breakdowns)} breakdowns but {len(labels)} labels")
+    if not breakdowns:
+        raise ValueError("nothing to plot: no breakdowns")
+    plt = _pyplot()
+    keys = [k for k in PARTS if any(b.parts[k] for b in breakdowns)]
+    width = max(7.0, 1.3 * len(breakdowns) + 4.5)
+    fig, ax = plt.subplots(figsize=(width, 5.5), dpi=DPI)
+    xs = range(len(breakdowns))
+    bottoms = [0.0] * len(breakdowns)
+    for key in keys:
+        heights = [b.parts[key] / GiB for b in breakdowns]
+        ax.bar(xs, heights, 0.6, bottom=bottoms, color=COLORS[key], label=LABELS[key], edgecolor="white",
+               linewidth=0.5)
+        bottoms = [lo + h for lo, h in zip(bottoms, heights)]
+    usable = {b.usable_bytes for b in breakdowns}
+    line_top = max(usable) / GiB
+    # A bar far over the line would flatten the others: cut the axis at twice the line and
+    # write the off-scale totals at the top instead.
+    clipped = max(bottoms) > 2.5 * line_top
+    top = 2 * line_top if clipped else max(max(bottoms), line_top) * 1.15
+    for b_i, b in enumerate(breakdowns):
+        total = b.per_gpu_bytes / GiB
+        text = f"{total:.1f}" + ("" if b.fits else "\nover")
+        color = "black" if b.fits else "#b30000"
+        if total > top:
+            ax.annotate(f"{total:.1f}\nover, off scale", (b_i, top), ha="center", va="top", fontsize=9, color=color,
+                        xytext=(0, -4), textcoords="offset points",
+                        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor=color))
+        else:
+            ax.annotate(text, (b_i, total), ha="center", va="bottom", fontsize=9, color=color, xytext=(0, 3),
+                        textcoords="offset points")
+        if len(usable) > 1:
+            ax.hlines(b.usable_bytes / GiB, b_i - 0.4, b_i + 0.4, colors="black", linestyles="--")
+    if len(usable) == 1:
+        ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
+                   label=f"usable memory ({line_top:.1f} GiB)")
+    ax.set_xticks(list(xs), labels, rotation=15 if len(breakdowns) > 4 else 0, ha="right" if len(breakdowns) > 4
+                  else "center", fontsize=9)
+    ax.set_ylabel("GiB per GPU")
+    ax.set_title(title)
+    ax.set_ylim(0, top)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    handles, names = ax.get_legend_handles_labels()
+    order = [i for i, n in enumerate(names) if n.startswith("usable")] + \
+            [i for i, n in enumerate(names) if not n.startswith("usable")][::-1]   # legend top = stack top
+    ax.legend([handles[i] for i in order], [names[i] for i in order], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _save(fig, plt, path)
+
+
+def fitting_x(points, capacity_bytes: int, *, mark: str = "smallest"):
+    """The smallest (or largest) x whose per-GPU bytes fit the capacity; None if none do.
+    Points with bytes None (nothing valid at that x) never fit."""
+    if mark not in ("smallest", "largest"):
+        raise ValueError(f"mark must be 'smallest' or 'largest', got {mark!r}")
+    fits = [x for x, used in points if used is not None and used <= capacity_bytes]
+    if not fits:
+        return None
+    return min(fits) if mark == "smallest" else max(fits)
+
+
+def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "smallest",
+               title: str = "Per-GPU memory of the best configuration") -> Path:
+    """points: (x, per-GPU bytes or None) pairs, e.g. GPU count -> bytes of the best plan.
+    A log2 x axis when x spans a factor of 16 or more (GPU counts); the x marked is
+    fitting_x(points, capacity_bytes, mark=mark)."""
+    points = sorted(points)
+    if not points:
+        raise ValueError("nothing to plot: no points")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.0, 5.0), dpi=DPI)
+    shown = [(x, used / GiB) for x, used in points if used is not None]
+    capacity = capacity_bytes / GiB
+    if shown:
+        ax.plot([x for x, _ in shown], [y for _, y in shown], marker="o", color="#08519c",
+                label="per-GPU memory")
+        over = [(x, y) for x, y in shown if y > capacity]
+        if over:
+            ax.scatter([x for x, _ in over], [y for _, y in over], color="#b30000", zorder=3,
+                       label="does not fit")
+    missing = [x for x, used in points if used is None]
+    ax.axhline(capacity, color="black", linestyle="--", linewidth=1.2, label=f"capacity ({capacity:.1f} GiB)")
+    best = fitting_x(points, capacity_bytes, mark=mark)
+    if best is not None:
+        y = dict(points)[best] / GiB
+        ax.axvline(best, color="#31a354", linestyle=":", linewidth=1.2)
+        ax.scatter([best], [y], s=160, facecolors="none", edgecolors="#31a354", linewidths=2, zorder=4,
+                   label=f"{mark} that fits: {best:g}")
+        ax.annotate(f"{best:g}", (best, y), xytext=(-12, -20), textcoords="offset points", color="#31a354", ha="right",
+                    fontweight="bold")
+    xs = [x for x, _ in points]
+    if min(xs) > 0 and max(xs) / min(xs) >= 16:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ys = [capacity] + [y for _, y in shown]
+    if min(ys) > 0 and max(ys) / min(ys) >= 16:
+        # memory that halves with each doubling: a log axis keeps the points near the line apart
+        from matplotlib.ticker import FuncFormatter
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylim(min(ys) / 1.5, max(ys) * 1.5)
+    else:
+        ax.set_ylim(0, max(ys) * 1.15)
+    lo, hi = min(xs), max(xs)
+    if ax.get_xscale() == "log":
+        ax.set_xlim(lo / 1.3, hi * 1.3)
+    else:
+        pad = 0.05 * (hi - lo) if hi > lo else 1
+        ax.set_xlim(lo - pad, hi + pad)
+    for x in missing:
+        ax.annotate("none valid", (x, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=8,
+                    color="#636363")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("GiB per GPU")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
