@@ -34,7 +34,8 @@ def layer_sharded_params(model: ModelSpec) -> int:
     mlp_mats = 3 if model.mlp is Mlp.SWIGLU else 2
     weights = h * (q + 2 * kv) + q * h + mlp_mats * h * f
     col_biases = (q + 2 * kv) + (2 * f if model.mlp is Mlp.SWIGLU else f)
-    return weights + (col_biases if model.linear_bias else 0)
+    qkv_biases = (q + 2 * kv) if model.qkv_bias else 0
+    return weights + (col_biases if model.linear_bias else qkv_biases)
 
 
 def layer_replicated_params(model: ModelSpec) -> int:

@@ -38,6 +38,7 @@ class ModelSpec:
     position: Position = Position.LEARNED
     tied_embeddings: bool = True
     linear_bias: bool = True          # biases on every linear layer (GPT-2/3); Llama has none
+    qkv_bias: bool = False            # biases on q/k/v only (Qwen2); ignored when linear_bias
     head_dim: int | None = None       # None: hidden_size // num_heads
     published_params: int | None = None
     source: str = ""

@@ -1,0 +1,95 @@
+"""What the exporters take and give back.
+
+A Plan is one checked configuration: the model, the training setup, the degrees, the
+global batch and the GPU count. An exporter returns either Exported (the text to hand to
+the framework, the same content parsed, and notes on what the plan assumes that the
+framework does differently) or Unsupported (every reason the framework cannot express
+the plan). It never returns a config that means something other than the plan.
+"""
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+from fitplan.errors import SpecError
+from fitplan.specs import ModelSpec, ParallelConfig, TrainingSpec, compat
+from fitplan.specs._check import positive_int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    global_batch: int     # sequences per optimizer step
+    num_gpus: int
+
+    def __post_init__(self) -> None:
+        positive_int("plan", "global_batch", self.global_batch, maximum=10**12)
+        positive_int("plan", "num_gpus", self.num_gpus, maximum=10**9)
+        c = self.parallel
+        if c.world_size != self.num_gpus:
+            raise SpecError(f"the plan has tp x pp x dp x cp = {c.tp} x {c.pp} x {c.dp} x {c.cp} = {c.world_size} "
+                            f"ranks but {self.num_gpus} GPUs; make the product equal the GPU count")
+        # Every rule but the node-size one, which needs a cluster: exporters run anywhere.
+        anywhere = SimpleNamespace(gpus_per_node=self.num_gpus, num_gpus=self.num_gpus)
+        training = replace(self.training, global_batch=self.global_batch)
+        violations = compat.check(self.model, training, anywhere, c, allow_cross_node_tp=True)
+        if violations:
+            raise SpecError(violations[0].message)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per data-parallel rank per step: gradient-accumulation steps
+        without pipelining, micro-batches through the pipeline with it."""
+        return self.global_batch // (self.parallel.dp * self.parallel.micro_batch)
+
+
+def make_plan(*, model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+              global_batch: int | None = None, num_gpus: int | None = None) -> Plan:
+    """A Plan, taking the global batch from the training spec and the GPU count from the
+    degrees when they are not given."""
+    global_batch = training.global_batch if global_batch is None else global_batch
+    if global_batch is None:
+        raise SpecError("exporting needs a global batch (sequences per step); every framework asks for one: "
+                        "pass --global-batch")
+    return Plan(model=model, training=training, parallel=parallel, global_batch=global_batch,
+                num_gpus=parallel.world_size if num_gpus is None else num_gpus)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exported:
+    format: str
+    filename: str        # a conventional name for the file
+    text: str            # what to write to that file
+    data: object         # the same content parsed: an argv list, a dict, or the snippet's assignments
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unsupported:
+    format: str
+    reasons: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    @property
+    def message(self) -> str:
+        return f"{self.format} cannot express this plan: " + "; ".join(self.reasons)
+
+
+def describe(plan: Plan) -> str:
+    """One line naming the plan, for the header of an exported file."""
+    c = plan.parallel
+    extras = [f"zero={int(c.zero)}", f"recompute={c.recompute.value}", f"micro-batch={c.micro_batch}"]
+    if c.sequence_parallel:
+        extras.append("sp")
+    if c.virtual_stages > 1:
+        extras.append(f"v={c.virtual_stages}")
+    return (f"{plan.model.name}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} {' '.join(extras)} on {plan.num_gpus} "
+            f"GPUs, global batch {plan.global_batch} x {plan.training.seq_len} tokens, "
+            f"precision {plan.training.recipe.name}")

@@ -1,0 +1,198 @@
+"""A ModelSpec from a Hugging Face config.json, without transformers.
+
+Families (model_type) and the fields read, as transformers writes them (ENGINE-NOTES sec. 6):
+
+  gpt2      n_layer, n_embd, n_head, n_positions (older files: n_ctx), vocab_size,
+            n_inner (null: 4*n_embd), activation_function (a GeLU), tie_word_embeddings
+            (default true). Every linear has a bias, LayerNorm, learned positions.
+  llama,    hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads
+  mistral,  (missing or null: = heads), intermediate_size, vocab_size,
+  qwen2     max_position_embeddings, tie_word_embeddings (default false), head_dim (missing
+            or null: hidden/heads), hidden_act (silu: SwiGLU, 3 matrices). RMSNorm, RoPE.
+            Llama/Mistral: biases from attention_bias / mlp_bias (default none).
+            Qwen2: q/k/v projections have biases, o_proj and the MLP do not.
+  mixtral   recognised and refused: mixture-of-experts is not modelled yet.
+
+The importer rule (ENGINE-NOTES sec. 6): the canonical name first, then the family alias
+(GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults only where transformers has
+a documented one (kv heads, head_dim, GPT-2's ffn, tying, biases). Every other field is
+required, so a truncated file is an error that names the field, not a silent default.
+Fields that do not change memory (rope_theta, eps, dropout rates, dtype) are ignored.
+"""
+import difflib
+import json
+from pathlib import Path
+
+from fitplan.errors import SpecError
+from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+
+DENSE_FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
+MOE_FAMILIES = ("mixtral",)
+GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
+SILUS = ("silu", "swish")
+_MISSING = object()
+
+
+def model_from_hf_config(path, *, name: str | None = None) -> ModelSpec:
+    """A config.json file, or a folder holding one. The name defaults to the folder's name
+    (examples/hf/llama-3.1-8b/config.json -> 'llama-3.1-8b')."""
+    file = _config_file(Path(path))
+    where = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"{where}: cannot read the file ({err.__class__.__name__}); check the path "
+                        f"and that it is a UTF-8 config.json") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError(f"{where}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+                        f"fix the file or download config.json again") from None
+    default_name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
+    return model_from_hf_dict(config, where=where, name=name or default_name,
+                              source=f"Hugging Face config.json: {where}")
+
+
+def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-model",
+                       source: str = "") -> ModelSpec:
+    """The same, from an already parsed config.json object."""
+    if not isinstance(config, dict):
+        raise SpecError(f"{where}: expected a JSON object {{...}} at the top level, got "
+                        f"{type(config).__name__}; is this a Hugging Face config.json?")
+    family = config.get("model_type")
+    if family is None:
+        raise SpecError(f"{where}: no 'model_type'; add it (one of {', '.join(DENSE_FAMILIES)})")
+    if not isinstance(family, str):
+        raise SpecError(f"{where}: 'model_type' must be a string, got {family!r}")
+    cfg = _Config(config, where, family)
+    _refuse_experts(cfg)
+    if family not in DENSE_FAMILIES:
+        close = difflib.get_close_matches(family, DENSE_FAMILIES + MOE_FAMILIES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SpecError(f"{where}: unknown model_type {family!r}; {hint}fitplan reads "
+                        f"{', '.join(DENSE_FAMILIES)}; describe other models in a model spec file")
+    kwargs = _gpt2(cfg) if family == "gpt2" else _llama_like(cfg)
+    try:
+        return ModelSpec(name=name, source=source, **kwargs)
+    except SpecError as err:
+        raise SpecError(f"{where}: {err}") from None
+
+
+def _config_file(path: Path) -> Path:
+    if path.is_dir():
+        file = path / "config.json"
+        if not file.is_file():
+            raise SpecError(f"{path}: no config.json in this folder; pass the file itself or the folder "
+                            f"that holds it")
+        return file
+    if not path.exists():
+        raise SpecError(f"{path}: no such file or folder; pass a Hugging Face config.json or its folder")
+    return path
+
+
+class _Config:
+    """Typed reads from one config.json, each error naming the file and the field."""
+
+    def __init__(self, data: dict, where: str, family: str):
+        self.data, self.where, self.family = data, where, family
+
+    def _find(self, names):
+        for name in names:
+            if self.data.get(name) is not None:
+                return name, self.data[name]
+        return names[0], _MISSING
+
+    def int(self, *names: str, default=_MISSING):
+        name, value = self._find(names)
+        if value is _MISSING:
+            if default is not _MISSING:
+                return default
+            aliases = f" (nor {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""
+            raise SpecError(f"{self.where}: {self.family} config has no {name!r}{aliases}; add it as a whole "
+                            f"number or describe the model in a model spec file")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{self.where}: {name!r} must be a whole number, got {value!r}; write it as a "
+                            f"JSON integer (no quotes, no decimals)")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(f"{self.where}: {name!r} must be true or false, got {value!r}")
+        return value
+
+    def str(self, name: str, default: str) -> str:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise SpecError(f"{self.where}: {name!r} must be a string, got {value!r}")
+        return value
+
+
+def _refuse_experts(cfg: _Config) -> None:
+    """Mixture-of-experts changes every state and activation term: refuse, naming the field."""
+    counts = [f for f in ("num_local_experts", "num_experts")
+              if isinstance(cfg.data.get(f), int) and not isinstance(cfg.data[f], bool) and cfg.data[f] > 1]
+    if cfg.family not in MOE_FAMILIES and not counts:
+        return
+    field = counts[0] if counts else "num_local_experts"
+    experts = cfg.data.get(field, "missing")
+    top_k = cfg.data.get("num_experts_per_tok", "missing")
+    raise SpecError(f"{cfg.where}: {cfg.family} is a mixture-of-experts model ({field} = {experts}, "
+                    f"num_experts_per_tok = {top_k}); fitplan does not model experts yet, so it cannot "
+                    f"plan it; import a dense model instead")
+
+
+def _gpt2(cfg: _Config) -> dict:
+    hidden = cfg.int("n_embd", "hidden_size")
+    heads = cfg.int("n_head", "num_attention_heads")
+    activation = cfg.str("activation_function", "gelu_new")
+    if activation not in GELUS:
+        raise SpecError(f"{cfg.where}: activation_function {activation!r} is not a GeLU; fitplan's gpt2 MLP "
+                        f"is fc1 -> GeLU -> fc2 (one of {', '.join(GELUS)})")
+    if cfg.bool("add_cross_attention", False):
+        raise SpecError(f"{cfg.where}: add_cross_attention is true; fitplan models decoder-only GPT-2 "
+                        f"without cross-attention; set it to false")
+    return dict(num_layers=cfg.int("n_layer", "num_hidden_layers"), hidden_size=hidden, num_heads=heads,
+                num_kv_heads=heads, ffn_hidden_size=cfg.int("n_inner", default=4 * hidden),
+                vocab_size=cfg.int("vocab_size"),
+                max_seq_len=cfg.int("n_positions", "n_ctx", "max_position_embeddings"),
+                mlp=Mlp.GELU, norm=Norm.LAYERNORM, position=Position.LEARNED,
+                tied_embeddings=cfg.bool("tie_word_embeddings", True), linear_bias=True)
+
+
+def _llama_like(cfg: _Config) -> dict:
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    head_dim = cfg.int("head_dim", default=None)
+    activation = cfg.str("hidden_act", "silu")
+    if activation not in SILUS:
+        raise SpecError(f"{cfg.where}: hidden_act {activation!r} is not SiLU; fitplan's {cfg.family} MLP is "
+                        f"SwiGLU (gate/up/down with SiLU); set hidden_act to \"silu\" or use a model spec file")
+    out = dict(num_layers=cfg.int("num_hidden_layers"), hidden_size=hidden, num_heads=heads,
+               num_kv_heads=cfg.int("num_key_value_heads", default=heads),
+               ffn_hidden_size=cfg.int("intermediate_size"), vocab_size=cfg.int("vocab_size"),
+               max_seq_len=cfg.int("max_position_embeddings"), mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+               position=Position.ROPE, tied_embeddings=cfg.bool("tie_word_embeddings", False),
+               # head_dim = hidden/heads is the default and is stored as None, like the presets
+               head_dim=None if head_dim is None or head_dim * heads == hidden else head_dim)
+    out.update(_qwen2_biases(cfg) if cfg.family == "qwen2" else _llama_biases(cfg))
+    return out
+
+
+def _llama_biases(cfg: _Config) -> dict:
+    attention, mlp = cfg.bool("attention_bias", False), cfg.bool("mlp_bias", False)
+    if attention != mlp:
+        raise SpecError(f"{cfg.where}: attention_bias = {str(attention).lower()} but mlp_bias = "
+                        f"{str(mlp).lower()}; fitplan's linear_bias covers every linear layer, so it "
+                        f"needs both true or both false")
+    return dict(linear_bias=attention)
+
+
+def _qwen2_biases(cfg: _Config) -> dict:
+    """Qwen2 hard-codes bias=True on q_proj, k_proj and v_proj only (transformers
+    Qwen2Attention): L*(q + 2kv) parameters, 27,648 for Qwen2-0.5B."""
+    return dict(linear_bias=False, qkv_bias=True)

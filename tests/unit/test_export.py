@@ -1,0 +1,306 @@
+"""fitplan.export: every export is parsed back (argparse for Megatron-LM, json for DeepSpeed,
+tomllib and exec for torchtitan) and its values checked against the plan; plans a framework
+cannot express come back as Unsupported with the reason."""
+import argparse
+import json
+import shlex
+import sys
+import tomllib
+import types
+
+import pytest
+
+from fitplan.errors import SpecError
+from fitplan.export import FORMATS, Plan, export, make_plan
+from fitplan.presets import MODELS, RECIPES
+from fitplan.specs import ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from fitplan.files.hf import model_from_hf_config
+from tests.unit.test_hf import EXAMPLES
+
+LLAMA = MODELS["llama3.1-8b"].model
+GPT2 = model_from_hf_config(EXAMPLES / "gpt2")
+
+
+def plan(model=LLAMA, *, recipe="mixed-adam", seq_len=8192, global_batch=512, act_bytes=2, dropout=True, **degrees):
+    training = TrainingSpec(seq_len=seq_len, recipe=RECIPES[recipe], act_bytes=act_bytes, dropout=dropout)
+    return make_plan(model=model, training=training, parallel=ParallelConfig(**degrees), global_batch=global_batch)
+
+
+# ---------------------------------------------------------------- Megatron-LM
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """Exactly the flag names the exporter may emit, with Megatron-LM's types and actions
+    (ENGINE-NOTES sec. 5; megatron/training/arguments.py). An undeclared flag fails the parse."""
+    p = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
+    for name in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                 "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
+                 "--recompute-num-layers", "--num-layers", "--hidden-size", "--ffn-hidden-size",
+                 "--num-attention-heads", "--num-query-groups", "--kv-channels", "--seq-length",
+                 "--max-position-embeddings", "--vocab-size"):
+        p.add_argument(name, type=int)
+    for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
+                 "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
+                 "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias"):
+        p.add_argument(name, action="store_true")
+    p.add_argument("--disable-bias-linear", action="store_false", dest="add_bias_linear")
+    p.add_argument("--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads",
+                                                                 "optim_grads_params"])
+    p.add_argument("--ckpt-format")
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--recompute-method", choices=["uniform", "block"])
+    p.add_argument("--recompute-modules", nargs="*")
+    p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p.add_argument("--position-embedding-type", choices=["learned_absolute", "rope"], default="learned_absolute")
+    p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
+    p.add_argument("--hidden-dropout", type=float, default=0.1)
+    p.add_argument("--attention-dropout", type=float, default=0.1)
+    return p
+
+
+def parse_megatron(result):
+    assert result.ok, result
+    body = result.text.split("FITPLAN_ARGS=(\n", 1)[1].rsplit("\n)", 1)[0]
+    assert shlex.split(body) == result.data          # the script and the argv agree
+    return megatron_parser().parse_args(result.data)
+
+
+def test_megatron_llama_tp_pp_interleaved_zero1_selective():
+    p = plan(tp=2, pp=2, dp=16, zero=ZeroStage.OS, sequence_parallel=True, recompute=Recompute.SELECTIVE,
+             micro_batch=1, virtual_stages=2)
+    a = parse_megatron(export("megatron", p))
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size) == (2, 2, 1)
+    # Megatron derives dp = world / (tp*pp*cp) = 64 / 4 = 16, the plan's
+    assert p.num_gpus // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size * a.context_parallel_size) == 16
+    assert a.sequence_parallel
+    assert a.num_layers_per_virtual_pipeline_stage == 8               # L/(pp*v) = 32/(2*2)
+    assert a.use_distributed_optimizer and not a.use_megatron_fsdp   # ZeRO-1
+    assert (a.micro_batch_size, a.global_batch_size) == (1, 512)     # 512/(1*16) = 32 micro-batches, a multiple of pp
+    assert a.recompute_granularity == "selective" and a.recompute_modules == ["core_attn"]
+    assert a.recompute_method is None
+    assert a.bf16 and a.grad_reduce_in_bf16                           # mixed-adam: 2-byte grads
+    assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (32, 4096, 14336, 32)
+    assert a.group_query_attention and a.num_query_groups == 8 and a.kv_channels is None
+    assert (a.seq_length, a.max_position_embeddings, a.vocab_size) == (8192, 8192, 128256)
+    assert (a.position_embedding_type, a.normalization) == ("rope", "RMSNorm")
+    assert a.swiglu and not a.add_bias_linear and a.untie_embeddings_and_output_weights
+    assert (a.hidden_dropout, a.attention_dropout) == (0.1, 0.1)      # Megatron's defaults: dropout on
+
+
+@pytest.mark.parametrize(("zero", "strategy"), [(ZeroStage.OS_G, "optim_grads"),
+                                                (ZeroStage.OS_G_P, "optim_grads_params")])
+def test_megatron_gpt2_fsdp_full_recompute(zero, strategy):
+    p = plan(GPT2, recipe="megatron-fp32-grad", seq_len=1024, global_batch=64, dropout=False, dp=8, zero=zero,
+             recompute=Recompute.FULL, micro_batch=4)
+    result = export("megatron", p)
+    a = parse_megatron(result)
+    assert a.use_megatron_fsdp and a.data_parallel_sharding_strategy == strategy
+    assert a.use_distributed_optimizer and a.no_gradient_accumulation_fusion and a.ckpt_format == "fsdp_dtensor"
+    assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == ("full", "uniform", 1)
+    assert a.bf16 and not a.grad_reduce_in_bf16                       # 4-byte main grads, Megatron's default
+    assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (12, 768, 3072, 12)
+    assert not a.group_query_attention and not a.swiglu
+    assert (a.position_embedding_type, a.normalization) == ("learned_absolute", "LayerNorm")
+    assert a.add_bias_linear and not a.untie_embeddings_and_output_weights      # biases, tied
+    assert (a.hidden_dropout, a.attention_dropout) == (0.0, 0.0)
+    # 50257 rows pad to 50304 = 393 x 128; 47 rows x 768 = 36,096 parameters (tied: one matrix)
+    assert any("50,257 to 50,304" in n and "36,096 parameters" in n for n in result.notes)
+
+
+def test_megatron_fp8_and_sgd():
+    a = parse_megatron(export("megatron", plan(recipe="fp8", dp=8, zero=ZeroStage.OS)))
+    assert a.bf16 and a.fp8_format == "hybrid" and a.fp8_param_gather and not a.grad_reduce_in_bf16
+    a = parse_megatron(export("megatron", plan(recipe="sgd-momentum", dp=8)))
+    assert a.optimizer == "sgd" and a.grad_reduce_in_bf16
+
+
+def test_megatron_fp32():
+    a = parse_megatron(export("megatron", plan(recipe="fp32-adam", act_bytes=4, dp=8)))
+    assert not a.bf16 and not a.grad_reduce_in_bf16
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(model=MODELS["gpt3-1.3b"].model, seq_len=2048, dp=8), "2048 is not a whole number of 24 heads"),
+    (dict(recipe="bf16-adam", dp=8), "master_bytes = 0"),
+    (dict(recipe="adam-8bit", dp=8), "optimizer moments (adam_m 1, adam_v 1 B/param)"),
+    (dict(recipe="fp8", dp=8), "--fp8-param-gather) need the distributed optimizer"),
+    (dict(recipe="fp32-adam", dp=8), "4-byte activations but the plan has act_bytes = 2"),
+    (dict(seq_len=8194, cp=2, dp=4), "multiple of 2 x cp = 4"),   # 8194 % 2 == 0 passes compat, 8194 % 4 != 0
+    (dict(model=GPT2, seq_len=2048, dp=8), "longer than the learned position table (1024)"),
+])
+def test_megatron_cannot_express(kwargs, needle):
+    result = export("megatron", plan(**kwargs))
+    assert not result.ok
+    assert needle in result.message
+
+
+def test_megatron_rope_past_the_table_raises_max_positions():
+    result = export("megatron", plan(seq_len=16384, dp=8))
+    assert parse_megatron(result).max_position_embeddings == 16384
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+def parse_deepspeed(result) -> dict:
+    assert result.ok, result
+    config = json.loads(result.text)
+    assert config == result.data
+    return config
+
+
+@pytest.mark.parametrize("zero", [ZeroStage.OS, ZeroStage.OS_G, ZeroStage.OS_G_P])
+def test_deepspeed_zero_mixed_adam(zero):
+    p = plan(seq_len=4096, global_batch=64, dp=8, zero=zero, micro_batch=2)
+    c = parse_deepspeed(export("deepspeed", p))
+    assert c["train_batch_size"] == 64 and c["train_micro_batch_size_per_gpu"] == 2
+    assert c["gradient_accumulation_steps"] == 4                  # 64 / (8 dp x 2)
+    # DeepSpeed's rule: train_batch_size = micro x accumulation x data-parallel size
+    assert c["train_micro_batch_size_per_gpu"] * c["gradient_accumulation_steps"] * p.parallel.dp == 64
+    assert c["zero_optimization"] == {"stage": int(zero)}
+    assert c["bf16"] == {"enabled": True} and c["fp16"] == {"enabled": False}
+    assert c["data_types"] == {"grad_accum_dtype": "bf16"}       # 2-byte grads
+    assert c["optimizer"] == {"type": "AdamW"}
+    assert "activation_checkpointing" not in c
+
+
+def test_deepspeed_recompute_is_configured_but_switched_on_in_code():
+    result = export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G, recompute=Recompute.FULL))
+    c = parse_deepspeed(result)
+    assert c["activation_checkpointing"]["partition_activations"] is False
+    assert any("switched on in model code" in n for n in result.notes)
+
+
+def test_deepspeed_fp32_grads_without_zero_and_fp32():
+    c = parse_deepspeed(export("deepspeed", plan(recipe="megatron-fp32-grad", dp=8)))
+    assert c["zero_optimization"]["stage"] == 0 and c["data_types"] == {"grad_accum_dtype": "fp32"}
+    c = parse_deepspeed(export("deepspeed", plan(recipe="fp32-adam", act_bytes=4, dp=8, zero=ZeroStage.OS_G_P)))
+    assert c["bf16"] == {"enabled": False} and "data_types" not in c
+
+
+def test_deepspeed_sgd_under_zero_allows_the_untested_optimizer():
+    c = parse_deepspeed(export("deepspeed", plan(recipe="sgd-momentum", dp=8, zero=ZeroStage.OS)))
+    assert c["optimizer"]["type"] == "SGD" and c["zero_allow_untested_optimizer"] is True
+
+
+def test_deepspeed_cannot_express_model_parallelism():
+    result = export("deepspeed", plan(tp=2, pp=2, cp=2, dp=2, sequence_parallel=True, zero=ZeroStage.OS))
+    assert not result.ok and len(result.reasons) == 3
+    assert [r.split(":")[0] for r in result.reasons] == ["tp = 2", "pp = 2", "cp = 2"]
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(dp=8), "Bfloat16 wrapper must use a gradient accumulation type of fp32"),   # mixed-adam, ZeRO-0
+    (dict(recipe="fp8", dp=8, zero=ZeroStage.OS), "computes in fp8"),
+    (dict(recipe="bf16-adam", dp=8, zero=ZeroStage.OS), "master_bytes = 0"),
+    (dict(recipe="adam-8bit", dp=8, zero=ZeroStage.OS), "client optimizer"),
+    (dict(recipe="megatron-fp32-grad", dp=8, zero=ZeroStage.OS_G), "fp32 gradients with ZeRO-2"),
+])
+def test_deepspeed_cannot_express(kwargs, needle):
+    result = export("deepspeed", plan(**kwargs))
+    assert not result.ok and needle in result.message
+
+
+# ---------------------------------------------------------------- torchtitan
+
+def parse_titan(result) -> dict:
+    assert result.ok, result
+    config = tomllib.loads(result.text)
+    assert config == result.data
+    return config
+
+
+def test_torchtitan_fsdp_tp_pp_interleaved():
+    p = plan(tp=2, pp=2, dp=16, zero=ZeroStage.OS_G_P, sequence_parallel=True, recompute=Recompute.FULL,
+             virtual_stages=2, micro_batch=1)
+    c = parse_titan(export("torchtitan", p))
+    par = c["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 16)
+    assert par["fsdp_reshard_after_forward"] == "always"          # ZeRO-3 also under PP
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (2, 2, 1)
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_layers_per_stage"] == 8          # 32 / (2 x 2) stages
+    assert par["pipeline_parallel_first_stage_less_layers"] == par["pipeline_parallel_last_stage_less_layers"] == 0
+    assert par["pipeline_parallel_microbatch_size"] == 1
+    # with PP the local batch is the rank's share of the global batch: 512 / 16 = 32 micro-batches of 1
+    assert c["training"] == {"local_batch_size": 32, "global_batch_size": 512, "seq_len": 8192,
+                             "mixed_precision_param": "bfloat16"}
+    assert c["activation_checkpoint"] == {"mode": "full"}
+    degrees = par["data_parallel_shard_degree"] * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
+    assert degrees == p.num_gpus == 64
+
+
+def test_torchtitan_ddp():
+    c = parse_titan(export("torchtitan", plan(dp=8, micro_batch=2, global_batch=64)))
+    par = c["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (8, 1)
+    assert "pipeline_parallel_schedule" not in par
+    # no PP: local batch = micro-batch; torchtitan accumulates 64 / (2 x 8) = 4 steps
+    assert (c["training"]["local_batch_size"], c["training"]["global_batch_size"]) == (2, 64)
+    assert c["activation_checkpoint"] == {"mode": "none"}
+
+
+def test_torchtitan_python_snippet(monkeypatch):
+    p = plan(tp=4, dp=2, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL, micro_batch=2, global_batch=64)
+    result = export("torchtitan-python", p)
+    assert result.ok
+    fake = types.ModuleType("torchtitan.distributed.activation_checkpoint")
+    fake.FullAC = types.SimpleNamespace(Config=lambda: "FullAC.Config()")
+    for name in ("torchtitan", "torchtitan.distributed"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    config = types.SimpleNamespace(parallelism=types.SimpleNamespace(), training=types.SimpleNamespace())
+    exec(result.text, {"config": config})
+    par, tr = vars(config.parallelism), vars(config.training)
+    assert (par["data_parallel_shard_degree"], par["tensor_parallel_degree"]) == (2, 4)
+    assert par["enable_sequence_parallel"] is False                # the plan has no SP; the Python config says so
+    assert tr["num_tokens_per_microbatch_per_dp_rank"] == 2 * 8192   # micro-batch x seq_len
+    assert tr["num_tokens_per_train_step"] == 64 * 8192
+    assert tr["max_context_length"] == 8192
+    assert config.activation_checkpoint == "FullAC.Config()"
+    assert {k: v for k, v in result.data.items() if k != "activation_checkpoint"} == \
+        {**{f"parallelism.{k}": v for k, v in par.items()}, **{f"training.{k}": v for k, v in tr.items()}}
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(dp=8, zero=ZeroStage.OS), "ZeRO-1: torchtitan shards with FSDP2"),
+    (dict(dp=8, zero=ZeroStage.OS_G), "not the plan's ZeRO-2"),
+    (dict(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.SELECTIVE), "per-op SAC"),
+    (dict(tp=2, dp=4, zero=ZeroStage.OS_G_P), "turns sequence parallel on whenever tp > 1"),
+    (dict(cp=2, dp=4), "shards parameters with FSDP over the context-parallel ranks"),
+    (dict(tp=2, dp=4, sequence_parallel=True), "DDP (data_parallel_replicate_degree) is for data parallelism alone"),
+    (dict(tp=8, sequence_parallel=True), "turns mixed precision off when tp or pp > 1"),
+    (dict(recipe="megatron-fp32-grad", dp=8, zero=ZeroStage.OS_G_P), "16 B/param"),
+])
+def test_torchtitan_cannot_express(kwargs, needle):
+    result = export("torchtitan", plan(**kwargs))
+    assert not result.ok and needle in result.message
+
+
+def test_torchtitan_python_can_turn_sequence_parallel_off():
+    assert export("torchtitan-python", plan(tp=2, dp=4, zero=ZeroStage.OS_G_P)).ok
+
+
+# ---------------------------------------------------------------- the plan
+
+def test_plan_checks_its_degrees():
+    training = TrainingSpec(seq_len=8192, recipe=RECIPES["mixed-adam"])
+    with pytest.raises(SpecError, match="= 8 ranks but 16 GPUs"):
+        Plan(model=LLAMA, training=training, parallel=ParallelConfig(dp=8), global_batch=64, num_gpus=16)
+    with pytest.raises(SpecError, match="global batch 100 must be divisible by dp x micro-batch = 8 x 1"):
+        make_plan(model=LLAMA, training=training, parallel=ParallelConfig(dp=8), global_batch=100)
+    with pytest.raises(SpecError, match="divisible by tp=3"):
+        make_plan(model=LLAMA, training=training, parallel=ParallelConfig(tp=3), global_batch=8)
+    with pytest.raises(SpecError, match="needs a global batch"):
+        make_plan(model=LLAMA, training=training, parallel=ParallelConfig(dp=8))
+
+
+def test_plan_takes_the_training_global_batch():
+    training = TrainingSpec(seq_len=8192, recipe=RECIPES["mixed-adam"], global_batch=256)
+    p = make_plan(model=LLAMA, training=training, parallel=ParallelConfig(dp=8, micro_batch=2))
+    assert (p.global_batch, p.num_gpus, p.num_microbatches) == (256, 8, 16)
+
+
+def test_unknown_format():
+    with pytest.raises(SpecError, match="unknown export format 'nemo'"):
+        export("nemo", plan(dp=8))
+    assert FORMATS == ("megatron", "deepspeed", "torchtitan", "torchtitan-python")
