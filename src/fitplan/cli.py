@@ -4,6 +4,7 @@ import sys
 
 from fitplan import presets
 from fitplan.analysis import seed_answer
+from fitplan.commands import plot_plan, run_export, run_presets, run_sweep
 from fitplan.errors import SpecError
 from fitplan.memory.bound import lower_bound
 from fitplan.memory.breakdown import evaluate
@@ -27,17 +28,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fitplan", description="Does training fit? Memory, parallelism and step-time planner.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     plan = sub.add_parser("plan", help="memory per GPU: the seed report, one configuration, or --suggest")
-    add_plan_args(plan)
+    add_plan_args(plan, gpus_required=False)
     srch = sub.add_parser("search", help="the same as 'plan --suggest'")
-    add_plan_args(srch)
+    add_plan_args(srch, gpus_required=False)
     pre = sub.add_parser("presets", help="list or show presets")
     pre.add_argument("action", choices=("list", "show"))
     pre.add_argument("name", nargs="?")
+    pre.add_argument("--toml", action="store_true", help="print the preset as an editable spec file")
+    exp = sub.add_parser("export", help="Megatron-LM / DeepSpeed / torchtitan configuration for a plan")
+    add_model_args(exp, gpus_required=False)
+    add_config_args(exp)
+    exp.add_argument("--format", required=True, choices=("megatron", "deepspeed", "torchtitan", "torchtitan-python"))
+    exp.add_argument("--output", help="write to this file instead of stdout")
+    swp = sub.add_parser("sweep", help="the least per-GPU memory any configuration needs, against GPU count or sequence length")
+    add_model_args(swp, gpus_required=False)
+    add_config_args(swp)
+    swp.add_argument("--over", choices=("gpus", "seq-len"), default="gpus")
+    swp.add_argument("--values", help="comma-separated x values (default: powers of two)")
+    swp.add_argument("--plot", help="write a PNG here")
+    swp.add_argument("--format", choices=("text", "json"), default="text")
     return parser
 
 
-def add_plan_args(p) -> None:
-    add_model_args(p)
+def add_plan_args(p, *, gpus_required: bool = True) -> None:
+    add_model_args(p, gpus_required=gpus_required)
+    add_config_args(p)
+    p.add_argument("--suggest", action="store_true", help="search every legal configuration and rank those that fit")
+    p.add_argument("--top", type=int, default=5)
+    o = p.add_argument_group("output")
+    o.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    o.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
+    o.add_argument("--plot", help="write a PNG of the per-GPU memory by term (matplotlib)")
+
+
+def add_config_args(p) -> None:
     g = p.add_argument_group("one configuration (with --suggest: fixes that axis of the search)")
     g.add_argument("--tp", type=int)
     g.add_argument("--pp", type=int)
@@ -48,14 +72,9 @@ def add_plan_args(p) -> None:
     g.add_argument("--recompute", choices=[r.value for r in Recompute])
     g.add_argument("--virtual-stages", type=int, help="model chunks per pipeline rank (interleaved 1F1B)")
     s = p.add_argument_group("search")
-    s.add_argument("--suggest", action="store_true", help="search every legal configuration and rank those that fit")
-    s.add_argument("--top", type=int, default=5)
     s.add_argument("--rank", choices=("disturbance", "throughput"), default="disturbance")
     s.add_argument("--allow-cross-node-tp", action="store_true")
     s.add_argument("--max-cp", type=int, default=8)
-    o = p.add_argument_group("output")
-    o.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    o.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
 
 
 def _explicit(args) -> bool:
@@ -120,13 +139,21 @@ def run_plan(args, out) -> int:
                             L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
         smallest = None if result.feasible else smallest_fitting(setup, args, micro_batch, bound.min_gpus)
         _write(out, args.format, jsonout.search, document.search, setup, result, bound, smallest)
+        if args.plot:
+            shown = result.suggestions or ((result.least_loaded,) if result.least_loaded else ())
+            plot_plan(args.plot, setup, [getattr(s, "breakdown", s) for s in shown],
+                      [f"#{i}" for i in range(1, len(shown) + 1)] if result.suggestions else ["least loaded"])
         return 0 if result.feasible else 1
     if _explicit(args):
         breakdown = evaluate(setup, _config(args, setup, micro_batch))
         _write(out, args.format, jsonout.breakdown, document.breakdown, setup, breakdown)
+        if args.plot:
+            plot_plan(args.plot, setup, [breakdown], ["this configuration"])
         return 0 if breakdown.fits else 1
     answer = seed_answer(setup, micro_batch=micro_batch)
     _write(out, args.format, jsonout.seed, document.seed, answer)
+    if args.plot:
+        plot_plan(args.plot, setup, [s.breakdown for s in answer.strategies], [s.name for s in answer.strategies])
     return 0 if any(s.breakdown.fits for s in answer.strategies) else 1
 
 
@@ -171,20 +198,6 @@ def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
     return found
 
 
-def run_presets(args, out) -> int:
-    if args.action == "list":
-        out.write(render_text(document.preset_list()))
-        return 0
-    if not args.name:
-        raise SpecError("presets show: name a preset, e.g. 'fitplan presets show gpt3-175b'")
-    for registry in (presets.MODELS, presets.GPUS, presets.RECIPES):
-        if args.name in registry:
-            out.write(repr(registry[args.name]) + "\n")
-            return 0
-    presets.model(args.name)   # unknown: raises with suggestions
-    return 2
-
-
 def main(argv: list[str] | None = None, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -195,6 +208,10 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "presets":
             return run_presets(args, out)
+        if args.command == "export":
+            return run_export(args, out, err)
+        if args.command == "sweep":
+            return run_sweep(args, out)
         return run_plan(args, out)
     except SpecError as error:
         err.write(f"fitplan: {error}\n")

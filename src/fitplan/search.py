@@ -109,7 +109,7 @@ class SearchResult:
     fit: int
     suggestions: tuple[Suggestion, ...]  # the top ones
     ranked: tuple[Suggestion, ...] = ()  # the same order, a little deeper (RANKED_DEPTH)
-    closest: Breakdown | None = None     # the least-loaded legal candidate, when nothing fits
+    least_loaded: Breakdown | None = None   # the legal candidate with the smallest per-GPU total
     rank_order: str = RANK_ORDER
 
     @property
@@ -224,7 +224,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                 suggestions.append(Suggestion(config, exact, reason))
     return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
                         fit=fit, suggestions=tuple(suggestions[:top]), ranked=tuple(suggestions),
-                        closest=None if fit or closest is None else evaluate(setup, closest[1]),
+                        least_loaded=None if closest is None else evaluate(setup, closest[1]),
                         rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER)
 
 

@@ -1,9 +1,14 @@
-"""Turn command-line values into specs. Shared by every subcommand; raises SpecError."""
+"""Turn command-line values into specs. Shared by every subcommand; raises SpecError.
+
+Where a value comes from, highest first: a flag; a spec file (--spec, TOML or JSON);
+a Hugging Face config (--hf-config) or a model preset (--preset); built-in defaults.
+"""
 from dataclasses import replace
 
 from fitplan import presets
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import Setup
+from fitplan.presets.models import ModelPreset
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
 from fitplan.specs.model import Mlp, Norm, Position
@@ -13,9 +18,11 @@ SHAPE_FLAGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_he
                "ffn": "ffn_hidden_size", "vocab": "vocab_size", "params": "published_params"}
 
 
-def add_model_args(parser) -> None:
+def add_model_args(parser, *, gpus_required: bool = True) -> None:
     g = parser.add_argument_group("model")
     g.add_argument("--preset", help="model preset, e.g. gpt3-175b (fitplan presets list)")
+    g.add_argument("--hf-config", help="a Hugging Face config.json, or a folder holding one")
+    g.add_argument("--spec", help="a TOML or JSON spec file with [model], [training], [gpu] and/or [cluster]")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int)
     g.add_argument("--heads", type=int)
@@ -31,24 +38,44 @@ def add_model_args(parser) -> None:
     t.add_argument("--seq-len", type=int)
     t.add_argument("--micro-batch", type=int)
     t.add_argument("--global-batch", type=int)
-    t.add_argument("--precision", default=DEFAULT_RECIPE, help="precision recipe (fitplan presets list)")
+    t.add_argument("--precision", help=f"precision recipe (default {DEFAULT_RECIPE}; fitplan presets list)")
     for comp in ("weight", "grad", "master", "optimizer"):
         t.add_argument(f"--{comp}-bytes", type=float, help=f"custom {comp} bytes per parameter")
-    t.add_argument("--act-bytes", type=int, choices=(1, 2, 4), default=2, help="bytes per stored activation")
+    t.add_argument("--act-bytes", type=int, choices=(1, 2, 4), help="bytes per stored activation (default 2)")
     t.add_argument("--no-dropout", action="store_true", help="train without dropout (no masks stored)")
     c = parser.add_argument_group("cluster")
-    c.add_argument("--gpus", type=int, required=True, help="number of GPUs")
+    c.add_argument("--gpus", type=int, required=gpus_required, help="number of GPUs")
     c.add_argument("--gpu", help="GPU preset (default: the model preset's, else h100-80gb)")
     c.add_argument("--gpu-memory", help='memory per GPU, e.g. "192 GiB"')
     c.add_argument("--reserve", help='memory held back per GPU, e.g. "10 GiB"')
     c.add_argument("--gpus-per-node", type=int)
 
 
-def _model(args) -> tuple[ModelSpec, object]:
-    preset = presets.model(args.preset) if args.preset else None
+def _spec_file(args):
+    if not args.spec:
+        return None
+    from fitplan.files.load import load_specs
+    return load_specs(args.spec)
+
+
+def _base_model(args, spec) -> tuple[ModelSpec | None, ModelPreset | None]:
+    sources = [name for name, given in (("--preset", args.preset), ("--hf-config", args.hf_config),
+                                        ("--spec [model]", spec is not None and spec.model is not None)) if given]
+    if len(sources) > 1:
+        raise SpecError(f"{sources[1]}: the model is already given by {sources[0]}; give one model source")
+    if args.preset:
+        preset = presets.model(args.preset)
+        return preset.model, preset
+    if args.hf_config:
+        from fitplan.files.hf import model_from_hf_config
+        return model_from_hf_config(args.hf_config), None
+    return (spec.model if spec is not None else None), None
+
+
+def _model(args, spec) -> tuple[ModelSpec, ModelPreset | None]:
+    model, preset = _base_model(args, spec)
     given = {field: getattr(args, flag) for flag, field in SHAPE_FLAGS.items() if getattr(args, flag) is not None}
-    if preset is not None:
-        model = preset.model
+    if model is not None:
         if given or args.mlp or args.tied is not None:
             changes = dict(given)
             if "num_heads" in given and "num_kv_heads" not in given and model.num_kv_heads == model.num_heads:
@@ -64,7 +91,8 @@ def _model(args) -> tuple[ModelSpec, object]:
     missing = [f"--{flag.replace('_', '-')}" for flag in ("layers", "hidden", "heads", "vocab")
                if getattr(args, flag) is None]
     if missing:
-        raise SpecError(f"--preset: no model given; name a preset or give a custom shape ({', '.join(missing)} missing)")
+        raise SpecError(f"--preset: no model given; name a preset, --hf-config, --spec, or a custom shape "
+                        f"({', '.join(missing)} missing)")
     if args.seq_len is None:
         raise SpecError("--seq-len: a custom model needs a sequence length, e.g. --seq-len 2048")
     mlp = Mlp(args.mlp or "gelu")
@@ -80,8 +108,8 @@ def _model(args) -> tuple[ModelSpec, object]:
     return model, None
 
 
-def _recipe(args):
-    recipe = presets.recipe(args.precision)
+def _recipe(args, base):
+    recipe = presets.recipe(args.precision) if args.precision else base
     custom = {f"{name}_bytes": getattr(args, f"{flag}_bytes") for flag, name in
               (("weight", "weights"), ("grad", "grads"), ("master", "master")) if getattr(args, f"{flag}_bytes") is not None}
     if args.optimizer_bytes is not None:
@@ -97,21 +125,50 @@ def _whole(value):
     return int(value) if float(value).is_integer() else value
 
 
-def setup_from_args(args) -> tuple[Setup, int]:
-    """The Setup and the requested micro-batch."""
-    model, preset = _model(args)
-    seq_len = args.seq_len if args.seq_len is not None else preset.seq_len
-    global_batch = args.global_batch if args.global_batch is not None else (preset.global_batch if preset else None)
-    training = TrainingSpec(seq_len=seq_len, recipe=_recipe(args), global_batch=global_batch,
-                            act_bytes=args.act_bytes, dropout=not args.no_dropout)
-    gpu = presets.gpu(args.gpu or (preset.gpu if preset else "h100-80gb"))
+def _training(args, spec, preset, model) -> TrainingSpec:
+    base = spec.training if spec is not None and spec.training is not None else None
+    seq_len = args.seq_len or (base.seq_len if base else preset.seq_len if preset else None)
+    if seq_len is None:
+        raise SpecError(f"--seq-len: give the training sequence length (the model allows up to {model.max_seq_len})")
+    if args.global_batch is not None:
+        global_batch = args.global_batch
+    else:
+        global_batch = base.global_batch if base else (preset.global_batch if preset else None)
+    default_recipe = base.recipe if base else presets.recipe(DEFAULT_RECIPE)
+    return TrainingSpec(seq_len=seq_len, recipe=_recipe(args, default_recipe), global_batch=global_batch,
+                        act_bytes=args.act_bytes or (base.act_bytes if base else 2),
+                        dropout=False if args.no_dropout else (base.dropout if base else True))
+
+
+def _cluster(args, spec, preset) -> ClusterSpec:
+    from_file = spec.cluster if spec is not None else None
+    if args.gpu:
+        gpu = presets.gpu(args.gpu)
+    elif from_file is not None:
+        gpu = from_file.gpu
+    elif spec is not None and spec.gpu is not None:
+        gpu = spec.gpu
+    else:
+        gpu = presets.gpu(preset.gpu if preset else "h100-80gb")
     if args.gpu_memory is not None:
         gpu = replace(gpu, name=gpu.name + " (custom memory)", memory_bytes=parse_bytes(args.gpu_memory, "--gpu-memory"))
-    reserve = parse_bytes(args.reserve, "--reserve") if args.reserve is not None else gpu.default_reserve_bytes
-    if args.gpus is None:
+    if args.reserve is not None:
+        reserve = parse_bytes(args.reserve, "--reserve")
+    else:
+        reserve = from_file.reserve_bytes if from_file is not None and not args.gpu else gpu.default_reserve_bytes
+    num_gpus = args.gpus if args.gpus is not None else (from_file.num_gpus if from_file is not None else None)
+    if num_gpus is None:
         raise SpecError("--gpus: say how many GPUs, e.g. --gpus 8")
-    cluster = ClusterSpec(gpu=gpu, num_gpus=args.gpus, gpus_per_node=args.gpus_per_node or gpu.gpus_per_node,
-                          reserve_bytes=reserve)
+    per_node = args.gpus_per_node or (from_file.gpus_per_node if from_file is not None else gpu.gpus_per_node)
+    return ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, reserve_bytes=reserve)
+
+
+def setup_from_args(args) -> tuple[Setup, int]:
+    """The Setup and the requested micro-batch."""
+    spec = _spec_file(args)
+    model, preset = _model(args, spec)
+    training = _training(args, spec, preset, model)
+    cluster = _cluster(args, spec, preset)
     micro_batch = args.micro_batch if args.micro_batch is not None else (preset.micro_batch if preset else 1)
     if micro_batch < 1:
         raise SpecError(f"--micro-batch must be >= 1, got {micro_batch}")

@@ -56,9 +56,11 @@ def advice(setup, result, step_list) -> tuple[str, ...]:
     st = step_list[0] if step_list else None
     if st is not None:
         extra = st.hfu / st.mfu - 1
-        lines.append(f"time: {st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}; "
-                     f"{best.config.recompute.value} recompute adds {extra:+.1%} to the step's FLOPs "
-                     f"({3 * extra:+.1%} of the forward, the way Korthikanti et al. quote it)")
+        cost = ("" if best.config.recompute.value == "none" else
+                f"; {best.config.recompute.value} recompute adds {extra:+.1%} to the step's FLOPs "
+                f"({3 * extra:+.1%} of the forward, the way Korthikanti et al. quote it)")
+        lines.append(f"time: {st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, "
+                     f"MFU {st.mfu:.1%}{cost}")
         lines.append(f"links: {_links(st)}")
     if alt_i is not None:
         alt = result.ranked[alt_i]
@@ -74,5 +76,5 @@ def advice(setup, result, step_list) -> tuple[str, ...]:
         lines.append(line)
     else:
         lines.append("no other layout fits: every other fitting candidate differs only in interleaving or micro-batch")
-    lines.append(f"not modelled: {caveat(setup, best.breakdown)}")
+    lines.append(caveat(setup, best.breakdown))
     return tuple(lines)

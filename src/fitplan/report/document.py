@@ -138,8 +138,8 @@ def search(setup, r, bound, smallest) -> list:
             why = (f"Nothing fits on {r.num_gpus} GPUs: the bound allows this count, but every legal candidate "
                    f"exceeds memory or breaks a rule (counts above).")
         lines = [why]
-        if r.closest is not None:
-            lines.append(f"closest: {config_line(r.closest.config)} needs {gib(r.closest.per_gpu_bytes)} GiB")
+        if r.least_loaded is not None:
+            lines.append(f"least loaded: {config_line(r.least_loaded.config)} needs {gib(r.least_loaded.per_gpu_bytes)} GiB")
         if smallest:
             def found(n):
                 return str(n) if n else f"none up to {smallest['searched_up_to']}"

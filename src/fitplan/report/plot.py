@@ -104,7 +104,7 @@ def fitting_x(points, capacity_bytes: int, *, mark: str = "smallest"):
 
 
 def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "smallest",
-               title: str = "Per-GPU memory of the best configuration") -> Path:
+               title: str = "Least per-GPU memory of any configuration") -> Path:
     """points: (x, per-GPU bytes or None) pairs, e.g. GPU count -> bytes of the best plan.
     A log2 x axis when x spans a factor of 16 or more (GPU counts); the x marked is
     fitting_x(points, capacity_bytes, mark=mark)."""

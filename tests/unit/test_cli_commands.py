@@ -1,0 +1,87 @@
+"""The subcommands around `plan`: presets show --toml, export, sweep, --plot, --spec, --hf-config."""
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from fitplan import presets
+from fitplan.cli import main
+from fitplan.commands import preset_object
+from fitplan.files.load import parse_document, specs_from_document
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main(argv, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(presets.MODELS) + sorted(presets.GPUS) + sorted(presets.RECIPES))
+def test_presets_show_toml_loads_back_identically(name):
+    code, out, _ = run(["presets", "show", name, "--toml"])
+    assert code == 0
+    spec = specs_from_document(parse_document(out, where=name), where=name)
+    obj = preset_object(name)
+    if isinstance(obj, tuple):
+        assert (spec.model, spec.training) == obj
+    else:
+        assert obj in (spec.gpu, spec.recipe)
+
+
+def test_export_megatron_of_the_recommendation():
+    """16 x gpu-192gib: the recommendation is tp 8, pp 2, SP, selective (tests/unit/test_search.py)."""
+    code, out, err = run(["export", "--preset", "gpt3-175b", "--gpus", "16", "--format", "megatron"])
+    assert code == 0
+    args = out.split()
+    assert args[args.index("--tensor-model-parallel-size") + 1] == "8"
+    assert args[args.index("--pipeline-model-parallel-size") + 1] == "2"
+    assert "--sequence-parallel" in args and args[args.index("--recompute-granularity") + 1] == "selective"
+    assert all(line.startswith("fitplan: note: ") for line in err.splitlines())
+
+
+def test_export_unexpressible_is_an_answer():
+    code, out, _ = run(["export", "--preset", "gpt3-175b", "--gpus", "16", "--format", "deepspeed"])
+    assert code == 1 and "tp" in out
+
+
+def test_export_nothing_fits():
+    code, out, _ = run(["export", "--preset", "gpt3-175b", "--gpus", "8", "--format", "megatron"])
+    assert code == 1 and "nothing fits" in out
+
+
+def test_sweep_json_marks_the_smallest_count():
+    """The least-loaded configuration needs (16 psi + activations)/N; 16 is the first power of two that fits."""
+    code, out, _ = run(["sweep", "--preset", "gpt3-175b", "--gpus", "8", "--values", "4,8,16,32", "--format", "json"])
+    data = json.loads(out)
+    assert code == 0 and data["smallest_fitting"] == 16
+    assert [p["fits"] for p in data["points"]] == [False, False, True, True]
+    used = [p["per_gpu_bytes"] for p in data["points"]]
+    assert used == sorted(used, reverse=True)
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "plan.png"
+    code, _, _ = run(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--top", "3", "--plot", str(path)])
+    assert code == 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_spec_file_and_hf_config_give_the_preset_answer():
+    """examples/specs/llama3.1-8b-64xh100.toml holds the llama3.1-8b shapes, 64 H100s and global batch 512."""
+    spec = ["plan", "--spec", str(ROOT / "examples/specs/llama3.1-8b-64xh100.toml"), "--tp", "2", "--json"]
+    code, out, _ = run(spec)
+    from_file = json.loads(out)
+    code2, out2, _ = run(["plan", "--preset", "llama3.1-8b", "--gpus", "64", "--global-batch", "512", "--tp", "2",
+                          "--json"])
+    preset = json.loads(out2)
+    assert code == code2 and from_file["breakdown"] == preset["breakdown"]
+    code3, out3, _ = run(["plan", "--hf-config", str(ROOT / "examples/hf/llama-3.1-8b"), "--seq-len", "8192",
+                          "--gpus", "64", "--global-batch", "512", "--tp", "2", "--json"])
+    assert json.loads(out3)["breakdown"] == preset["breakdown"]
+
+
+def test_two_model_sources_is_an_error():
+    code, _, err = run(["plan", "--preset", "gpt3-175b", "--hf-config", str(ROOT / "examples/hf/gpt2"), "--gpus", "8"])
+    assert code == 2 and "one model source" in err
