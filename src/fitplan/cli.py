@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(exp)
     exp.add_argument("--format", required=True, choices=("megatron", "deepspeed", "torchtitan", "torchtitan-python"))
     exp.add_argument("--output", help="write to this file instead of stdout")
+    cmp = sub.add_parser("compare", help="pure TP, pure PP and a hybrid side by side: memory, traffic, bubble, time")
+    add_model_args(cmp, gpus_required=False)
+    cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cmp.add_argument("--json", dest="format", action="store_const", const="json")
     swp = sub.add_parser("sweep", help="the least per-GPU memory any configuration needs, against GPU count or sequence length")
     add_model_args(swp, gpus_required=False)
     add_config_args(swp)
@@ -157,6 +161,14 @@ def run_plan(args, out) -> int:
     return 0 if any(s.breakdown.fits for s in answer.strategies) else 1
 
 
+def run_compare(args, out) -> int:
+    from fitplan.compare import compare
+    setup, micro_batch = setup_from_args(args)
+    result = compare(setup, micro_batch=micro_batch)
+    _write(out, args.format, jsonout.compare, document.compare, setup, result)
+    return 0 if result.preferred else 1
+
+
 def _write(out, fmt: str, as_json, as_blocks, *data) -> None:
     if fmt == "json":
         out.write(as_json(*data))
@@ -212,6 +224,8 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
             return run_export(args, out, err)
         if args.command == "sweep":
             return run_sweep(args, out)
+        if args.command == "compare":
+            return run_compare(args, out)
         return run_plan(args, out)
     except SpecError as error:
         err.write(f"fitplan: {error}\n")

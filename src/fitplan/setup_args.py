@@ -12,7 +12,7 @@ from fitplan.presets.models import ModelPreset
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
 from fitplan.specs.model import Mlp, Norm, Position
-from fitplan.units import parse_bytes
+from fitplan.units import parse_bytes, parse_rate
 
 SHAPE_FLAGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads", "kv_heads": "num_kv_heads",
                "ffn": "ffn_hidden_size", "vocab": "vocab_size", "params": "published_params"}
@@ -49,6 +49,8 @@ def add_model_args(parser, *, gpus_required: bool = True) -> None:
     c.add_argument("--gpu-memory", help='memory per GPU, e.g. "192 GiB"')
     c.add_argument("--reserve", help='memory held back per GPU, e.g. "10 GiB"')
     c.add_argument("--gpus-per-node", type=int)
+    c.add_argument("--intra-node-bandwidth", help='per-GPU link inside a node, one direction, e.g. "450 GB/s"')
+    c.add_argument("--inter-node-bandwidth", help='per-GPU link between nodes, one direction, e.g. "50 GB/s"')
 
 
 def _spec_file(args):
@@ -152,6 +154,11 @@ def _cluster(args, spec, preset) -> ClusterSpec:
         gpu = presets.gpu(preset.gpu if preset else "h100-80gb")
     if args.gpu_memory is not None:
         gpu = replace(gpu, name=gpu.name + " (custom memory)", memory_bytes=parse_bytes(args.gpu_memory, "--gpu-memory"))
+    for flag, tier in (("intra_node_bandwidth", "intra_node"), ("inter_node_bandwidth", "inter_node")):
+        if getattr(args, flag) is not None:
+            rate = parse_rate(getattr(args, flag), "--" + flag.replace("_", "-"))
+            link = getattr(gpu, tier)
+            gpu = replace(gpu, **{tier: replace(link, name=f"{link.name} at {rate / 1e9:g} GB/s", bytes_per_s=rate)})
     if args.reserve is not None:
         reserve = parse_bytes(args.reserve, "--reserve")
     else:

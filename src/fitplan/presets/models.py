@@ -45,11 +45,13 @@ _PRESETS = (
           note="; the table prints d_model 5140, a typo for 40 x 128 = 5120"),
     # 1536 sequences x 2048 = 3.1M tokens: the table's 3.2M batch as Megatron-LM's GPT-3 example runs it.
     _gpt3("gpt3-175b", 175_000_000_000, 96, 12288, 96, 1536 * 2048, gpu="gpu-192gib"),
+    # Shapes chosen so that the exercise's pure-TP (a = 64) and pure-PP (L = 128) layouts both
+    # exist on 64 GPUs: 12*L*h^2 = 103.1e9, 103.5e9 with embeddings.
     ModelPreset(model=ModelSpec(
-        name="dense-100b", num_layers=80, hidden_size=10240, num_heads=80, num_kv_heads=80,
-        ffn_hidden_size=40960, vocab_size=51200, max_seq_len=2048,
-        source="fitplan: a GPT-3-style 100B decoder (L=80, h=10240, a=80, f=4h, V=51200, s=2048); "
-               "12*L*h^2 = 100.7e9, 101.2e9 with embeddings"), seq_len=2048, micro_batch=1, global_batch=1536),
+        name="dense-100b", num_layers=128, hidden_size=8192, num_heads=64, num_kv_heads=64,
+        ffn_hidden_size=32768, vocab_size=51200, max_seq_len=2048,
+        source="fitplan: a GPT-3-style ~100B decoder (L=128, h=8192, a=64, f=4h, V=51200, s=2048), "
+               "103.5e9 parameters from shapes"), seq_len=2048, micro_batch=1, global_batch=1024, gpu="h100-80gb"),
     _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024),
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024),
     _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024),

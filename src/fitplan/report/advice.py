@@ -12,7 +12,8 @@ AXIS_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline
 
 
 def steps(setup, suggestions):
-    """evaluate_step for each suggestion, or None when the GPU cannot run the recipe's precision."""
+    """evaluate_step for each suggestion (or breakdown), or None when the GPU cannot run the
+    recipe's precision."""
     from fitplan.timing.step import evaluate_step
     try:
         return [evaluate_step(setup, s.config) for s in suggestions]

@@ -172,3 +172,41 @@ def preset_list() -> list:
     return [Heading("models"), Table(("name", "L", "h", "s", "source"), models, align="lrrrl"),
             Heading("gpus"), Table(("name", "GiB", "source"), gpus, align="lrl"),
             Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl")]
+
+
+def compare(setup, cmp) -> list:
+    from fitplan.compare import PATTERN
+    rows, comm_rows = [], []
+    for l in cmp.layouts:
+        c = l.config
+        if l.problem:
+            rows.append((l.name, f"{c.tp}/{c.pp}/{c.dp}", "-", "-", "-", "-", "-", "cannot be built: " + l.problem))
+            continue
+        stored = " / ".join(gib(b) for _, b in l.stored_by_recompute)
+        st = l.step
+        rows.append((l.name, f"{c.tp}/{c.pp}/{c.dp}", gib(l.simplified_state_bytes), gib(l.state_bytes), stored,
+                     c.recompute.value, gib(l.memory.per_gpu_bytes),
+                     ("fits" if l.fits else "does not fit") + f"; step {st.step_time_s:,.3f} s, MFU {st.mfu:.1%}, "
+                     f"bubble {st.bubble_fraction:.1%}"))
+        for axis, ac in st.comm.items():
+            if ac.degree > 1:
+                comm_rows.append((l.name, axis, str(ac.degree), PATTERN[axis], f"{ac.bytes_per_step / 1e9:,.1f}",
+                                  ("inside a node, " if ac.intra_node else "across nodes, ") + ac.link,
+                                  f"{ac.exposed_s:,.3g}"))
+    blocks = header(setup) + [
+        Heading("Pure tensor parallel, pure pipeline parallel and a hybrid"),
+        Table(("layout", "tp/pp/dp", "10 B/param GiB", "full state GiB", "activations none / selective / full GiB",
+               "recompute", "per-GPU GiB", "verdict"), tuple(rows), align="llrrrlrl",
+              note="per busiest GPU; 10 B/param is the exercise's bf16 weights + 8 B Adam; the full state uses "
+                   f"{setup.training.recipe.name}; the recompute column is the least that fits"),
+        Heading("Communication per step, per GPU"),
+        Table(("layout", "axis", "degree", "pattern", "GB/step", "link", "exposed s"), tuple(comm_rows),
+              align="llrlrlr") if comm_rows else Lines(("no communication",)),
+        Heading("Proposal"), Lines(cmp.reasons or ("nothing fits on these GPUs",)),
+    ]
+    if cmp.monitor:
+        blocks += [Heading(f"What to monitor on the {cmp.preferred.name} run (pipeline-stage synchronisation)"),
+                   Table(("metric", "expected", "what it catches"),
+                         tuple((m, f"{v * 1e3:,.3f} ms" if unit == "s" else f"{v:g} {unit}", why)
+                               for m, v, unit, why in cmp.monitor), align="lrl")]
+    return blocks

@@ -57,15 +57,42 @@ def seed(a) -> str:
 
 
 def breakdown(setup, b) -> str:
-    return _dump({**_common(setup), **breakdown_dict(b)})
+    from fitplan.report.advice import steps
+    st = (steps(setup, [b]) or [None])[0]
+    out = {**_common(setup), **breakdown_dict(b)}
+    if st is not None:
+        out.update(time=time_dict(st), comm=comm_dict(st))
+    return _dump(out)
 
 
-def step_dict(st) -> dict:
-    return {"step_time_s": st.step_time_s, "tokens_per_s": st.tokens_per_s, "tflops_per_gpu": st.tflops_per_gpu,
-            "mfu": st.mfu, "hfu": st.hfu, "num_microbatches": int(st.num_microbatches),
-            "bubble_fraction": st.bubble_fraction, "parts_s": {k: float(v) for k, v in st.parts.items()},
-            "comm": {a: {"degree": c.degree, "bytes_per_step": float(c.bytes_per_step), "exposed_s": float(c.exposed_s),
-                         "intra_node": c.intra_node, "link": c.link} for a, c in st.comm.items()}}
+def compare(setup, cmp) -> str:
+    layouts = []
+    for l in cmp.layouts:
+        item = {"name": l.name, "config": config_dict(l.config), "problem": l.problem or None}
+        if not l.problem:
+            item.update(simplified_state_bytes=int(l.simplified_state_bytes), state_bytes=int(l.state_bytes),
+                        stored_activation_bytes={rc.value: int(b) for rc, b in l.stored_by_recompute},
+                        per_gpu_bytes=int(l.memory.per_gpu_bytes), fits=l.fits, time=time_dict(l.step),
+                        comm=comm_dict(l.step))
+        layouts.append(item)
+    return _dump({**_common(setup), "layouts": layouts,
+                  "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(cmp.reasons),
+                  "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in cmp.monitor]})
+
+
+def time_dict(st) -> dict:
+    """Issue 4's `time` object: step_s, compute_s, exposed_comm_s by axis, bubble_s, tokens_per_s, mfu, hfu."""
+    return {"step_s": st.step_time_s, "compute_s": float(st.parts["time/compute"]),
+            "exposed_comm_s": {a: float(s) for a, s in st.exposed_comm_s.items()},
+            "bubble_s": float(st.parts["time/bubble"]), "tokens_per_s": st.tokens_per_s, "mfu": st.mfu,
+            "hfu": st.hfu, "tflops_per_gpu": st.tflops_per_gpu, "num_microbatches": int(st.num_microbatches),
+            "bubble_fraction": st.bubble_fraction, "parts_s": {k: float(v) for k, v in st.parts.items()}}
+
+
+def comm_dict(st) -> dict:
+    """Issue 4's `comm` object: bytes per step per GPU by axis, with the link tier."""
+    return {a: {"degree": c.degree, "bytes_per_step": float(c.bytes_per_step), "intra_node": c.intra_node,
+                "link": c.link} for a, c in st.comm.items()}
 
 
 def search(setup, r, bound, smallest) -> str:
@@ -73,7 +100,7 @@ def search(setup, r, bound, smallest) -> str:
     step_list = steps(setup, r.suggestions) or [None] * len(r.suggestions)
     suggestions = [{**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
                     "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
-                    "time": None if st is None else step_dict(st)}
+                    "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
                    for s, st in zip(r.suggestions, step_list)]
     lower = {"min_gpus": bound.min_gpus, "min_gpus_power_of_two": bound.min_gpus_power_of_two,
              "inequality": bound.inequality, "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}

@@ -1,0 +1,88 @@
+"""`fitplan compare`: the seed's second exercise on dense-100b (L=128, h=8192, a=64,
+103.5e9 parameters) over 64 H100 80GB, 8 per node.
+
+By hand: pure TP (tp = 64) splits the state 64 ways, 16 B x 103.5e9 / 64 = 24.4 GiB, but its
+4 all-reduces per layer cross nodes; pure PP (pp = 64, 2 layers a stage) must keep 64
+micro-batches in flight on the first stage, L layers' worth: sbh(34 + 5as/h) x 128 =
+229 GiB without recompute, 2sbh x 128 = 5 GiB with full recompute.
+"""
+import io
+import json
+
+import pytest
+
+from fitplan.cli import main
+from fitplan.compare import compare
+from fitplan.specs.parallel import Recompute
+from fitplan.units import GiB
+from tests.conftest import make_setup
+
+
+@pytest.fixture(scope="module")
+def result():
+    return compare(make_setup("dense-100b", 64))
+
+
+def by_name(result, name):
+    return next(l for l in result.layouts if l.name == name)
+
+
+def test_pure_tp(result):
+    tp = by_name(result, "pure TP")
+    assert tp.config.tp == 64 and tp.fits
+    h, f, V, L = 8192, 32768, 51200, 128
+    sharded = h * 3 * h + h * h + 2 * h * f + 3 * h + f      # qkv + proj + fc1 + fc2 weights, column biases
+    replicated = 2 * 2 * h + 2 * h                           # two LayerNorms, two row-parallel biases
+    psi = L * (sharded // 64 + replicated) + V * h // 64 + 2048 * h + 2 * h   # + positions, final LN
+    assert tp.state_bytes == 16 * psi                        # 24.44 GiB: replicated norms/biases/positions add 0.34
+    assert not tp.step.comm["tp"].intra_node            # 64 ranks cannot share one 8-GPU node
+    assert tp.step.shares["time/tp_exposed"] > 0.9      # the all-reduces over InfiniBand dominate
+
+
+def test_pure_pp_needs_full_recompute(result):
+    pp = by_name(result, "pure PP")
+    stored = dict(pp.stored_by_recompute)
+    s, h, a, L = 2048, 8192, 64, 128
+    assert stored[Recompute.NONE] // 2**20 == (s * h * (34 + 5 * a * s // h) * L + 64 * (s * h + 8 * s)) // 2**20
+    assert pp.config.recompute is Recompute.FULL and pp.fits
+    assert pp.step.bubble_fraction == pytest.approx(63 / 1024)   # (p - 1)/m, m = 1024 micro-batches
+
+
+def test_preferred_is_a_hybrid_with_tp_inside_the_node(result):
+    best = result.preferred
+    assert best.name.startswith("hybrid") and best.config.tp == 8
+    assert best.step.comm["tp"].intra_node and not best.step.comm["pp"].intra_node
+    assert best.step.step_time_s < by_name(result, "pure PP").step.step_time_s < by_name(result, "pure TP").step.step_time_s
+    assert len(result.monitor) == 5 and all(v > 0 for _, v, _, _ in result.monitor)
+
+
+def test_slow_inter_node_link_changes_the_ranking():
+    """At 1/10 of NDR (5 GB/s) the dp gradient traffic of pp4 x dp2 crosses the slow link, so
+    the hybrid without data parallelism (pp8 x dp1) becomes the fastest."""
+    out = io.StringIO()
+    main(["compare", "--preset", "dense-100b", "--gpus", "64", "--json"], out=out)
+    base = json.loads(out.getvalue())
+    out = io.StringIO()
+    main(["compare", "--preset", "dense-100b", "--gpus", "64", "--inter-node-bandwidth", "5 GB/s", "--json"], out=out)
+    slow = json.loads(out.getvalue())
+    assert base["preferred"] == "hybrid pp4 x dp2" and slow["preferred"] == "hybrid pp8 x dp1"
+    assert "exposed dp traffic" in slow["reasons"][1]
+
+
+def test_fp8_what_if():
+    """fp8: 17 B/param state (fp8 weights, fp32 grads/master/Adam) and the 1979 TFLOP/s fp8 peak."""
+    base, fp8 = compare(make_setup("dense-100b", 64)), compare(make_setup("dense-100b", 64, recipe="fp8"))
+    b, f = by_name(base, "pure TP"), by_name(fp8, "pure TP")
+    assert f.state_bytes / b.state_bytes == pytest.approx(17 / 16, rel=1e-3)
+    hb, hf = base.preferred, by_name(fp8, base.preferred.name)
+    assert hf.step.parts["time/compute"] == pytest.approx(hb.step.parts["time/compute"] * 989 / 1979, rel=1e-9)
+
+
+def test_explicit_config_json_has_time_and_comm():
+    out = io.StringIO()
+    main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--tp", "8", "--pp", "2", "--sequence-parallel",
+          "--recompute", "selective", "--json"], out=out)
+    data = json.loads(out.getvalue())
+    assert set(data["time"]) >= {"step_s", "compute_s", "exposed_comm_s", "bubble_s", "tokens_per_s", "mfu", "hfu"}
+    assert data["comm"]["tp"]["intra_node"] and not data["comm"]["pp"]["intra_node"]
+    assert data["time"]["step_s"] == pytest.approx(sum(data["time"]["parts_s"].values()))
