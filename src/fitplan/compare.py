@@ -148,7 +148,9 @@ def monitor(setup: Setup, l: Layout) -> tuple:
     sh = shape_inputs(setup)
     peak = C.peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)
     logits = F.logits_flops(B=c.micro_batch, s=sh["s"], h=sh["h"], V=setup.model.vocab_size)
-    gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=peak, eff=setup.cluster.gpu.efficiency)
+    gpu = setup.cluster.gpu
+    eff = C.gemm_efficiency(eff_max=gpu.efficiency, h=sh["h"], h0=gpu.efficiency_h0)
+    gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=peak, eff=eff)
     sends = max(1, 2 * st.num_microbatches * c.virtual_stages)
     return (
         ("forward time per micro-batch, per stage", terms["time/forward_microbatch"], "s",

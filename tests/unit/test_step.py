@@ -62,12 +62,13 @@ def test_parts_add_up_and_shares_sum_to_one(c):
 
 def test_single_gpu_step_is_hardware_flops_over_rate():
     """One GPU, no parallelism: nothing to communicate, no bubble; the step is the hardware
-    FLOPs of m = global_batch/b micro-batches over peak*eff (989e12 * 0.5 for H100 bf16)."""
+    FLOPs of m = global_batch/b micro-batches over peak*eff: H100 bf16 989e12 and the preset's
+    curve at h = 768, 0.83 * 768 / (768 + 4500) = 0.121."""
     setup = _setup(model="gpt3-125m", num_gpus=1, seq_len=2048, global_batch=8)
     r = evaluate_step(setup, ParallelConfig(micro_batch=2, recompute=Recompute.FULL))
     hw = F.narayanan_eq3(B=8, s=2048, l=12, h=768, V=50257)   # full recompute, GPT shapes: Eq. 3
     assert r.num_microbatches == 4
-    assert r.step_time_s == pytest.approx(hw / (989e12 * 0.5), rel=1e-12)
+    assert r.step_time_s == pytest.approx(hw / (989e12 * 0.83 * 768 / (768 + 4500)), rel=1e-12)
     assert r.parts["time/compute"] == r.step_time_s
     assert r.mfu == pytest.approx(F.korthikanti_eq7(B=8, L=12, s=2048, h=768, V=50257) / (r.step_time_s * 989e12))
     assert r.tokens_per_s == pytest.approx(8 * 2048 / r.step_time_s)

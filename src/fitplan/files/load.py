@@ -11,7 +11,8 @@ The one layout (a file may hold any of these tables; JSON nests the same way):
   [training.recipe.moments]  one key per optimizer moment, in bytes per parameter
   [recipe]                   a recipe on its own, same keys (and [recipe.moments])
   [gpu]                      name, memory = "80 GiB", peak_bf16_flops_per_s = 989e12,
-                             peak_fp8_flops_per_s (omit: none), efficiency, gpus_per_node,
+                             peak_fp8_flops_per_s (omit: none), efficiency, efficiency_h0
+                             (omit: 0, constant efficiency), gpus_per_node,
                              default_reserve = "5 GiB", source
   [gpu.intra_node], [gpu.inter_node]   name, bandwidth = "450 GB/s", latency = "3 us"
   [cluster]                  gpu = "h100-80gb" (a preset; omit it to use this file's [gpu]),
@@ -323,6 +324,7 @@ def gpu_from_table(data: dict, *, where: str = "<spec>") -> GpuSpec:
     spec = dict(name=t.str("name"), memory_bytes=t.size("memory"),
                 peak_bf16_flops_per_s=float(t.number("peak_bf16_flops_per_s")),
                 peak_fp8_flops_per_s=None if fp8 is None else float(fp8), efficiency=t.number("efficiency"),
+                efficiency_h0=float(t.number("efficiency_h0", default=d["efficiency_h0"])),
                 intra_node=_link_from_table(t.table("intra_node")),
                 inter_node=_link_from_table(t.table("inter_node")),
                 gpus_per_node=t.int("gpus_per_node", default=d["gpus_per_node"]),
@@ -444,7 +446,7 @@ def _gpu_toml(g: GpuSpec) -> str:
     items = [("name", g.name), ("memory", size_text(g.memory_bytes)),
              ("peak_bf16_flops_per_s", g.peak_bf16_flops_per_s)]
     items += _omit(g.peak_fp8_flops_per_s, "omitted: no fp8 tensor cores", comments, "peak_fp8_flops_per_s")
-    items += [("efficiency", g.efficiency), ("gpus_per_node", g.gpus_per_node),
+    items += [("efficiency", g.efficiency), ("efficiency_h0", g.efficiency_h0), ("gpus_per_node", g.gpus_per_node),
               ("default_reserve", size_text(g.default_reserve_bytes)), ("source", g.source)]
     return "\n".join((toml_text.table("gpu", items, comments), _link_toml(g.intra_node, "gpu.intra_node"),
                       _link_toml(g.inter_node, "gpu.inter_node")))

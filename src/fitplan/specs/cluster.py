@@ -22,8 +22,9 @@ class LinkSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
-    """One accelerator. Peak rates are dense (no sparsity); efficiency is the fraction of
-    peak a well-tuned GEMM-heavy step reaches, a named and visible assumption."""
+    """One accelerator. Peak rates are dense (no sparsity). A step's sustained fraction of
+    peak is efficiency * h / (h + efficiency_h0) (fitplan.timing.compute.gemm_efficiency):
+    named, visible assumptions, calibrated in bench/calibrate.py."""
 
     name: str
     memory_bytes: int
@@ -34,10 +35,14 @@ class GpuSpec:
     inter_node: LinkSpec
     gpus_per_node: int = 8
     default_reserve_bytes: int = 0
+    efficiency_h0: float = 0.0   # hidden size at which GEMM efficiency halves; 0: constant efficiency
     source: str = ""
 
     def __post_init__(self) -> None:
         positive_int("gpu", "memory_bytes", self.memory_bytes, maximum=2**60)
+        if isinstance(self.efficiency_h0, bool) or not isinstance(self.efficiency_h0, (int, float)) \
+                or not (0 <= self.efficiency_h0 < 1e7):
+            raise SpecError(f"gpu.efficiency_h0 must be a hidden size in [0, 1e7), got {self.efficiency_h0!r}")
         positive_number("gpu", "peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
         if self.peak_fp8_flops_per_s is not None:
             positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)

@@ -27,6 +27,14 @@ def peak_flops_per_s(gpu: GpuSpec, compute: str) -> float:
     return gpu.peak_bf16_flops_per_s
 
 
+@formula("ratio/efficiency", "eff_max*h/(h + h0)", Cite("fitplan", "formulas.md#efficiency (fitted to Korthikanti "
+                                                              "Table 5 by bench/calibrate.py)"), RATIO,
+         ("GEMM work per layer grows like s*b*h^2 and the memory-bound rest (norms, activations, dropout, "
+          "softmax) like s*b*h, so the sustained fraction of peak rises with h towards eff_max",))
+def gemm_efficiency(*, eff_max, h, h0):
+    return eff_max * h / (h + h0)
+
+
 @formula("flops/per_gpu", "F/(t*c)", Cite("fitplan", "formulas.md#flops (Megatron column/row-parallel GEMMs)"),
          FLOPS, ("tensor parallel splits every GEMM evenly over t; context parallel splits the tokens over c, "
                  "with load-balanced causal chunks",))

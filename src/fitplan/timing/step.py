@@ -60,8 +60,9 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them."""
     model, training, cluster = setup.model, setup.training, setup.cluster
     gpu, recipe = cluster.gpu, training.recipe
-    peak, eff = C.peak_flops_per_s(gpu, recipe.compute), gpu.efficiency
+    peak = C.peak_flops_per_s(gpu, recipe.compute)
     sh = shape_inputs(setup)
+    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh["h"], h0=gpu.efficiency_h0)
     s, h, e, L = sh["s"], sh["h"], sh["e"], model.num_layers // pp
     m = ev(PL.num_microbatches, B=training.global_batch, b=b, d=dp, p=pp)
     out = {"pipeline/microbatches": m}
