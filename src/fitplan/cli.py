@@ -177,15 +177,16 @@ def _write(out, fmt: str, as_json, as_blocks, *data) -> None:
 
 
 SMALLEST_TRIES = 64
+MAX_GPUS = 10**9   # ClusterSpec's limit
 
 
 def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
     """The smallest GPU count from the lower bound upwards where the search finds a fit,
-    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each."""
+    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, and
+    never past MAX_GPUS."""
     from dataclasses import replace
 
     from fitplan.search import search
-
     seen: dict = {}
 
     def fits(n: int) -> bool:
@@ -194,20 +195,11 @@ def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
             seen[n] = search(s, _space(args, s, micro_batch), top=1).feasible
         return seen[n]
 
-    found = {"general": None, "power_of_two": None, "searched_up_to": None}
-    n = max(start, 1)
-    for n in range(max(start, 1), max(start, 1) + SMALLEST_TRIES):
-        if fits(n):
-            found["general"] = n
-            break
-    p = 1 << (max(start, 1) - 1).bit_length()
-    for _ in range(SMALLEST_TRIES):
-        if fits(p):
-            found["power_of_two"] = p
-            break
-        p *= 2
-    found["searched_up_to"] = max(n, p)
-    return found
+    start = max(start, 1)
+    general = next((n for n in range(start, min(start + SMALLEST_TRIES, MAX_GPUS + 1)) if fits(n)), None)
+    powers = [1 << k for k in range((start - 1).bit_length(), MAX_GPUS.bit_length()) if (1 << k) <= MAX_GPUS]
+    power = next((p for p in powers[:SMALLEST_TRIES] if fits(p)), None)
+    return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:

@@ -14,7 +14,8 @@ from fitplan.memory import activations as A
 from fitplan.memory import states as S
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from fitplan.specs.model import Mlp
+from fitplan.errors import SpecError
+from fitplan.specs.model import Mlp, Position
 
 PARTS = ("states/weights", "states/grads", "states/master", "states/optimizer",
          "activations/layers", "activations/pipeline_in_flight", "activations/embedding",
@@ -30,6 +31,12 @@ class Setup:
     model: ModelSpec
     training: TrainingSpec
     cluster: ClusterSpec
+
+    def __post_init__(self) -> None:
+        m, t = self.model, self.training
+        if m.position is Position.LEARNED and t.seq_len > m.max_seq_len:
+            raise SpecError(f"training.seq_len {t.seq_len} is longer than the model's learned position table "
+                            f"({m.max_seq_len}); use --seq-len <= {m.max_seq_len} or a RoPE model")
 
 
 def shape_inputs(setup: Setup) -> dict:
