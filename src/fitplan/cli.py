@@ -220,8 +220,14 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
             return run_compare(args, out)
         return run_plan(args, out)
     except SpecError as error:
-        err.write(f"fitplan: {error}\n")
+        err.write(f"fitplan: {one_line(str(error))}\n")
         return 2
+
+
+def one_line(message: str) -> str:
+    """User text inside a message (a key, a file name) may hold newlines or control
+    characters; escape them so the error stays one line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
 if __name__ == "__main__":  # pragma: no cover

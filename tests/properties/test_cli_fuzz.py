@@ -4,6 +4,7 @@ exit 2 with exactly one line on stderr. Never a traceback, never another exit co
 The 'ci' profile runs these derandomized; bench/fuzz.py runs many more.
 """
 import io
+import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,16 +27,24 @@ FLAGS = {
     "--mlp": st.sampled_from(["gelu", "swiglu", "relu"]), "--act-bytes": NUMBERS, "--weight-bytes": NUMBERS,
     "--max-cp": NUMBERS, "--format": st.sampled_from(["text", "markdown", "json", "xml"]),
 }
+# CI runs this many; bench/fuzz.py runs more by setting the variable.
+EXAMPLES = int(os.environ.get("FITPLAN_FUZZ_EXAMPLES", "3000"))
 SWITCHES = ["--suggest", "--sequence-parallel", "--json", "--tied-embeddings", "--untied-embeddings",
             "--no-dropout", "--allow-cross-node-tp", "--bogus", "-x"]
 
 
 @st.composite
 def argvs(draw):
-    argv = [draw(st.sampled_from(["plan", "search", "presets", "plan", "plan", "bogus"]))]
+    argv = [draw(st.sampled_from(["plan", "search", "presets", "plan", "plan", "bogus", "export", "compare",
+                                  "sweep"]))]
     if argv[0] == "presets":
         return argv + draw(st.lists(st.sampled_from(["list", "show", "gpt3-175b", "h100-80gb", "nope", "--toml"]),
                                     max_size=3))
+    if argv[0] == "export":
+        argv += ["--format", draw(st.sampled_from(["megatron", "deepspeed", "torchtitan", "torchtitan-python", "x"]))]
+    if argv[0] == "sweep":   # a few small x values keep each case fast
+        argv += ["--values", draw(st.sampled_from(["1,2", "8", "0", "a,b", "", "16,3000000000"])),
+                 "--over", draw(st.sampled_from(["gpus", "seq-len", "both"]))]
     for flag in draw(st.lists(st.sampled_from(sorted(FLAGS)), max_size=7, unique=True)):
         argv += [flag] if draw(st.integers(0, 15)) == 0 else [flag, draw(FLAGS[flag])]
     argv += draw(st.lists(st.sampled_from(SWITCHES), max_size=2, unique=True))
@@ -52,11 +61,12 @@ def check(argv):
     if code == 2:
         assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("fitplan: "), (argv, err.getvalue())
         assert out.getvalue() == ""
-    else:
-        assert out.getvalue() and err.getvalue() == "", argv
+    else:   # an answer; stderr holds nothing but export notes
+        assert out.getvalue(), argv
+        assert all(line.startswith("fitplan: note: ") for line in err.getvalue().splitlines()), argv
 
 
-@settings(max_examples=3000, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, suppress_health_check=list(HealthCheck))
 @given(argvs())
 def test_cli_never_crashes(argv):
     check(argv)
