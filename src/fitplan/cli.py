@@ -14,7 +14,7 @@ from fitplan.setup_args import add_model_args, setup_from_args
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
-CONFIG_FLAGS = ("tp", "pp", "dp", "cp", "zero", "sequence_parallel", "recompute", "virtual_stages")
+CONFIG_FLAGS = ("tp", "pp", "dp", "cp", "ep", "zero", "sequence_parallel", "recompute", "virtual_stages")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +71,7 @@ def add_config_args(p) -> None:
     g.add_argument("--pp", type=int)
     g.add_argument("--dp", type=int)
     g.add_argument("--cp", type=int)
+    g.add_argument("--ep", type=int, help="expert-parallel degree (MoE models), drawn from the tp x dp x cp ranks")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
     g.add_argument("--sequence-parallel", action="store_true", default=None)
     g.add_argument("--recompute", choices=[r.value for r in Recompute])
@@ -96,7 +97,7 @@ def _config(args, setup, micro_batch) -> ParallelConfig:
     config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=ZeroStage(args.zero or 0),
                             sequence_parallel=bool(args.sequence_parallel),
                             recompute=Recompute(args.recompute or "none"), micro_batch=micro_batch,
-                            virtual_stages=args.virtual_stages or 1)
+                            virtual_stages=args.virtual_stages or 1, ep=args.ep or 1)
     compat.require(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=args.allow_cross_node_tp)
     return config
 
@@ -110,9 +111,10 @@ def _space(args, setup, micro_batch):
     from fitplan.search import default_space   # NumPy is loaded only by the search
     _at_least_one("--max-cp", args.max_cp)
     n = setup.cluster.num_gpus
-    space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp)
+    space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp,
+                          num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
     fixed = {}
-    for flag in ("tp", "pp", "cp", "virtual_stages"):
+    for flag in ("tp", "pp", "cp", "virtual_stages", "ep"):
         if getattr(args, flag) is not None:
             _at_least_one("--" + flag.replace("_", "-"), getattr(args, flag))
             fixed[flag] = (getattr(args, flag),)

@@ -41,6 +41,7 @@ class SearchSpace:
     recompute: tuple[Recompute, ...] = tuple(Recompute)
     requested_micro_batch: int = 1
     allow_cross_node_tp: bool = False
+    ep: tuple[int, ...] = (1,)
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -49,9 +50,11 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 def default_space(num_gpus: int, *, micro_batch: int = 1, max_cp: int = 8, max_virtual_stages: int = 4,
-                  micro_batches: tuple[int, ...] | None = None, allow_cross_node_tp: bool = False) -> SearchSpace:
+                  micro_batches: tuple[int, ...] | None = None, allow_cross_node_tp: bool = False,
+                  num_experts: int = 0) -> SearchSpace:
     """tp, pp: every divisor of the GPU count; cp: divisors up to max_cp; micro-batch: the
-    requested one and its halvings (a smaller micro-batch is the cheapest memory lever)."""
+    requested one and its halvings (a smaller micro-batch is the cheapest memory lever);
+    ep: the divisors of the expert count that divide the GPU count (MoE models only)."""
     divs = divisors(num_gpus)
     if micro_batches is None:
         halvings, mb = [], micro_batch
@@ -59,10 +62,11 @@ def default_space(num_gpus: int, *, micro_batch: int = 1, max_cp: int = 8, max_v
             halvings.append(mb)
             mb //= 2
         micro_batches = tuple(sorted(set(halvings + [1])))
+    eps = tuple(d for d in divisors(num_experts) if num_gpus % d == 0) if num_experts else (1,)
     return SearchSpace(tp=divs, pp=divs, cp=tuple(d for d in divs if d <= max_cp),
                        micro_batches=tuple(sorted(micro_batches)),
                        virtual_stages=tuple(range(1, max_virtual_stages + 1)),
-                       requested_micro_batch=micro_batch, allow_cross_node_tp=allow_cross_node_tp)
+                       requested_micro_batch=micro_batch, allow_cross_node_tp=allow_cross_node_tp, ep=eps)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class _Grid:
     cp: np.ndarray
     micro_batch: np.ndarray
     virtual_stages: np.ndarray
+    ep: np.ndarray
     sequence_parallel: bool = False
 
     def __len__(self) -> int:
@@ -83,14 +88,16 @@ class _Grid:
 def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
     degrees = [(t, p, c) for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0]
     if not degrees:
-        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(6)))
+        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(7)))
     deg = np.array(degrees, dtype=np.int64)
     mb = np.array(space.micro_batches, dtype=np.int64)
     vs = np.array(space.virtual_stages, dtype=np.int64)
-    i, j, k = np.meshgrid(np.arange(len(deg)), np.arange(len(mb)), np.arange(len(vs)), indexing="ij")
-    i, j, k = i.ravel(), j.ravel(), k.ravel()
+    eps = np.array(space.ep, dtype=np.int64)
+    i, j, k, x = (a.ravel() for a in np.meshgrid(np.arange(len(deg)), np.arange(len(mb)), np.arange(len(vs)),
+                                                  np.arange(len(eps)), indexing="ij"))
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
-    return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k])
+    return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
+                 ep=eps[x])
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +130,7 @@ def _groups(space: SearchSpace):
 
 def space_size(num_gpus: int, space: SearchSpace) -> int:
     num_degrees = sum(1 for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0)
-    return num_degrees * len(space.micro_batches) * len(space.virtual_stages) * len(_groups(space))
+    return num_degrees * len(space.micro_batches) * len(space.virtual_stages) * len(space.ep) * len(_groups(space))
 
 
 def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.ndarray:
@@ -139,11 +146,11 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
     return ok
 
 
-def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total):
+def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total, ep=1):
     """RANK_ORDER as a tuple, most significant first; elementwise on arrays, so the
     search and the brute-force check in the tests sort by the same key."""
-    return (cp > 1, recompute_level, zero, tp > 1, pp > 1, v > 1, abs(mb - requested_mb), -mb, sp,
-            tp, pp, cp, v, total)
+    return (cp > 1, recompute_level, zero, tp > 1, pp > 1, ep > 1, v > 1, abs(mb - requested_mb), -mb, sp,
+            tp, pp, ep, cp, v, total)
 
 
 def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute, totals: np.ndarray,
@@ -151,7 +158,7 @@ def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute,
     """One row per fitting candidate; lexicographic order = RANK_ORDER."""
     key = rank_key(cp=grid.cp[idx], recompute_level=rc.level, zero=int(zero), tp=grid.tp[idx], pp=grid.pp[idx],
                    v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb, sp=int(sp),
-                   total=totals)
+                   total=totals, ep=grid.ep[idx])
     return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
 
 
@@ -175,7 +182,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     keys, members, closest = [], [], None
     legal_by_sp = {}
     for sp in space.sequence_parallel:
-        grid = _Grid(base.tp, base.pp, base.dp, base.cp, base.micro_batch, base.virtual_stages, sp)
+        grid = _Grid(base.tp, base.pp, base.dp, base.cp, base.micro_batch, base.virtual_stages, base.ep, sp)
         per_group: dict = {}
         legal = _legal(setup, grid, space, per_group)
         legal_by_sp[sp] = (grid, legal, per_group)
@@ -192,7 +199,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             continue
         f = lambda a: a[idx].astype(np.float64)
         totals = busiest_total(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp),
-                               b=f(grid.micro_batch), v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc)
+                               b=f(grid.micro_batch), v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc,
+                               ep=f(grid.ep))
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
         low = int(np.argmin(totals))
@@ -232,13 +240,14 @@ def _step_seconds(setup, grid, idx, zero, sp, rc):
     from fitplan.timing.step import step_seconds
     f = lambda a: a[idx].astype(np.float64)
     return step_seconds(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp), b=f(grid.micro_batch),
-                        v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc)
+                        v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc, ep=f(grid.ep))
 
 
 def _config(grid: _Grid, i: int, zero, sp: bool, rc: Recompute) -> ParallelConfig:
     return ParallelConfig(tp=int(grid.tp[i]), pp=int(grid.pp[i]), dp=int(grid.dp[i]), cp=int(grid.cp[i]),
                           zero=ZeroStage(zero), sequence_parallel=bool(sp), recompute=rc,
-                          micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]))
+                          micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]),
+                          ep=int(grid.ep[i]))
 
 
 def rank_reason(config: ParallelConfig, requested_mb: int) -> str:
@@ -249,6 +258,8 @@ def rank_reason(config: ParallelConfig, requested_mb: int) -> str:
              "no PP" if config.pp == 1 else f"PP {config.pp}" + (f" x {config.virtual_stages} virtual"
                                                                 if config.virtual_stages > 1 else ""),
              "no CP" if config.cp == 1 else f"CP {config.cp}"]
+    if config.ep > 1:
+        parts.insert(4, f"EP {config.ep}")
     if config.micro_batch != requested_mb:
         parts.append(f"micro-batch {config.micro_batch} instead of {requested_mb}")
     return ", ".join(parts)

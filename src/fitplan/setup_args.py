@@ -11,7 +11,7 @@ from fitplan.memory.breakdown import Setup
 from fitplan.presets.models import ModelPreset
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
-from fitplan.specs.model import Mlp, Norm, Position
+from fitplan.specs.model import Mlp, MoeSpec, Norm, Position
 from fitplan.units import parse_bytes, parse_rate
 
 SHAPE_FLAGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads", "kv_heads": "num_kv_heads",
@@ -34,6 +34,12 @@ def add_model_args(parser, *, gpus_required: bool = True) -> None:
     tied.add_argument("--tied-embeddings", dest="tied", action="store_const", const=True)
     tied.add_argument("--untied-embeddings", dest="tied", action="store_const", const=False)
     g.add_argument("--params", type=int, help="a published parameter count to use instead of the shape-derived one")
+    g.add_argument("--experts", type=int, help="routed experts per MoE layer (makes the model mixture-of-experts)")
+    g.add_argument("--experts-per-token", type=int, help="top-k routing")
+    g.add_argument("--expert-ffn", type=int, help="each expert's MLP size (default --ffn)")
+    g.add_argument("--shared-experts", type=int, help="experts every token uses (DeepSeek)")
+    g.add_argument("--first-dense-layers", type=int, help="leading layers with a dense MLP")
+    g.add_argument("--capacity-factor", type=float, help="MoE capacity factor (default: dropless)")
     t = parser.add_argument_group("training")
     t.add_argument("--seq-len", type=int)
     t.add_argument("--micro-batch", type=int)
@@ -43,6 +49,10 @@ def add_model_args(parser, *, gpus_required: bool = True) -> None:
         t.add_argument(f"--{comp}-bytes", type=float, help=f"custom {comp} bytes per parameter")
     t.add_argument("--act-bytes", type=int, choices=(1, 2, 4), help="bytes per stored activation (default 2)")
     t.add_argument("--no-dropout", action="store_true", help="train without dropout (no masks stored)")
+    t.add_argument("--attention-kernel", choices=("eager", "flash"),
+                   help="eager stores the s^2 scores; flash keeps only an fp32 logsumexp (default eager)")
+    t.add_argument("--moe-imbalance", type=float,
+                   help="dropless MoE: the busiest expert rank's tokens over the mean (default 1.0)")
     c = parser.add_argument_group("cluster")
     c.add_argument("--gpus", type=int, required=gpus_required, help="number of GPUs")
     c.add_argument("--gpu", help="GPU preset (default: the model preset's, else h100-80gb)")
@@ -74,7 +84,32 @@ def _base_model(args, spec) -> tuple[ModelSpec | None, ModelPreset | None]:
     return (spec.model if spec is not None else None), None
 
 
+def _with_experts(args, model: ModelSpec) -> ModelSpec:
+    """--experts and friends add or change a [model.moe] table."""
+    flags = {"num_experts": args.experts, "experts_per_token": args.experts_per_token,
+             "expert_ffn_size": args.expert_ffn, "num_shared_experts": args.shared_experts,
+             "first_dense_layers": args.first_dense_layers, "capacity_factor": args.capacity_factor}
+    given = {k: v for k, v in flags.items() if v is not None}
+    if not given:
+        return model
+    if model.moe is None:
+        if args.experts is None or args.experts_per_token is None:
+            raise SpecError("--experts: a mixture-of-experts model needs --experts and --experts-per-token")
+        base = MoeSpec(num_experts=args.experts, experts_per_token=args.experts_per_token,
+                       expert_ffn_size=args.expert_ffn or model.ffn_hidden_size)
+    else:
+        base = model.moe
+    return replace(model, moe=replace(base, **given), published_params=None,
+                   name=model.name if model.name.endswith("(modified)") or model.name == "custom"
+                   else model.name + " (modified)")
+
+
 def _model(args, spec) -> tuple[ModelSpec, ModelPreset | None]:
+    model, preset = _model_shape(args, spec)
+    return _with_experts(args, model), preset
+
+
+def _model_shape(args, spec) -> tuple[ModelSpec, ModelPreset | None]:
     model, preset = _base_model(args, spec)
     given = {field: getattr(args, flag) for flag, field in SHAPE_FLAGS.items() if getattr(args, flag) is not None}
     if model is not None:
@@ -139,7 +174,9 @@ def _training(args, spec, preset, model) -> TrainingSpec:
     default_recipe = base.recipe if base else presets.recipe(DEFAULT_RECIPE)
     return TrainingSpec(seq_len=seq_len, recipe=_recipe(args, default_recipe), global_batch=global_batch,
                         act_bytes=args.act_bytes or (base.act_bytes if base else 2),
-                        dropout=False if args.no_dropout else (base.dropout if base else True))
+                        dropout=False if args.no_dropout else (base.dropout if base else True),
+                        attention_kernel=args.attention_kernel or (base.attention_kernel if base else "eager"),
+                        moe_imbalance=args.moe_imbalance or (base.moe_imbalance if base else 1.0))
 
 
 def _cluster(args, spec, preset) -> ClusterSpec:

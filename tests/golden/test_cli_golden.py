@@ -19,6 +19,9 @@ CASES = {
     "explicit_16.txt": (SEED + ["--gpus", "16", "--tp", "8", "--pp", "2", "--sequence-parallel",
                                 "--recompute", "selective"], 0),
     "llama3.1-70b_64xh100.txt": (["plan", "--preset", "llama3.1-70b", "--gpus", "64", "--suggest", "--top", "3"], 0),
+    "mixtral-8x7b_16.txt": (["plan", "--preset", "mixtral-8x7b", "--gpus", "16", "--suggest", "--top", "3"], 0),
+    "deepseek-v3_2048_flash.json": (["plan", "--preset", "deepseek-v3", "--gpus", "2048", "--suggest", "--top", "2",
+                                     "--attention-kernel", "flash", "--json"], 0),
     "compare_dense100b_64.txt": (["compare", "--preset", "dense-100b", "--gpus", "64"], 0),
 }
 

@@ -108,10 +108,17 @@ def test_qwen2_count():
     assert shape_params(m) == 494_032_768
 
 
-def test_mixtral_is_refused_naming_the_expert_field():
-    with pytest.raises(SpecError, match="mixture-of-experts") as err:
-        model_from_hf_config(EXAMPLES / "mixtral-8x7b")
-    assert "num_local_experts = 8" in str(err.value) and "num_experts_per_tok = 2" in str(err.value)
+def test_mixtral_counts_its_experts():
+    """Mixtral 8x7B: 46,702,792,704 parameters, 12,879,925,248 active (Jiang et al. 2024: 47B
+    total, 13B active): per layer attention 41,943,040, 8 experts x 3 x 4096 x 14336, router
+    4096 x 8, norms 8192; 32 layers plus untied 32000 x 4096 embedding and head."""
+    from fitplan.counts.params import active_params
+    from fitplan.presets import MODELS
+    m = model_from_hf_config(EXAMPLES / "mixtral-8x7b")
+    assert m.moe.num_experts == 8 and m.moe.experts_per_token == 2
+    assert shape_params(m) == 46_702_792_704 and active_params(m) == 12_879_925_248
+    assert replace(m, name="mixtral-8x7b", max_seq_len=32768, source="") == replace(
+        MODELS["mixtral-8x7b"].model, source="")
 
 
 def test_experts_in_a_dense_family_are_refused():

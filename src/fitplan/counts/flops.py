@@ -36,10 +36,20 @@ def layer_linear_flops(*, B, s, h, q, kv, f, n):
     return 2 * B * s * h * (2 * q + 2 * kv + n * f)
 
 
-@formula("flops/attention_core", "4*B*s^2*q", APP_A, FLOPS, GEMMS_ONLY)
-def attention_core_flops(*, B, s, q):
-    """Forward FLOPs of Q K^T (2Bs^2q) and of the scores times V (2Bs^2q). GPT: 4Bs^2h."""
-    return 4 * B * s * s * q
+@formula("flops/matmul", "2*B*s*P", APP_A, FLOPS, GEMMS_ONLY)
+def matmul_flops(*, B, s, P):
+    """Forward FLOPs of B*s tokens through weight matrices of P parameters per token (one
+    multiply-add per weight): any attention (GQA, MLA), dense or MoE (router, shared and the
+    k routed experts) layer. For GPT shapes P = 12h^2 and this is layer_linear_flops."""
+    return 2 * B * s * P
+
+
+@formula("flops/attention_core", lambda *, v=None, **_: "4*B*s^2*q" if v is None else "2*B*s^2*(q + v)",
+         APP_A, FLOPS, GEMMS_ONLY)
+def attention_core_flops(*, B, s, q, v=None):
+    """Forward FLOPs of Q K^T (2Bs^2q) and of the scores times V (2Bs^2v, v = q unless the
+    value heads are narrower, as in MLA). GPT: 4Bs^2h."""
+    return 2 * B * s * s * (q + (q if v is None else v))
 
 
 @formula("flops/logits", "2*B*s*h*V", APP_A, FLOPS)

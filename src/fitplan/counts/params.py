@@ -15,7 +15,7 @@ the column-parallel biases and the vocabulary-parallel embedding and head are sp
 the row-parallel biases and the norms are replicated on every tp rank. The learned
 position table is replicated too. [korthikanti Sec. 3 / Megatron-LM tensor_parallel.layers]
 """
-from fitplan.arith import ceil_div, select
+from fitplan.arith import ceil_div, maximum, minimum, select
 from fitplan.explain import COUNT, formula
 from fitplan.sources import Cite
 from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
@@ -28,20 +28,108 @@ def norm_params(model: ModelSpec) -> int:
     return 2 * model.hidden_size if model.norm is Norm.LAYERNORM else model.hidden_size
 
 
+def _mlp_mats(model: ModelSpec) -> int:
+    return 3 if model.mlp is Mlp.SWIGLU else 2
+
+
+def _mla_down(model: ModelSpec) -> int:
+    """MLA's down-projections to the latents: h*q_lora and h*(kv_lora + d_rope)."""
+    m = model.mla
+    return model.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+
+
+def _mla_up_out(model: ModelSpec) -> int:
+    """MLA's up-projections from the latents and the output projection."""
+    m, h, a = model.mla, model.hidden_size, model.num_heads
+    q_up = (m.q_lora_rank or h) * a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    return q_up + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+
+
+def attention_matmul_params(model: ModelSpec) -> int:
+    """Weight-matrix parameters of one attention block: GQA h(q + 2kv) + qh; MLA its five
+    projections."""
+    if model.mla is not None:
+        return _mla_down(model) + _mla_up_out(model)
+    return model.hidden_size * (model.q_size + 2 * model.kv_size) + model.q_size * model.hidden_size
+
+
+def layer_matmul_params(model: ModelSpec, *, moe_layer: bool, rho: float = 1) -> float:
+    """Weight-matrix parameters one token passes through in one layer: attention and the MLP;
+    an MoE layer's router, shared experts and k routed experts (times rho, the busiest rank's
+    load imbalance, when the caller wants its time rather than the model's FLOPs)."""
+    n, h = _mlp_mats(model), model.hidden_size
+    if not moe_layer:
+        return attention_matmul_params(model) + n * h * model.ffn_hidden_size
+    e = model.moe
+    return (attention_matmul_params(model) + h * e.num_experts + n * h * e.num_shared_experts * e.expert_ffn_size
+            + rho * e.experts_per_token * n * h * e.expert_ffn_size)
+
+
+def attention_sharded_params(model: ModelSpec) -> int:
+    """Attention parameters that tensor parallelism splits by t.
+
+    GQA: Q, K, V and output projections h(q + 2kv) + qh, plus their column biases.
+    MLA (DeepSeek-V2/V3, Megatron-LM MLASelfAttention): the up-projections from the latents
+    q_lora*a*(d_nope + d_rope) (or h*a*(d_nope + d_rope) without a query latent) and
+    kv_lora*a*(d_nope + d_v), and the output projection a*d_v*h; the down-projections are
+    replicated (attention_replicated_params)."""
+    if model.mla is not None:
+        return _mla_up_out(model)
+    biases = (model.q_size + 2 * model.kv_size) if (model.linear_bias or model.qkv_bias) else 0
+    return attention_matmul_params(model) + biases
+
+
+def attention_replicated_params(model: ModelSpec) -> int:
+    """Attention parameters every tp rank holds: the row-parallel output bias; for MLA the
+    down-projections to the latents and the latents' RMSNorms."""
+    if model.mla is not None:
+        return _mla_down(model) + model.mla.q_lora_rank + model.mla.kv_lora_rank   # + the latents' RMSNorms
+    return model.hidden_size if model.linear_bias else 0
+
+
+def mlp_sharded_params(model: ModelSpec, f: int) -> int:
+    """A dense MLP of width f: n*h*f weights (n = 2 GeLU, 3 SwiGLU) and its column biases."""
+    col_biases = (2 * f if model.mlp is Mlp.SWIGLU else f) if model.linear_bias else 0
+    return _mlp_mats(model) * model.hidden_size * f + col_biases
+
+
+def mlp_replicated_params(model: ModelSpec) -> int:
+    return model.hidden_size if model.linear_bias else 0
+
+
 def layer_sharded_params(model: ModelSpec) -> int:
-    """Parameters of one layer that tensor parallelism splits by t."""
-    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
-    mlp_mats = 3 if model.mlp is Mlp.SWIGLU else 2
-    weights = h * (q + 2 * kv) + q * h + mlp_mats * h * f
-    col_biases = (q + 2 * kv) + (2 * f if model.mlp is Mlp.SWIGLU else f)
-    qkv_biases = (q + 2 * kv) if model.qkv_bias else 0
-    return weights + (col_biases if model.linear_bias else qkv_biases)
+    """Parameters of one dense layer that tensor parallelism splits by t."""
+    return attention_sharded_params(model) + mlp_sharded_params(model, model.ffn_hidden_size)
 
 
 def layer_replicated_params(model: ModelSpec) -> int:
-    """Parameters of one layer every tp rank holds: two norms, and the row-parallel biases."""
-    row_biases = 2 * model.hidden_size if model.linear_bias else 0
-    return 2 * norm_params(model) + row_biases
+    """Parameters of one dense layer every tp rank holds: two norms, the row-parallel biases."""
+    return 2 * norm_params(model) + attention_replicated_params(model) + mlp_replicated_params(model)
+
+
+def moe_layer_sharded_params(model: ModelSpec) -> int:
+    """One MoE layer's tp-split parameters: attention and the shared experts (a dense MLP of
+    num_shared_experts * expert_ffn_size)."""
+    e = model.moe
+    return attention_sharded_params(model) + mlp_sharded_params(model, e.num_shared_experts * e.expert_ffn_size)
+
+
+def moe_layer_replicated_params(model: ModelSpec) -> int:
+    """One MoE layer's replicated parameters: norms, row biases and the router (h*E)."""
+    shared_bias = mlp_replicated_params(model) if model.moe.num_shared_experts else 0
+    return (2 * norm_params(model) + attention_replicated_params(model) + shared_bias
+            + model.hidden_size * model.moe.num_experts)
+
+
+def expert_params(model: ModelSpec, experts: int | None = None) -> int:
+    """Routed-expert parameters of one MoE layer (all E experts, or `experts` of them); expert
+    parallelism splits them by ep (expert tensor parallel degree 1)."""
+    e = model.moe
+    return (e.num_experts if experts is None else experts) * mlp_sharded_params(model, e.expert_ffn_size)
+
+
+def num_moe_layers(model: ModelSpec) -> int:
+    return 0 if model.moe is None else model.num_layers - model.moe.first_dense_layers
 
 
 def embedding_params(model: ModelSpec) -> int:
@@ -57,10 +145,26 @@ def head_params(model: ModelSpec) -> int:
     return 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
 
 
+def _layers_params(model: ModelSpec, experts_per_layer: int | None) -> int:
+    L_moe = num_moe_layers(model)
+    dense = (model.num_layers - L_moe) * (layer_sharded_params(model) + layer_replicated_params(model))
+    if not L_moe:
+        return dense
+    return dense + L_moe * (moe_layer_sharded_params(model) + moe_layer_replicated_params(model)
+                            + expert_params(model, experts_per_layer))
+
+
 def shape_params(model: ModelSpec) -> int:
     """Every parameter, counted once: L layers + embedding + positions + final norm + head."""
-    per_layer = layer_sharded_params(model) + layer_replicated_params(model)
-    return (model.num_layers * per_layer + embedding_params(model) + position_params(model)
+    return (_layers_params(model, None) + embedding_params(model) + position_params(model)
+            + norm_params(model) + head_params(model))
+
+
+def active_params(model: ModelSpec) -> int:
+    """Parameters one token passes through: the same, with experts_per_token routed experts
+    per MoE layer instead of all of them (the "active" count MoE papers quote)."""
+    k = model.moe.experts_per_token if model.moe is not None else None
+    return (_layers_params(model, k) + embedding_params(model) + position_params(model)
             + norm_params(model) + head_params(model))
 
 
@@ -81,16 +185,32 @@ def _stage_text(**kw):
             else "L/p*(S/t + R) + N_f + head [+ first-stage extras when p = 1]")
 
 
+@formula("params/dense_layers_on_stage", "min(L_d, L/p) on the first stage, max(0, L_d - L + L/p) on the last",
+         Cite("fitplan", "formulas.md#moe (dense layers first, as DeepSeek-V3)"), COUNT)
+def dense_layers_on_stage(*, L, L_d, p, is_first):
+    """Dense-MLP layers among a stage's L/p when the first L_d layers are dense."""
+    return select(is_first, minimum(L_d, L // p), maximum(0, L_d - L + L // p))
+
+
+@formula("params/stage_experts", "(L/p - n_dense)*X/ep", Cite("fitplan", "formulas.md#moe"), COUNT)
+def stage_expert_params(*, L, p, n_dense, X, ep):
+    """Routed-expert parameters one GPU holds: its E/ep experts of each MoE layer on the stage."""
+    return (L // p - n_dense) * ceil_div(X, ep)
+
+
 @formula("params/stage", _stage_text, SPLIT, COUNT)
-def stage_params(*, L, S, R, Vh, P_pos, N_f, head, tied, t, p, is_first):
+def stage_params(*, L, S, R, Vh, P_pos, N_f, head, tied, t, p, is_first, n_dense=None, S_moe=0, R_moe=0):
     """Parameters held by one GPU of the first (is_first) or last pipeline stage.
 
     S, R: per-layer sharded and replicated counts; Vh = V*h; P_pos learned positions;
     N_f final norm; head = V*h if untied else 0. With tied embeddings and p > 1 the last
     stage keeps its own copy of the embedding for the output layer (Megatron-LM
     `setup_embeddings_and_output_layer`). Vocabulary rows are padded to t equal shards.
+    MoE models: n_dense of the stage's layers are dense (S, R), the rest MoE (S_moe, R_moe,
+    routed experts excluded: stage_expert_params); n_dense=None means all dense.
     """
-    layers = (L // p) * (ceil_div(S, t) + R)
+    n_d = L // p if n_dense is None else n_dense
+    layers = n_d * (ceil_div(S, t) + R) + (L // p - n_d) * (ceil_div(S_moe, t) + R_moe)
     emb = ceil_div(Vh, t) + P_pos
     out_matrix = select(tied, select(p > 1, Vh, 0), head)
     out = N_f + ceil_div(out_matrix, t)

@@ -11,7 +11,7 @@ Families (model_type) and the fields read, as transformers writes them (ENGINE-N
             or null: hidden/heads), hidden_act (silu: SwiGLU, 3 matrices). RMSNorm, RoPE.
             Llama/Mistral: biases from attention_bias / mlp_bias (default none).
             Qwen2: q/k/v projections have biases, o_proj and the MLP do not.
-  mixtral   recognised and refused: mixture-of-experts is not modelled yet.
+  mixtral   the Llama fields + num_local_experts, num_experts_per_tok (experts of intermediate_size).
 
 The importer rule (ENGINE-NOTES sec. 6): the canonical name first, then the family alias
 (GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults only where transformers has
@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from fitplan.errors import SpecError
-from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.model import MoeSpec, Mlp, ModelSpec, Norm, Position
 
 DENSE_FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
 MOE_FAMILIES = ("mixtral",)
@@ -66,12 +66,17 @@ def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-mo
         raise SpecError(f"{where}: 'model_type' must be a string, got {family!r}")
     cfg = _Config(config, where, family)
     _refuse_experts(cfg)
-    if family not in DENSE_FAMILIES:
+    if family not in DENSE_FAMILIES + MOE_FAMILIES:
         close = difflib.get_close_matches(family, DENSE_FAMILIES + MOE_FAMILIES, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise SpecError(f"{where}: unknown model_type {family!r}; {hint}fitplan reads "
-                        f"{', '.join(DENSE_FAMILIES)}; describe other models in a model spec file")
+                        f"{', '.join(DENSE_FAMILIES + MOE_FAMILIES)}; describe other models in a model spec file")
     kwargs = _gpt2(cfg) if family == "gpt2" else _llama_like(cfg)
+    if family in MOE_FAMILIES:
+        try:
+            kwargs.update(_mixtral_experts(cfg))
+        except SpecError as err:
+            raise SpecError(f"{where}: {err}") from None
     try:
         return ModelSpec(name=name, source=source, **kwargs)
     except SpecError as err:
@@ -133,17 +138,22 @@ class _Config:
 
 
 def _refuse_experts(cfg: _Config) -> None:
-    """Mixture-of-experts changes every state and activation term: refuse, naming the field."""
+    """Experts in a dense family (e.g. a Qwen2-MoE config labelled qwen2) would be counted
+    wrongly: refuse, naming the field."""
     counts = [f for f in ("num_local_experts", "num_experts")
               if isinstance(cfg.data.get(f), int) and not isinstance(cfg.data[f], bool) and cfg.data[f] > 1]
-    if cfg.family not in MOE_FAMILIES and not counts:
+    if cfg.family in MOE_FAMILIES or not counts:
         return
-    field = counts[0] if counts else "num_local_experts"
-    experts = cfg.data.get(field, "missing")
-    top_k = cfg.data.get("num_experts_per_tok", "missing")
-    raise SpecError(f"{cfg.where}: {cfg.family} is a mixture-of-experts model ({field} = {experts}, "
-                    f"num_experts_per_tok = {top_k}); fitplan does not model experts yet, so it cannot "
-                    f"plan it; import a dense model instead")
+    raise SpecError(f"{cfg.where}: {counts[0]} = {cfg.data[counts[0]]} in a {cfg.family} config; fitplan reads "
+                    f"experts from {', '.join(MOE_FAMILIES)} configs only; use a model spec file with a "
+                    f"[model.moe] table")
+
+
+def _mixtral_experts(cfg: _Config) -> dict:
+    """Mixtral: every layer routes to num_experts_per_tok of num_local_experts SwiGLU experts
+    of intermediate_size (dropless, Jiang et al. 2024)."""
+    return dict(moe=MoeSpec(num_experts=cfg.int("num_local_experts"), experts_per_token=cfg.int("num_experts_per_tok"),
+                            expert_ffn_size=cfg.int("intermediate_size")))
 
 
 def _gpt2(cfg: _Config) -> dict:

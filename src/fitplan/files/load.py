@@ -41,7 +41,7 @@ import tomllib
 from fitplan import toml_text
 from fitplan.errors import SpecError
 from fitplan.specs.cluster import ClusterSpec, GpuSpec, LinkSpec
-from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
 from fitplan.specs.training import Recipe, TrainingSpec
 from fitplan.units import GB, GiB, KB, KiB, MB, MiB, TB, TiB, parse_bytes, parse_rate, parse_seconds
 
@@ -273,10 +273,29 @@ def model_from_table(data: dict, *, where: str = "<spec>") -> ModelSpec:
                 linear_bias=t.bool("linear_bias", default=d["linear_bias"]),
                 qkv_bias=t.bool("qkv_bias", default=d["qkv_bias"]),
                 head_dim=t.int("head_dim", default=None),
+                moe=_moe_from(t, where) if t.data.get("moe") is not None else t._get("moe", False, ""),
+                mla=_mla_from(t, where) if t.data.get("mla") is not None else t._get("mla", False, ""),
                 published_params=t.int("published_params", default=None),
                 source=t.str("source", default=""))
     t.done()
     return _build(ModelSpec, where, **spec)
+
+
+def _moe_from(t: "_Table", where: str) -> MoeSpec:
+    m = t.table("moe")
+    spec = dict(num_experts=m.int("num_experts"), experts_per_token=m.int("experts_per_token"),
+                expert_ffn_size=m.int("expert_ffn_size"), num_shared_experts=m.int("num_shared_experts", default=0),
+                first_dense_layers=m.int("first_dense_layers", default=0),
+                capacity_factor=m.number("capacity_factor", default=None))
+    m.done()
+    return _build(MoeSpec, where, **spec)
+
+
+def _mla_from(t: "_Table", where: str) -> MlaSpec:
+    m = t.table("mla")
+    spec = {k: m.int(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+    m.done()
+    return _build(MlaSpec, where, **spec)
 
 
 def recipe_from_table(data: dict, *, where: str = "<spec>", path: str = "recipe") -> Recipe:
@@ -417,7 +436,19 @@ def _model_toml(m: ModelSpec) -> str:
     items += _omit(m.head_dim, "omitted: hidden_size / num_heads", comments, "head_dim")
     items += _omit(m.published_params, "omitted: the count follows from the shapes", comments, "published_params")
     items.append(("source", m.source))
-    return toml_text.table("model", items, comments)
+    out = [toml_text.table("model", items, comments)]
+    if m.moe is not None:
+        e = m.moe
+        moe_items = [("num_experts", e.num_experts), ("experts_per_token", e.experts_per_token),
+                     ("expert_ffn_size", e.expert_ffn_size), ("num_shared_experts", e.num_shared_experts),
+                     ("first_dense_layers", e.first_dense_layers)]
+        moe_comments = {}
+        moe_items += _omit(e.capacity_factor, "omitted: dropless", moe_comments, "capacity_factor")
+        out.append(toml_text.table("model.moe", moe_items, moe_comments))
+    if m.mla is not None:
+        out.append(toml_text.table("model.mla", [(k, getattr(m.mla, k)) for k in (
+            "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")]))
+    return "\n".join(out)
 
 
 def _recipe_toml(r: Recipe, header: str) -> str:

@@ -32,9 +32,9 @@ TABLE2 = Cite("korthikanti", "Table 2 (Sec. 4), generalised in formulas.md#activ
 SEC43 = Cite("korthikanti", "Sec. 4.3")
 
 
-def _paper_shaped(*, h, q, kv, f, n, e, M, D, **_) -> bool:
+def _paper_shaped(*, h, q, kv, f, n, e, M, D, r_extra=0, kernel="eager", k=0, **_) -> bool:
     """GPT shapes with Korthikanti et al.'s assumptions: the formula reduces to Table 2."""
-    return (q, kv, f, n, e, M, D) == (h, h, 4 * h, 2, 2, 1, 1)
+    return (q, kv, f, n, e, M, D, r_extra, kernel, k) == (h, h, 4 * h, 2, 2, 1, 1, 0, "eager", 0)
 
 
 def _layer_text(*, recompute, sp, t, c, **kw):
@@ -51,20 +51,44 @@ def _layer_text(*, recompute, sp, t, c, **kw):
     if recompute == Recompute.FULL:
         return "e*s*b*h/(t*c)" if sp else "e*s*b*h/c"
     core = "" if recompute == Recompute.SELECTIVE else " + S"
-    return f"({rep} + T{core})/(t*c), R=s*b*h*(4e+2DM), T=s*b*(e*(2q+2kv)+n*e*f), S=a*s^2*b*(e+D*(e+M))"
+    r = "R=s*b*(h*(4e+2DM) + e*r_x)" if kw.get("r_extra") else "R=s*b*h*(4e+2DM)"
+    mlp = "n*e*f_s + k*rho*e*(2h + n*f_e) + 8E" if kw.get("k") else "n*e*f"
+    sc = "S=4*a*s*b (flash: fp32 logsumexp)" if kw.get("kernel") == "flash" else "S=a*s^2*b*(e+D*(e+M))"
+    return f"({rep} + T{core})/(t*c), {r}, T=s*b*(e*(2q+2kv) + {mlp}), {sc}"
+
+
+def _core(*, s, b, a, e, M, D, kernel):
+    """The attention core S: the s^2 scores, softmax and its dropout (eager), or only the fp32
+    logsumexp a flash kernel keeps, 4*a*s*b (ENGINE-NOTES 1a: SDPA's CPU flash path)."""
+    return 4 * a * s * b if kernel == "flash" else a * s * s * b * (e + D * (e + M))
+
+
+def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E):
+    """Bytes per token the MLP stores beyond its input (LN2's output, in R).
+    Dense: n e-byte tensors f wide. MoE (Megatron-LM MoELayer, expert tensor parallel 1): the
+    shared experts' n*e*f_s; for each of the k*rho routed copies of the token (rho: capacity
+    factor, or the load imbalance when dropless) the permuted input (h), the expert's n*f_e
+    and its output kept for the weighted combine (h); and the router's fp32 logits and
+    probabilities, 8E."""
+    if k == 0:
+        return n * e * f
+    return n * e * f_s + k * rho * e * (2 * h + n * f_e) + 8 * E
 
 
 @formula("activations/per_layer", _layer_text, TABLE2,
          assumes=("activations stored at e bytes/element; dropout masks at M bytes/element (Korthikanti Sec. 4)",
-                  "no flash attention: the s^2 attention scores are stored unless recomputed",
+                  "eager attention stores the s^2 scores unless recomputed; flash keeps a 4*a*s*b logsumexp",
                   "LayerNorm mean/rstd (2sb elements) ignored, as in Korthikanti Sec. 4"))
-def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute):
-    """Bytes one layer stores for one micro-batch on one GPU."""
+def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0, kernel="eager",
+                    k=0, rho=1, f_e=0, f_s=0, E=0):
+    """Bytes one layer stores for one micro-batch on one GPU. k > 0 makes it an MoE layer
+    (tokens sequence-sharded over tp, as Megatron-LM requires SP for MoE with tp > 1);
+    r_extra adds replicated widths (MLA's latents)."""
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
-    R = s * b * h * (4 * e + 2 * D * M)
-    T = s * b * (e * (2 * q + 2 * kv) + n * e * f)
-    S = 0 if recompute == Recompute.SELECTIVE else a * s * s * b * (e + D * (e + M))
+    R = s * b * (h * (4 * e + 2 * D * M) + e * r_extra)
+    T = s * b * (e * (2 * q + 2 * kv) + _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E))
+    S = 0 if recompute == Recompute.SELECTIVE else _core(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel)
     return ceil_div(R * select(sp, 1, t) + T + S, t * c)
 
 
@@ -72,16 +96,26 @@ def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute):
          lambda *, recompute, **_: {"none": "0", "selective": "S/(t*c)  (one layer's attention core)",
                                     "full": "(R*[t] + T + S)/(t*c)  (one layer, no recompute)"}[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
-def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute):
+def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0,
+                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0):
     """While one layer's backward runs, its recomputed activations exist on top of the
     stored ones: the whole layer under full recompute, the attention core under selective.
-    Korthikanti et al. leave this transient out; fitplan counts it."""
+    Korthikanti et al. leave this transient out; fitplan counts it (for the larger layer
+    kind when a model mixes dense and MoE layers: the caller passes that one)."""
     if recompute == Recompute.NONE:
         return 0 * b
     if recompute == Recompute.FULL:
         return per_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, M=M, D=D, t=t, c=c, sp=sp,
-                               recompute=Recompute.NONE)
-    return ceil_div(a * s * s * b * (e + D * (e + M)), t * c)
+                               recompute=Recompute.NONE, r_extra=r_extra, kernel=kernel, k=k, rho=rho, f_e=f_e,
+                               f_s=f_s, E=E)
+    return ceil_div(_core(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel), t * c)
+
+
+@formula("activations/moe_buffers", "2*e*k*rho*s*b*h/(t*c)", Cite("fitplan", "formulas.md#moe"),
+         assumes=("one MoE layer's all-to-all dispatch and combine buffers exist at a time",))
+def moe_buffers_bytes(*, s, b, h, e, k, rho, t, c):
+    """The all-to-all send and receive buffers of one MoE layer's routed tokens."""
+    return ceil_div(2 * e * k * rho * s * b * h, t * c)
 
 
 @formula("activations/chunks_in_flight",

@@ -7,7 +7,7 @@ embedding, the most micro-batches in flight) and the last (the output layer and 
 """
 from dataclasses import dataclass
 
-from fitplan.arith import is_array, maximum, select
+from fitplan.arith import ceil_div, is_array, maximum, select
 from fitplan.counts import params as P
 from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
@@ -19,7 +19,7 @@ from fitplan.specs.model import Mlp, Position
 
 PARTS = ("states/weights", "states/grads", "states/master", "states/optimizer",
          "activations/layers", "activations/pipeline_in_flight", "activations/embedding",
-         "activations/output", "activations/recompute_workspace")
+         "activations/output", "activations/recompute_workspace", "activations/moe_buffers")
 STATE_PARTS = PARTS[:4]
 UNBOUNDED_MICROBATCHES = 2**40   # no global batch given: assume enough micro-batches to fill the pipeline
 STAGE = Cite("korthikanti", "Sec. 4.2.3")
@@ -42,52 +42,105 @@ class Setup:
 def shape_inputs(setup: Setup) -> dict:
     """The per-layer activation symbols of fitplan.memory.activations, from the specs."""
     m, tr = setup.model, setup.training
-    return dict(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size,
-                f=m.ffn_hidden_size, n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes,
-                M=1, D=1 if tr.dropout else 0)
+    out = dict(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size,
+               f=m.ffn_hidden_size, n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes,
+               M=1, D=1 if tr.dropout else 0)
+    if m.mla is not None:   # the latents and their norms' outputs, replicated over tp
+        out["r_extra"] = 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+    if tr.attention_kernel != "eager":
+        out["kernel"] = tr.attention_kernel
+    return out
 
 
-@formula("activations/layers", "A_layer*L/p  (one micro-batch through this stage's layers)", STAGE)
-def stage_layers_bytes(*, A_layer, L, p):
-    return A_layer * (L // p)
+def moe_inputs(setup: Setup) -> dict:
+    """The MoE-layer symbols: top-k, rho (capacity factor, or the dropless load imbalance),
+    expert and shared-expert widths, experts."""
+    e, tr = setup.model.moe, setup.training
+    return dict(k=e.experts_per_token, rho=e.capacity_factor if e.capacity_factor is not None else tr.moe_imbalance,
+                f_e=e.expert_ffn_size, f_s=e.num_shared_experts * e.expert_ffn_size, E=e.num_experts)
 
 
-@formula("activations/pipeline_in_flight", "A_layer*L/(p*v)*(chunks - v)  (the other micro-batches in flight)", STAGE)
-def in_flight_bytes(*, A_layer, L, p, v, chunks):
-    return A_layer * (L // (p * v)) * (chunks - v)
+def _stage_layers_text(*, n_dense=None, **_):
+    return ("A_layer*L/p  (one micro-batch through this stage's layers)" if n_dense is None else
+            "n_dense*A_layer + (L/p - n_dense)*A_moe  (one micro-batch through this stage's layers)")
 
 
-def stage_psi(ev, setup: Setup, *, tp, pp, first: bool, key: str | None = None):
-    """Parameters one GPU of the first (or last) pipeline stage holds, before ZeRO."""
+@formula("activations/layers", _stage_layers_text, STAGE)
+def stage_layers_bytes(*, A_layer, L, p, n_dense=None, A_moe=0):
+    n_d = L // p if n_dense is None else n_dense
+    return A_layer * n_d + A_moe * (L // p - n_d)
+
+
+@formula("activations/pipeline_in_flight", "A_stage*(chunks - v)/v  (the other micro-batches in flight)", STAGE)
+def in_flight_bytes(*, A_stage, v, chunks):
+    """chunks model chunks of L/(p*v) layers each are held; one micro-batch's worth, v of
+    them, is counted in activations/layers."""
+    return ceil_div(A_stage * (chunks - v), v)
+
+
+def stage_psi(ev, setup: Setup, *, tp, pp, first: bool, key: str | None = None, n_dense=None):
+    """Parameters one GPU of the first (or last) pipeline stage holds before ZeRO, routed
+    experts excluded (stage_expert_psi)."""
     model = setup.model
+    moe = {} if model.moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model),
+                                            R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=tp, p=pp,
-             is_first=first)
-    if model.published_params is not None:
-        psi = ev(P.scale_to_published, key=key and key + "_scaled", psi_shape=psi,
-                 published=model.published_params, derived=P.shape_params(model))
-    return psi
+             is_first=first, **moe)
+    return _published(ev, setup, psi, key)
 
 
-def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool) -> dict:
+def _published(ev, setup: Setup, psi, key):
+    model = setup.model
+    if model.published_params is None:
+        return psi
+    return ev(P.scale_to_published, key=key and key + "_scaled", psi_shape=psi, published=model.published_params,
+              derived=P.shape_params(model))
+
+
+def stage_expert_psi(ev, setup: Setup, *, pp, ep, n_dense, key: str | None = None):
+    """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
+    model = setup.model
+    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=pp, n_dense=n_dense,
+               X=P.expert_params(model), ep=ep)
+    return _published(ev, setup, psi_e, key and key + "_experts")
+
+
+def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool, ep=1) -> dict:
     """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
-    psi = stage_psi(ev, setup, tp=tp, pp=pp, first=first)
+    moe = model.moe
+    n_dense = None if moe is None else ev(P.dense_layers_on_stage, L=model.num_layers, L_d=moe.first_dense_layers,
+                                          p=pp, is_first=first)
+    psi = stage_psi(ev, setup, tp=tp, pp=pp, first=first, n_dense=n_dense)
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, pp=pp, ep=ep, n_dense=n_dense),
+                                          n_ed=tp * dp * cp // ep)
     n_d = dp * cp
     out = {
-        "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero),
-        "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero),
-        "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero),
-        "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero),
+        "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
+        "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
+        "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
+        "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero, **experts),
     }
     shapes = dict(shape_inputs(setup), b=b, t=tp, c=cp, sp=sp, recompute=recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
     a_layer = ev(A.per_layer_bytes, **shapes)
     chunks = ev(A.chunks_in_flight, p=pp, v=v, r=0 if first else pp - 1, m=m)
-    out["activations/layers"] = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp)
-    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_layer=a_layer, L=model.num_layers, p=pp, v=v,
-                                               chunks=chunks)
+    if moe is None:
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp)
+        workspace = ev(A.recompute_workspace_bytes, **shapes)
+        buffers = 0 * a_layer
+    else:
+        mk = moe_inputs(setup)
+        a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **shapes, **mk)
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp, n_dense=n_dense, A_moe=a_moe)
+        workspace = maximum(ev(A.recompute_workspace_bytes, **shapes),
+                            ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **shapes, **mk))
+        buffers = ev(A.moe_buffers_bytes, s=shapes["s"], b=b, h=shapes["h"], e=shapes["e"], k=mk["k"],
+                     rho=mk["rho"], t=tp, c=cp) * select(model.num_layers // pp - n_dense > 0, 1, 0)
+    out["activations/layers"] = a_stage
+    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v, chunks=chunks)
     n_mb = lambda: ev(A.embedding_microbatches, p=pp, v=v, m=m)
     out["activations/embedding"] = _held(select(pp == 1, True, first), lambda: ev(
         A.embedding_bytes, s=shapes["s"], b=b, h=shapes["h"], M=shapes["M"], D=shapes["D"], t=tp, c=cp, sp=sp,
@@ -95,7 +148,8 @@ def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     out["activations/output"] = _held(select(pp == 1, True, not first), lambda: ev(
         A.output_bytes, s=shapes["s"], b=b, h=shapes["h"], V=model.vocab_size, e=shapes["e"], t=tp, c=cp, sp=sp),
         a_layer)
-    out["activations/recompute_workspace"] = ev(A.recompute_workspace_bytes, **shapes)
+    out["activations/recompute_workspace"] = workspace
+    out["activations/moe_buffers"] = buffers
     return out
 
 
@@ -144,7 +198,7 @@ class Breakdown:
 def config_kwargs(config: ParallelConfig) -> dict:
     return dict(tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, b=config.micro_batch,
                 v=config.virtual_stages, zero=config.zero, sp=config.sequence_parallel,
-                recompute=config.recompute)
+                recompute=config.recompute, ep=config.ep)
 
 
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:

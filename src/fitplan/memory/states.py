@@ -20,34 +20,40 @@ ZERO_SEC5 = Cite("zero", "Sec. 5, Fig. 1")
 
 
 def _text(symbol: str, stage: int):
-    def text(*, zero, **_):
-        return f"{symbol}*psi/N_d" if zero >= stage else f"{symbol}*psi"
+    def text(*, zero, psi_e=0, **_):
+        dense = f"{symbol}*psi/N_d" if zero >= stage else f"{symbol}*psi"
+        experts = (f" + {symbol}*psi_e/N_ed" if zero >= stage else f" + {symbol}*psi_e") if psi_e else ""
+        return dense + experts
     return text
 
 
-def _state(psi, per_param, n_d, zero, stage):
-    full = psi * per_param
-    return ceil_div(full, n_d) if zero >= stage else ceil_div(full, 1)
+def _state(psi, per_param, n_d, zero, stage, psi_e, n_ed):
+    """Dense parameters shard over N_d = dp x cp; routed-expert parameters psi_e over the
+    expert-data-parallel group N_ed = tp x dp x cp / ep (Megatron-LM's expert grid with
+    expert tensor parallel 1)."""
+    if zero >= stage:
+        return ceil_div(psi * per_param, n_d) + ceil_div(psi_e * per_param, n_ed)
+    return ceil_div(psi * per_param, 1) + ceil_div(psi_e * per_param, 1)
 
 
 @formula("states/weights", _text("w", 3), ZERO_SEC5)
-def weights_bytes(*, psi, w, n_d, zero):
-    return _state(psi, w, n_d, zero, 3)
+def weights_bytes(*, psi, w, n_d, zero, psi_e=0, n_ed=1):
+    return _state(psi, w, n_d, zero, 3, psi_e, n_ed)
 
 
 @formula("states/grads", _text("g", 2), ZERO_SEC5)
-def grads_bytes(*, psi, g, n_d, zero):
-    return _state(psi, g, n_d, zero, 2)
+def grads_bytes(*, psi, g, n_d, zero, psi_e=0, n_ed=1):
+    return _state(psi, g, n_d, zero, 2, psi_e, n_ed)
 
 
 @formula("states/master", _text("m", 1), ZERO_SEC5)
-def master_bytes(*, psi, m, n_d, zero):
-    return _state(psi, m, n_d, zero, 1)
+def master_bytes(*, psi, m, n_d, zero, psi_e=0, n_ed=1):
+    return _state(psi, m, n_d, zero, 1, psi_e, n_ed)
 
 
 @formula("states/optimizer", _text("K", 1), ZERO_SEC5)
-def optimizer_bytes(*, psi, K, n_d, zero):
-    return _state(psi, K, n_d, zero, 1)
+def optimizer_bytes(*, psi, K, n_d, zero, psi_e=0, n_ed=1):
+    return _state(psi, K, n_d, zero, 1, psi_e, n_ed)
 
 
 @formula("states/total", "B*psi", Cite("zero", "Sec. 3.1"))

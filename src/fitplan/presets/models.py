@@ -1,7 +1,7 @@
 """Model presets with the training setup their source states. Shapes are cited."""
 from dataclasses import dataclass
 
-from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +30,27 @@ def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, globa
     return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch)
 
 
+def _mixtral(name, layers, hidden, ffn, heads, vocab, source):
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=8,
+                      ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=32768, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+                      position=Position.ROPE, tied_embeddings=False, linear_bias=False,
+                      moe=MoeSpec(num_experts=8, experts_per_token=2, expert_ffn_size=ffn), source=source)
+    return ModelPreset(model=model, seq_len=4096, micro_batch=1, global_batch=1024)
+
+
+MIXTRAL = ("Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088); HF mistralai/{} config.json; "
+           "context 32k, planned at 4096-token sequences")
+DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3", num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128, ffn_hidden_size=18432,
+    vocab_size=129280, max_seq_len=163840, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
+    tied_embeddings=False, linear_bias=False,
+    moe=MoeSpec(num_experts=256, experts_per_token=8, expert_ffn_size=2048, num_shared_experts=1,
+                first_dense_layers=3),
+    mla=MlaSpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    source="DeepSeek-V3 Technical Report (arXiv:2412.19437) Sec. 4.2 and HF deepseek-ai/DeepSeek-V3 config.json: "
+           "61 layers (3 dense), h 7168, MLA 128 heads, 256 routed + 1 shared experts of 2048, top-8; "
+           "the multi-token-prediction module (14B) and the routers' bias terms are not counted")
+
 LLAMA2 = "Touvron et al. 2023 (Llama 2) Table 1; shapes from HF meta-llama/Llama-2-*-hf config.json"
 LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
 
@@ -52,6 +73,9 @@ _PRESETS = (
         ffn_hidden_size=32768, vocab_size=51200, max_seq_len=2048,
         source="fitplan: a GPT-3-style ~100B decoder (L=128, h=8192, a=64, f=4h, V=51200, s=2048), "
                "103.5e9 parameters from shapes"), seq_len=2048, micro_batch=1, global_batch=1024, gpu="h100-80gb"),
+    _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
+    _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
+    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360),   # 15360 x 4K after the ramp
     _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024),
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024),
     _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024),

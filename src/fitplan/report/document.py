@@ -11,6 +11,7 @@ LABELS = {
     "states/optimizer": "optimizer", "activations/layers": "activations",
     "activations/pipeline_in_flight": "pipeline extras (in flight)", "activations/embedding": "embedding extras",
     "activations/output": "output-layer extras", "activations/recompute_workspace": "recompute workspace",
+    "activations/moe_buffers": "MoE all-to-all buffers",
 }
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
 STRATEGY_FORMULAS = {"ddp": "(w+g+m+K)*psi", "zero1": "(w+g)*psi + (m+K)*psi/N_d",
@@ -87,7 +88,7 @@ STAGE_NAMES = {"only": "every GPU holds the whole model depth (pp = 1)",
 
 
 def config_line(c) -> str:
-    return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp} zero={int(c.zero)} "
+    return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp}{f' ep={c.ep}' if c.ep > 1 else ''} zero={int(c.zero)} "
             f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
             f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}")
 
@@ -96,6 +97,8 @@ def breakdown(setup, b) -> list:
     by_key = {t.key: t for t in b.terms}
     rows = []
     for key in PARTS:
+        if key == "activations/moe_buffers" and setup.model.moe is None:
+            continue
         term = by_key.get(key)
         rows.append((LABELS[key], gib(b.parts[key]), term.formula if term else "not held on this stage",
                      str(term.cite) if term else ""))

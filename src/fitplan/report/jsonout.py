@@ -27,7 +27,7 @@ def _common(setup) -> dict:
 
 
 def config_dict(c) -> dict:
-    return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "zero": int(c.zero),
+    return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "zero": int(c.zero),
             "sequence_parallel": c.sequence_parallel, "recompute": c.recompute.value,
             "micro_batch": c.micro_batch, "virtual_stages": c.virtual_stages}
 

@@ -22,11 +22,12 @@ LABELS = {"states/weights": "weights", "states/grads": "gradients", "states/mast
           "states/optimizer": "optimizer moments", "activations/layers": "activations: layers",
           "activations/pipeline_in_flight": "activations: other micro-batches in flight",
           "activations/embedding": "activations: embedding", "activations/output": "activations: output + logits",
-          "activations/recompute_workspace": "recompute workspace"}
+          "activations/recompute_workspace": "recompute workspace", "activations/moe_buffers": "MoE all-to-all buffers"}
 COLORS = {"states/weights": "#08519c", "states/grads": "#3182bd", "states/master": "#6baed6",
           "states/optimizer": "#bdd7e7", "activations/layers": "#a63603",
           "activations/pipeline_in_flight": "#e6550d", "activations/embedding": "#fd8d3c",
-          "activations/output": "#fdae6b", "activations/recompute_workspace": "#969696"}
+          "activations/output": "#fdae6b", "activations/recompute_workspace": "#969696",
+          "activations/moe_buffers": "#54278f"}
 DPI = 100
 
 

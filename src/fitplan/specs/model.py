@@ -22,6 +22,56 @@ class Position(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MoeSpec:
+    """Mixture-of-experts MLPs. The first `first_dense_layers` layers keep a dense MLP of
+    ModelSpec.ffn_hidden_size (DeepSeek-V3: 3); every other layer routes each token to
+    `experts_per_token` of `num_experts` experts of `expert_ffn_size`, plus
+    `num_shared_experts` experts every token uses."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_ffn_size: int
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    capacity_factor: float | None = None   # None: dropless (tokens are never dropped)
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "experts_per_token", "expert_ffn_size"):
+            positive_int("model.moe", name, getattr(self, name), maximum=10**7)
+        for name in ("num_shared_experts", "first_dense_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(f"model.moe.{name} must be a whole number >= 0, got {value!r}")
+        if self.experts_per_token > self.num_experts:
+            raise SpecError(f"model.moe.experts_per_token ({self.experts_per_token}) exceeds num_experts "
+                            f"({self.num_experts})")
+        if self.capacity_factor is not None and not (isinstance(self.capacity_factor, (int, float))
+                                                     and 0 < self.capacity_factor <= 1000):
+            raise SpecError(f"model.moe.capacity_factor must be in (0, 1000] or absent (dropless), "
+                            f"got {self.capacity_factor!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through
+    low-rank latents. In training (no weight absorption) the per-head Q, K, V are
+    decompressed, so activations are stored like multi-head attention with query/key head
+    size qk_nope + qk_rope and value head size v_head_dim, plus the latents."""
+
+    q_lora_rank: int        # 0: queries are not compressed
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            positive_int("model.mla", name, getattr(self, name), maximum=10**6)
+        if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 0:
+            raise SpecError(f"model.mla.q_lora_rank must be a whole number >= 0, got {self.q_lora_rank!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """Shapes of a decoder-only transformer. Counts are derived in fitplan.counts.params."""
 
@@ -40,6 +90,8 @@ class ModelSpec:
     linear_bias: bool = True          # biases on every linear layer (GPT-2/3); Llama has none
     qkv_bias: bool = False            # biases on q/k/v only (Qwen2); ignored when linear_bias
     head_dim: int | None = None       # None: hidden_size // num_heads
+    moe: MoeSpec | None = None        # None: every layer has a dense MLP
+    mla: MlaSpec | None = None        # None: (grouped-query) multi-head attention
     published_params: int | None = None
     source: str = ""
 
@@ -57,6 +109,13 @@ class ModelSpec:
                             f"{self.num_kv_heads}; grouped-query attention needs whole groups")
         if self.published_params is not None:
             positive_int("model", "published_params", self.published_params)
+        if self.moe is not None and not isinstance(self.moe, MoeSpec):
+            raise SpecError("model.moe must be a MoeSpec table")
+        if self.mla is not None and not isinstance(self.mla, MlaSpec):
+            raise SpecError("model.mla must be a MlaSpec table")
+        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+            raise SpecError(f"model.moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers "
+                            f"({self.num_layers})")
         for name, kind in (("mlp", Mlp), ("norm", Norm), ("position", Position)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(f"model.{name} must be one of {', '.join(k.value for k in kind)}")
@@ -65,12 +124,18 @@ class ModelSpec:
     def q_size(self) -> int:
         """Width of the query projection, a*d; h when head_dim is not given. (GPT-3 XL
         prints 24 heads with d_model 2048, which no whole head size multiplies to; the
-        projections are still h wide.)"""
+        projections are still h wide.) MLA: the decompressed query (= key) width,
+        a*(qk_nope + qk_rope)."""
+        if self.mla is not None:
+            return self.num_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.num_heads * self.head_dim if self.head_dim is not None else self.hidden_size
 
     @property
     def kv_size(self) -> int:
-        """Width of each of the key and value projections, g*d."""
+        """Width of each of the key and value projections, g*d. MLA: the value width a*v_head_dim
+        (activations store Q, K of q_size and V, O of kv_size: 2q + 2kv as for GQA)."""
+        if self.mla is not None:
+            return self.num_heads * self.mla.v_head_dim
         if self.head_dim is not None:
             return self.num_kv_heads * self.head_dim
         return self.hidden_size * self.num_kv_heads // self.num_heads

@@ -42,9 +42,10 @@ class ParallelConfig:
     recompute: Recompute = Recompute.NONE
     micro_batch: int = 1
     virtual_stages: int = 1   # model chunks per pipeline rank (interleaved 1F1B) [narayanan Sec. 2.2.2]
+    ep: int = 1               # expert-parallel degree, drawn from the tp x dp x cp ranks (MoE only)
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages"):
+        for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "ep"):
             positive_int("parallel", name, getattr(self, name), maximum=10**9)
         if not isinstance(self.zero, ZeroStage):
             raise SpecError(f"parallel.zero must be 0, 1, 2 or 3, got {self.zero!r}")
@@ -54,6 +55,12 @@ class ParallelConfig:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_shard_degree(self) -> int:
+        """The expert-data-parallel group: tp x dp x cp / ep ranks hold the same experts
+        (Megatron-LM's expert grid, expert tensor parallel 1)."""
+        return self.tp * self.dp * self.cp // self.ep
 
     @property
     def shard_degree(self) -> int:

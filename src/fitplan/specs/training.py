@@ -59,8 +59,16 @@ class TrainingSpec:
     global_batch: int | None = None   # sequences per step; None: enough micro-batches to fill the pipeline
     act_bytes: int = 2
     dropout: bool = True
+    attention_kernel: str = "eager"   # "eager": the s^2 scores are stored; "flash": only an fp32 logsumexp
+    moe_imbalance: float = 1.0        # dropless MoE: busiest expert's tokens / the mean (1.0: balanced)
 
     def __post_init__(self) -> None:
+        if self.attention_kernel not in ("eager", "flash"):
+            raise SpecError(f"training.attention_kernel must be 'eager' or 'flash', got {self.attention_kernel!r}")
+        if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) \
+                or not (1 <= self.moe_imbalance <= 1000):
+            raise SpecError(f"training.moe_imbalance must be in [1, 1000] (1: perfectly balanced), "
+                            f"got {self.moe_imbalance!r}")
         positive_int("training", "seq_len", self.seq_len, maximum=10**9)
         if self.global_batch is not None:
             positive_int("training", "global_batch", self.global_batch, maximum=10**12)

@@ -25,8 +25,9 @@ from fitplan.specs.cluster import GpuSpec
 
 THAKUR = Cite("thakur", "Sec. 4 (ring all-gather, reduce-scatter; all-reduce = RS + AG)")
 GRID = Cite("fitplan", "formulas.md#link-tier (rank order tp-cp-pp-dp, ParallelConfig)")
-# kind -> ring phases: an all-reduce is a reduce-scatter followed by an all-gather.
-PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+# kind -> ring phases: an all-reduce is a reduce-scatter followed by an all-gather; an
+# all-to-all (pairwise exchange) sends (n-1)/n of the buffer in n-1 steps, like an all-gather.
+PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
 
 
 def _ring_text(*, kind, **_):

@@ -22,7 +22,9 @@ from fitplan.arith import maximum
 from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
-from fitplan.memory.breakdown import Setup, config_kwargs, shape_inputs, stage_psi
+from fitplan.counts import params as P
+from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_expert_psi, stage_psi
+from fitplan.specs.parallel import Recompute
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.timing import comm as CM
@@ -31,23 +33,36 @@ from fitplan.timing import pipeline as PL
 from fitplan.timing import traffic as T
 from fitplan.timing.traffic import DDP_BUCKET_BYTES, DpOverlap
 
-PARTS = ("time/compute", "time/tp_exposed", "time/cp_exposed", "time/pp_exposed", "time/bubble",
+PARTS = ("time/compute", "time/tp_exposed", "time/ep_exposed", "time/cp_exposed", "time/pp_exposed", "time/bubble",
          "time/dp_exposed", "time/dp_after_step")
-AXES = ("tp", "cp", "pp", "dp")
+AXES = ("tp", "ep", "cp", "pp", "dp")
 
 
-@formula("time/step", "T_compute + T_tp + T_cp + T_pp + T_bubble + T_dp + T_dp_after",
+@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after",
          Cite("fitplan", "formulas.md#step-time"), SECONDS,
          ("exposed parts add; what overlaps is already subtracted in each part",))
-def step_total_s(*, T_compute, T_tp, T_cp, T_pp, T_bubble, T_dp, T_dp_after):
-    return T_compute + T_tp + T_cp + T_pp + T_bubble + T_dp + T_dp_after
+def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after):
+    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after
 
 
-def _flops(ev, prefix, *, B, L, sh, V, recompute):
-    """Forward, backward (with recompute) FLOPs of B sequences through L layers and the logits."""
-    lin = ev(F.layer_linear_flops, key=f"{prefix}/layer_linear", B=B, s=sh["s"], h=sh["h"], q=sh["q"],
-             kv=sh["kv"], f=sh["f"], n=sh["n"])
-    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh["s"], q=sh["q"])
+def _flops(ev, prefix, *, setup, B, L, sh, V, recompute, n_dense=None, rho=1):
+    """Forward, backward (with recompute) FLOPs of B sequences through L layers and the
+    logits. MoE models: n_dense of the L layers are dense; the linear FLOPs are the layers'
+    average, with the routed experts' share scaled by rho (the busiest rank's load) when
+    the caller times a stage."""
+    model = setup.model
+    if model.moe is None:
+        lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh["s"],
+                 P=P.layer_matmul_params(model, moe_layer=False))
+    else:
+        dense = ev(F.matmul_flops, key=f"{prefix}/dense_layer_linear", B=B, s=sh["s"],
+                   P=P.layer_matmul_params(model, moe_layer=False))
+        moe = ev(F.matmul_flops, key=f"{prefix}/moe_layer_linear", B=B, s=sh["s"],
+                 P=P.layer_matmul_params(model, moe_layer=True, rho=rho))
+        lin = ev(average_layer_flops, key=f"{prefix}/layer_linear", F_dense=dense, F_moe=moe, n_dense=n_dense, L=L)
+    v_heads = model.kv_size if model.mla is not None else None
+    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh["s"], q=sh["q"],
+              **({} if v_heads is None else {"v": v_heads}))
     logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh["s"], h=sh["h"], V=V)
     fwd = ev(F.forward_flops, key=f"{prefix}/forward", L=L, F_linear=lin, F_core=core, F_logits=logits)
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute)
@@ -55,7 +70,28 @@ def _flops(ev, prefix, *, B, L, sh, V, recompute):
     return {"core": core, "forward": fwd, "backward": bwd}
 
 
-def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
+@formula("flops/average_layer_linear", "(n_dense*F_dense + (L - n_dense)*F_moe)/L",
+         Cite("fitplan", "formulas.md#moe"), "flops")
+def average_layer_flops(*, F_dense, F_moe, n_dense, L):
+    return (n_dense * F_dense + (L - n_dense) * F_moe) / L
+
+
+@formula("comm/moe_a2a_count", lambda *, recompute, **_: "m*L_moe*" + ("6" if str(recompute) == "full" else "4"),
+         Cite("fitplan", "formulas.md#moe (Megatron-LM alltoall token dispatcher)"), "count",
+         ("dispatch and combine in forward and again in backward; full recompute reruns the forward's two",
+          "exposed: on the critical path (no dispatcher overlap)"))
+def moe_a2a_count(*, m, L_moe, recompute):
+    return m * L_moe * (6 if recompute == Recompute.FULL else 4)
+
+
+@formula("comm/moe_a2a_message", "e*k*rho*s*b*h/(t*c)", Cite("fitplan", "formulas.md#moe"), "bytes")
+def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c):
+    """One all-to-all's buffer per GPU: its sequence-sharded tokens' k routed copies (rho:
+    the busiest rank receives rho times the mean)."""
+    return e * k * rho * s * b * h / (t * c)
+
+
+def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep=1,
               dp_overlap: DpOverlap = DpOverlap.BACKWARD, bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
     """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them."""
     model, training, cluster = setup.model, setup.training, setup.cluster
@@ -67,8 +103,14 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     m = ev(PL.num_microbatches, B=training.global_batch, b=b, d=dp, p=pp)
     out = {"pipeline/microbatches": m}
 
+    moe = model.moe
+    n_dense = None if moe is None else ev(P.dense_layers_on_stage, key="params/dense_layers_last", L=model.num_layers,
+                                          L_d=moe.first_dense_layers, p=pp, is_first=False)
+    rho = 1 if moe is None else moe_inputs(setup)["rho"]
+
     # compute: one micro-batch through the busiest (last) stage, split over tp and cp
-    mb = _flops(ev, "flops/microbatch", B=b, L=L, sh=sh, V=model.vocab_size, recompute=recompute)
+    mb = _flops(ev, "flops/microbatch", setup=setup, B=b, L=L, sh=sh, V=model.vocab_size, recompute=recompute,
+                n_dense=n_dense, rho=rho)
     T_f = ev(C.compute_s, key="time/forward_microbatch", peak=peak, eff=eff,
              F=ev(C.per_gpu_flops, key="flops/forward_per_gpu", F=mb["forward"], t=tp, c=cp))
     T_b = ev(C.compute_s, key="time/backward_microbatch", peak=peak, eff=eff,
@@ -81,8 +123,8 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
              for axis, n in (("tp", tp), ("cp", cp), ("pp", pp))}
     intra["dp"] = ev(CM.dp_cp_group_is_intra_node, cp_intra=intra["cp"], dp_intra=ev(
         CM.group_is_intra_node, key="link/dp_group_intra", stride=strides["dp"], n=dp, G=G))
-    link = {axis: CM.link_inputs(intra[axis], gpu) for axis in AXES}
-    out.update({f"link/{axis}_intra": intra[axis] for axis in AXES})
+    link = {axis: CM.link_inputs(intra[axis], gpu) for axis in ("tp", "cp", "pp", "dp")}
+    out.update({f"link/{axis}_intra": intra[axis] for axis in ("tp", "cp", "pp", "dp")})
 
     # tensor parallel: activation all-reduces (RS + AG under SP), exposed
     S_tp = ev(T.tp_message_bytes, b=b, s=s, h=h, e=e, c=cp)
@@ -90,6 +132,22 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     tp_s = ev(CM.ring_collective_s, key="comm/tp_s", count=n_tp, n=tp, S=S_tp, kind="all_reduce", **link["tp"])
     out["comm/tp_bytes"] = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=tp, S=S_tp, kind="all_reduce")
     out["time/tp_exposed"] = ev(T.exposed_s, key="time/tp_exposed", T_comm=tp_s, T_window=0, T_tail=0)
+
+    # expert parallel: all-to-all dispatch and combine per MoE layer, exposed
+    if moe is None:   # no experts: nothing to dispatch (still a Term, so every part is explained)
+        out["comm/ep_bytes"] = 0 * out["time/tp_exposed"]
+        out["time/ep_exposed"] = ev(T.exposed_s, key="time/ep_exposed", T_comm=out["comm/ep_bytes"], T_window=0,
+                                    T_tail=0)
+        out["link/ep_intra"] = out["comm/ep_bytes"] == 0
+    else:
+        mk = moe_inputs(setup)
+        intra["ep"] = out["link/ep_intra"] = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=ep, G=G)
+        S_ep = ev(moe_a2a_bytes, e=e, k=mk["k"], rho=rho, s=s, b=b, h=h, t=tp, c=cp)
+        n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=recompute)
+        ep_s = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=ep, S=S_ep, kind="all_to_all",
+                  **CM.link_inputs(intra["ep"], gpu))
+        out["comm/ep_bytes"] = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=ep, S=S_ep, kind="all_to_all")
+        out["time/ep_exposed"] = ev(T.exposed_s, key="time/ep_exposed", T_comm=ep_s, T_window=0, T_tail=0)
 
     # context parallel: ring exchange of K/V, hidden behind the attention core
     passes = ev(T.attention_core_passes, recompute=recompute)
@@ -111,7 +169,8 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     out["time/pp_exposed"] = ev(T.exposed_s, key="time/pp_exposed", T_comm=pp_s, T_window=0, T_tail=0)
 
     # bubble: (p - 1)/(v*m) of the pipelined work
-    busy = out["time/compute"] + out["time/tp_exposed"] + out["time/cp_exposed"] + out["time/pp_exposed"]
+    busy = (out["time/compute"] + out["time/tp_exposed"] + out["time/ep_exposed"] + out["time/cp_exposed"]
+            + out["time/pp_exposed"])
     frac = ev(PL.bubble_fraction_interleaved, p=pp, m=m, v=v)
     out["pipeline/bubble_fraction"] = frac
     out["time/bubble"] = ev(PL.bubble_s, fraction=frac, T_busy=busy)
@@ -125,15 +184,28 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m)
-    grad_s = (ev(CM.ring_collective_s, key="comm/dp_grad_rs_s", count=rs, n=n_dp, S=S_g, kind="reduce_scatter", **dl)
-              + ev(CM.ring_collective_s, key="comm/dp_grad_ag_s", count=ag_g, n=n_dp, S=S_g, kind="all_gather", **dl))
-    param_s = ev(CM.ring_collective_s, key="comm/dp_param_ag_s", count=ag_w, n=n_dp, S=S_w, kind="all_gather", **dl)
-    out["comm/dp_bytes"] = (ev(CM.ring_wire_bytes, key="comm/dp_grad_rs_bytes", count=rs, n=n_dp, S=S_g,
-                               kind="reduce_scatter")
-                            + ev(CM.ring_wire_bytes, key="comm/dp_grad_ag_bytes", count=ag_g, n=n_dp, S=S_g,
-                                 kind="all_gather")
-                            + ev(CM.ring_wire_bytes, key="comm/dp_param_ag_bytes", count=ag_w, n=n_dp, S=S_w,
-                                 kind="all_gather"))
+    groups = [("", S_g, S_w, n_dp)]
+    if moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
+        psi_e = maximum(*(stage_expert_psi(ev, setup, pp=pp, ep=ep, key=f"params/stage_{'first' if f else 'last'}_experts",
+                                           n_dense=ev(P.dense_layers_on_stage, key="params/dense_layers_"
+                                                      + ("first" if f else "last"), L=model.num_layers,
+                                                      L_d=moe.first_dense_layers, p=pp, is_first=f))
+                          for f in (True, False)))
+        groups.append(("expert_",
+                       ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1, zero=0),
+                       ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes, n_d=1,
+                          zero=0), tp * dp * cp // ep))
+    grad_s = param_s = out["comm/dp_bytes"] = 0
+    for tag, Sg, Sw, n in groups:
+        grad_s = grad_s + (
+            ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_rs_s", count=rs, n=n, S=Sg, kind="reduce_scatter", **dl)
+            + ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_ag_s", count=ag_g, n=n, S=Sg, kind="all_gather", **dl))
+        param_s = param_s + ev(CM.ring_collective_s, key=f"comm/dp_{tag}param_ag_s", count=ag_w, n=n, S=Sw,
+                               kind="all_gather", **dl)
+        out["comm/dp_bytes"] = out["comm/dp_bytes"] + (
+            ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_rs_bytes", count=rs, n=n, S=Sg, kind="reduce_scatter")
+            + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_ag_bytes", count=ag_g, n=n, S=Sg, kind="all_gather")
+            + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}param_ag_bytes", count=ag_w, n=n, S=Sw, kind="all_gather"))
     tail = ev(CM.ring_collective_s, key="comm/dp_tail_s", count=1, n=n_dp, **dl,
               S=ev(T.dp_tail_bytes, S=S_g, bucket=bucket_bytes), kind="all_reduce" if zero == 0 else "reduce_scatter")
     window = ev(T.dp_window_s, zero=zero, m=m, T_f=T_f, T_b=T_b, overlap=dp_overlap)
@@ -142,11 +214,12 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute,
     out["time/dp_after_step"] = ev(T.dp_after_step_s, T_param=param_s, zero=zero)
 
     step = out["time/step"] = ev(step_total_s, **dict(zip(
-        ("T_compute", "T_tp", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
+        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
 
     # rates: the whole step's model and hardware FLOPs over all N GPUs
     B = dp * m * b
-    whole = _flops(ev, "flops/step", B=B, L=model.num_layers, sh=sh, V=model.vocab_size, recompute=recompute)
+    whole = _flops(ev, "flops/step", setup=setup, B=B, L=model.num_layers, sh=sh, V=model.vocab_size,
+                   recompute=recompute, n_dense=None if moe is None else moe.first_dense_layers)
     model_f = out["flops/model_step"] = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
     hw_f = out["flops/hardware_step"] = ev(F.hardware_flops, key="flops/hardware_step", F_forward=whole["forward"],
                                            F_backward=whole["backward"])
@@ -200,9 +273,9 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
     """The step time of one configuration, with its explanation."""
     trace = Trace()
     out = step_time(trace, setup, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes, **config_kwargs(config))
-    exposed = {"tp": out["time/tp_exposed"], "cp": out["time/cp_exposed"], "pp": out["time/pp_exposed"],
-               "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
-    degree = {"tp": config.tp, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
+    exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
+               "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
+    degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
     comm = {axis: AxisComm(axis=axis, degree=degree[axis], bytes_per_step=out[f"comm/{axis}_bytes"],
                            exposed_s=exposed[axis], intra_node=bool(out[f"link/{axis}_intra"]),
                            link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu)) for axis in AXES}
