@@ -55,7 +55,7 @@ class LowerBound:
 
 
 def lower_bound(*, B, psi: int, e: int, s: int, b_min: int, h: int, L: int, N: int, U: int) -> LowerBound:
-    total = least_total_bytes(B=B, psi=psi, e=e, s=s, b_min=b_min, h=h, L=L)
+    total = int(least_total_bytes(B=B, psi=psi, e=e, s=s, b_min=b_min, h=h, L=L))   # float B: whole bytes
     per_gpu = least_per_gpu_bytes(total=total, N=N)
     relation = ">" if per_gpu > U else "<="
     text = (f"busiest GPU >= (B*psi + e*s*b*h*L)/N = ({B}*{psi:,} + {e}*{s}*{b_min}*{h}*{L})/{N} B"
