@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(cmp, gpus_required=False)
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cmp.add_argument("--json", dest="format", action="store_const", const="json")
+    srv = sub.add_parser("serve", help="a local web page for the same analyses (127.0.0.1:8765)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    srv.add_argument("--port", type=int, default=8765)
     swp = sub.add_parser("sweep", help="the least per-GPU memory any configuration needs, against GPU count or sequence length")
     add_model_args(swp, gpus_required=False)
     add_config_args(swp)
@@ -87,7 +90,11 @@ def _explicit(args) -> bool:
 
 
 def _config(args, setup, micro_batch) -> ParallelConfig:
-    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
+    given = lambda value: 1 if value is None else value
+    tp, pp, cp = given(args.tp), given(args.pp), given(args.cp)
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", given(args.ep)),
+                        ("--virtual-stages", given(args.virtual_stages))):
+        _at_least_one(flag, value)
     n = setup.cluster.num_gpus
     dp = args.dp
     if dp is None:
@@ -97,7 +104,7 @@ def _config(args, setup, micro_batch) -> ParallelConfig:
     config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=ZeroStage(args.zero or 0),
                             sequence_parallel=bool(args.sequence_parallel),
                             recompute=Recompute(args.recompute or "none"), micro_batch=micro_batch,
-                            virtual_stages=args.virtual_stages or 1, ep=args.ep or 1)
+                            virtual_stages=given(args.virtual_stages), ep=given(args.ep))
     compat.require(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=args.allow_cross_node_tp)
     return config
 
@@ -105,6 +112,8 @@ def _config(args, setup, micro_batch) -> ParallelConfig:
 def _at_least_one(flag: str, value: int) -> None:
     if value < 1:
         raise SpecError(f"{flag} must be >= 1, got {value}")
+    if value > 10**9:
+        raise SpecError(f"{flag} = {value} is absurdly large (limit 1,000,000,000); check the value")
 
 
 def _space(args, setup, micro_batch):
@@ -220,6 +229,10 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
             return run_sweep(args, out)
         if args.command == "compare":
             return run_compare(args, out)
+        if args.command == "serve":
+            from fitplan.web.server import serve
+            serve(host=args.host, port=args.port)
+            return 0
         return run_plan(args, out)
     except SpecError as error:
         err.write(f"fitplan: {one_line(str(error))}\n")

@@ -164,7 +164,7 @@ def _whole(value):
 
 def _training(args, spec, preset, model) -> TrainingSpec:
     base = spec.training if spec is not None and spec.training is not None else None
-    seq_len = args.seq_len or (base.seq_len if base else preset.seq_len if preset else None)
+    seq_len = args.seq_len if args.seq_len is not None else (base.seq_len if base else preset.seq_len if preset else None)
     if seq_len is None:
         raise SpecError(f"--seq-len: give the training sequence length (the model allows up to {model.max_seq_len})")
     if args.global_batch is not None:
@@ -176,7 +176,8 @@ def _training(args, spec, preset, model) -> TrainingSpec:
                         act_bytes=args.act_bytes or (base.act_bytes if base else 2),
                         dropout=False if args.no_dropout else (base.dropout if base else True),
                         attention_kernel=args.attention_kernel or (base.attention_kernel if base else "eager"),
-                        moe_imbalance=args.moe_imbalance or (base.moe_imbalance if base else 1.0))
+                        moe_imbalance=args.moe_imbalance if args.moe_imbalance is not None else (
+                            base.moe_imbalance if base else 1.0))
 
 
 def _cluster(args, spec, preset) -> ClusterSpec:
@@ -203,7 +204,8 @@ def _cluster(args, spec, preset) -> ClusterSpec:
     num_gpus = args.gpus if args.gpus is not None else (from_file.num_gpus if from_file is not None else None)
     if num_gpus is None:
         raise SpecError("--gpus: say how many GPUs, e.g. --gpus 8")
-    per_node = args.gpus_per_node or (from_file.gpus_per_node if from_file is not None else gpu.gpus_per_node)
+    per_node = args.gpus_per_node if args.gpus_per_node is not None else (
+        from_file.gpus_per_node if from_file is not None else gpu.gpus_per_node)
     return ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, reserve_bytes=reserve)
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from fitplan.web.server import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""A real fitplan server on 127.0.0.1 with an ephemeral port, and a small HTTP client for it."""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fitplan.web.server import make_server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict
+    body: bytes
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+
+class Client:
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None) -> Reply:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            hdrs = dict(headers or {})
+            data = raw
+            if body is not None:
+                data = json.dumps(body).encode()
+                hdrs.setdefault("Content-Type", "application/json")
+            conn.request(method, path, body=data, headers=hdrs)
+            r = conn.getresponse()
+            return Reply(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        finally:
+            conn.close()
+
+    def post(self, path: str, body, **kw) -> Reply:
+        return self.request("POST", path, body=body, **kw)
+
+
+@pytest.fixture(scope="session")
+def server():
+    srv = make_server("127.0.0.1", 0, quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    return Client(*server.server_address[:2])
+
+
+def cli(*argv: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    """The real command line, `python -m fitplan ARGV`, in a child process."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    p = subprocess.run([sys.executable, "-m", "fitplan", *argv], capture_output=True, text=True, cwd=cwd,
+                       env=env, timeout=120)
+    return p.returncode, p.stdout, p.stderr

@@ -1,0 +1,173 @@
+"""End to end in a real headless browser: Debian's chromium driven by Playwright for Python.
+
+Loads the page from a real server on an ephemeral port, picks gpt3-175b on 16 GPUs and checks
+the verdict, the first suggestion (what `fitplan plan --preset gpt3-175b --gpus 16 --suggest
+--json` recommends) and that the memory charts rendered; exports one suggestion; switches to
+8 GPUs and checks the proof and the smallest GPU count; then a bad input shows the CLI's line
+next to its field. Screenshots go to $FITPLAN_SCREENSHOTS (default: pytest's tmp_path).
+
+Needs /usr/bin/chromium (apt-get install chromium) and Playwright for Python (pip install
+playwright); Playwright's own browser download is never used."""
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fitplan.cli import main
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: the browser test needs "
+                                                         "Debian's chromium (apt-get install -y chromium)")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 30_000
+
+
+def cli_json(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, (json.loads(out.getvalue()) if code in (0, 1) else err.getvalue().rstrip("\n"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed "
+                                                                 "(pip install -e '.[web]')")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path):
+    d = Path(os.environ.get("FITPLAN_SCREENSHOTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def settle(page):
+    """Wait until the answer for the latest input is drawn (the page clears body[data-busy])."""
+    page.wait_for_selector("body[data-ready]:not([data-busy])", state="attached", timeout=TIMEOUT_MS)
+
+
+def test_the_page_answers_like_the_cli(browser, server, shots):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    requests, problems = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+            if m.type == "error" and "status of 400" not in m.text else None)   # 400s: the bad input below
+    page.goto(server.url)
+    settle(page)
+
+    # gpt3-175b on 16 GPUs
+    page.select_option("#preset", "gpt3-175b")
+    page.fill("#gpus", "16")
+    settle(page)
+    code, plan = cli_json("plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--json")
+    assert code == 0 and plan["feasible"]
+    assert page.inner_text("#verdict") == "Fits"
+    assert "gpt3-175b on 16 × gpu-192gib" in page.inner_text("#verdict-detail")
+    rec = plan["recommended"]
+    first = page.locator('#table-disturbance tbody tr').first
+    seen = {k: first.get_attribute(f"data-{k}") for k in ("tp", "pp", "dp", "sp", "recompute")}
+    assert seen == {"tp": "8", "pp": "2", "dp": "1", "sp": "true", "recompute": "selective"}
+    assert seen == {"tp": str(rec["tp"]), "pp": str(rec["pp"]), "dp": str(rec["dp"]),
+                    "sp": str(rec["sequence_parallel"]).lower(), "recompute": rec["recompute"]}
+    assert page.locator("#table-disturbance tbody tr").count() == len(plan["suggestions"])
+    assert page.locator("#table-throughput tbody tr").count() >= 1
+    # the memory chart: one stacked bar per distinct suggestion, each with segments, and the usable line
+    bars = page.locator("#memory-chart svg g.bar")
+    assert bars.count() >= len(plan["suggestions"])
+    assert page.locator("#memory-chart svg g.bar").first.locator("rect.bar-seg").count() >= 4
+    assert int(bars.first.get_attribute("data-total")) == rec["per_gpu_bytes"]
+    assert page.locator("#memory-chart .usable-line").count() == 1
+    assert page.locator("#sweep-chart svg circle.sweep-point").count() >= 10
+    assert page.locator("#sweep-chart .capacity-line").count() == 1
+    page.screenshot(path=str(shots / "fitplan-serve-16-gpus.png"), full_page=True)
+
+    # export the first suggestion for Megatron-LM
+    first.locator('button[data-format="megatron"]').click()
+    page.wait_for_selector("#export-text:has-text('--tensor-model-parallel')", timeout=TIMEOUT_MS)   # (no eval: CSP)
+    assert "--tensor-model-parallel-size 8" in page.inner_text("#export-text")
+
+    # the whole analysis as markdown: the CLI's --format markdown text
+    with page.expect_download(timeout=TIMEOUT_MS) as got:
+        page.click("#download-md")
+    out = io.StringIO()
+    main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--rank", "disturbance", "--format", "markdown"],
+         out=out, err=io.StringIO())
+    assert Path(got.value.path()).read_text() == out.getvalue()
+    assert got.value.suggested_filename == "fitplan-gpt3-175b-16gpus.md"
+
+    # 8 GPUs: nothing fits, the proof and the smallest count appear
+    page.fill("#gpus", "8")
+    settle(page)
+    code, plan8 = cli_json("plan", "--preset", "gpt3-175b", "--gpus", "8", "--suggest", "--json")
+    assert code == 1 and not plan8["feasible"]
+    assert page.inner_text("#verdict") == "Does not fit"
+    assert page.is_visible("#proof")
+    assert page.inner_text("#proof-inequality") == plan8["lower_bound"]["inequality"]
+    assert page.inner_text("#smallest-gpus") == str(plan8["lower_bound"]["smallest_fitting_gpus"]) == "16"
+    assert page.locator("#table-disturbance tbody tr").count() == 0
+    page.screenshot(path=str(shots / "fitplan-serve-8-gpus.png"), full_page=True)
+
+    # a bad input: the CLI's own line, next to the field
+    page.fill("#gpus", "0")
+    settle(page)
+    code, line = cli_json("plan", "--preset", "gpt3-175b", "--gpus", "0", "--suggest", "--json")
+    assert code == 2
+    assert page.inner_text("#error") == line
+    assert "invalid" in (page.get_attribute("#gpus", "class") or "")
+    assert page.locator(".field-error").inner_text() == line
+    page.screenshot(path=str(shots / "fitplan-serve-error.png"), full_page=False)
+
+    # back to a good input: the error goes away
+    page.fill("#gpus", "16")
+    settle(page)
+    assert page.is_hidden("#error") and page.inner_text("#verdict") == "Fits"
+
+    assert problems == []
+    assert requests and all(u.startswith(server.url) for u in requests), \
+        [u for u in requests if not u.startswith(server.url)]
+    page.close()
+
+
+def test_a_pasted_and_an_uploaded_hf_config(browser, server, shots):
+    root = Path(__file__).resolve().parents[2]
+    config = root / "examples" / "hf" / "llama-3.1-8b" / "config.json"
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server.url)
+    settle(page)
+    page.locator(".segmented label", has_text="HF config.json").click()   # the label, as a user does
+    page.fill("#hf-name", "llama-3.1-8b")
+    page.fill("#hf-config", config.read_text())
+    page.fill("#gpus", "8")
+    settle(page)
+    code, line = cli_json("plan", "--hf-config", str(config.parent), "--gpus", "8", "--suggest", "--json")
+    assert code == 2 and page.inner_text("#error") == line          # an HF config needs --seq-len
+    assert "invalid" in (page.get_attribute("#seq_len", "class") or "")
+    page.fill("#seq_len", "8192")
+    settle(page)
+    code, plan = cli_json("plan", "--hf-config", str(config.parent), "--gpus", "8", "--seq-len", "8192",
+                          "--suggest", "--json")
+    assert page.inner_text("#verdict") == ("Fits" if plan["feasible"] else "Does not fit")
+    assert "llama-3.1-8b on 8 × h100-80gb" in page.inner_text("#verdict-detail")
+    assert page.locator("#table-disturbance tbody tr").count() == len(plan["suggestions"])
+    assert "--hf-config llama-3.1-8b/config.json" in page.inner_text("#cli-command")
+
+    page.fill("#hf-config", '{"model_type": "llama"')     # cut short: the CLI's line for that file
+    settle(page)
+    assert page.inner_text("#error").startswith("fitplan: llama-3.1-8b/config.json: not valid JSON")
+
+    page.set_input_files("#hf-file", str(root / "examples" / "hf" / "mistral-7b" / "config.json"))
+    settle(page)
+    assert page.is_hidden("#error")
+    assert page.input_value("#hf-config") == (root / "examples" / "hf" / "mistral-7b" / "config.json").read_text()
+    assert "hf-model on 8 ×" in page.inner_text("#verdict-detail")
+    page.screenshot(path=str(shots / "fitplan-serve-hf.png"), full_page=False)
+    page.close()
