@@ -44,6 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(cmp, gpus_required=False)
     cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cmp.add_argument("--json", dest="format", action="store_const", const="json")
+    val = sub.add_parser("validate", help="predicted vs measured against PyTorch on small reference models "
+                                          "(needs pip install -e '.[torch]')")
+    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "all"), default="all")
+    val.add_argument("--seq-len", type=int, default=128)
+    val.add_argument("--micro-batch", type=int, default=2)
+    val.add_argument("--world-sizes", default="2", help="comma-separated process counts for the gloo checks (2-4)")
+    val.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    val.add_argument("--no-distributed", action="store_true", help="skip the multi-process checks")
+    val.add_argument("--json", action="store_true")
     srv = sub.add_parser("serve", help="a local web page for the same analyses (127.0.0.1:8765)")
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     srv.add_argument("--port", type=int, default=8765)
@@ -172,6 +181,29 @@ def run_plan(args, out) -> int:
     return 0 if any(s.breakdown.fits for s in answer.strategies) else 1
 
 
+def run_validate(args, out) -> int:
+    """Exit 0 when every row is within its stated tolerance (most are exact), 1 otherwise."""
+    import json
+
+    from fitplan.validate import TINY_GPT, TINY_LLAMA, run_validation
+    from fitplan.validate.report import as_json, render_text
+    try:
+        worlds = tuple(int(w) for w in args.world_sizes.split(","))
+    except ValueError:
+        raise SpecError(f"--world-sizes: write process counts separated by commas, e.g. 2,4; got {args.world_sizes!r}")
+    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "all": (TINY_GPT, TINY_LLAMA)}[args.model]
+    reports = [run_validation(model=m, seq_len=args.seq_len, micro_batch=args.micro_batch, world_sizes=worlds,
+                              device=args.device, include_distributed=not args.no_distributed) for m in models]
+    ok = all(r.ok for r in reports)
+    if args.json:
+        runs = [as_json(r) for r in reports]
+        rows = [{**row, "model": run["model"]} for run in runs for row in run["rows"]]
+        out.write(json.dumps({"ok": ok, "rows": rows, "runs": runs}, sort_keys=True, indent=2) + "\n")
+    else:
+        out.write("\n".join(render_text(r) for r in reports))
+    return 0 if ok else 1
+
+
 def run_compare(args, out) -> int:
     from fitplan.compare import compare
     setup, micro_batch = setup_from_args(args)
@@ -229,6 +261,8 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
             return run_sweep(args, out)
         if args.command == "compare":
             return run_compare(args, out)
+        if args.command == "validate":
+            return run_validate(args, out)
         if args.command == "serve":
             from fitplan.web.server import serve
             serve(host=args.host, port=args.port)

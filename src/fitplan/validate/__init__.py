@@ -1,0 +1,65 @@
+"""Predicted versus measured, against real PyTorch (the optional [torch] extra, torch 2.13.0).
+
+`run_validation` builds the reference model (fitplan.validate.reference_model) from a
+ModelSpec and checks, row by row, the planner's formulas plus named reference extras
+against what torch measures: parameter counts (meta device), bytes saved for backward per
+layer (none / selective / full recompute, bf16 and fp32), FLOPs of one step
+(FlopCounterMode), and, on 2-4 local gloo ranks,
+per-rank model states for DDP, ZeRO-1, FSDP2 (ZeRO-2/3), DTensor tensor and pipeline
+parallel, plus tensor-parallel activations. `fitplan.validate.report.render_text` prints it.
+
+Importing this package does not import torch; run_validation does.
+"""
+from fitplan.errors import SpecError
+from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+
+TINY_GPT = ModelSpec(
+    name="tiny-gpt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+    vocab_size=512, max_seq_len=128,
+    source="fitplan validation: GPT-style (LayerNorm, learned positions, biases, GeLU, tied embeddings)")
+TINY_LLAMA = ModelSpec(
+    name="tiny-llama", num_layers=2, hidden_size=128, num_heads=8, num_kv_heads=2, ffn_hidden_size=352,
+    vocab_size=512, max_seq_len=256, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
+    tied_embeddings=False, linear_bias=False,
+    source="fitplan validation: Llama-style (RMSNorm, RoPE, no biases, SwiGLU, GQA 8/2, untied head)")
+DEFAULT_MODELS = (TINY_GPT, TINY_LLAMA)
+DEFAULT_SEQ_LEN = 128       # > h for TINY_GPT: the s^2 term dominates
+DEFAULT_MICRO_BATCH = 2
+DEVICES = ("cpu", "cuda")
+
+
+def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LEN,
+                   micro_batch: int = DEFAULT_MICRO_BATCH, world_sizes=(2,), device: str = "cpu",
+                   include_distributed: bool = True):
+    """Every check for one model and shape; returns a fitplan.validate.report.ValidationReport.
+
+    Raises SpecError for bad input: an unknown device, --device cuda without a GPU, a
+    sequence longer than the learned-position table, world sizes outside 2..4, or torch
+    missing."""
+    if device not in DEVICES:
+        raise SpecError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise SpecError(f"--seq-len must be an int >= 1, got {seq_len!r}")
+    if not isinstance(micro_batch, int) or micro_batch < 1:
+        raise SpecError(f"--micro-batch must be an int >= 1, got {micro_batch!r}")
+    for field in ("moe", "mla"):   # fields of newer ModelSpecs; the reference model is dense (G)QA only
+        if getattr(model, field, None) is not None:
+            raise SpecError(f"model {model.name}: the reference model has no {field.upper()} layers; validate a "
+                            f"dense model (multi-head or grouped-query attention)")
+    if model.position is Position.LEARNED and seq_len > model.max_seq_len:
+        raise SpecError(f"--seq-len {seq_len} is longer than the model's learned-position table "
+                        f"({model.max_seq_len}); lower it")
+    if model.position is Position.ROPE and (model.q_size // model.num_heads) % 2:
+        raise SpecError(f"RoPE needs an even head size, got {model.q_size // model.num_heads}")
+    world_sizes = tuple(world_sizes)
+    if any(not isinstance(w, int) or not 2 <= w <= 4 for w in world_sizes):
+        raise SpecError(f"world sizes must be ints in 2..4 (local CPU processes), got {world_sizes!r}")
+    try:
+        from fitplan.validate import runner
+    except ImportError as exc:   # torch is an optional extra
+        raise SpecError(f"fitplan validate needs torch: pip install -e '.[torch]' (torch==2.13.0); {exc}") from exc
+    return runner.run(model=model, seq_len=seq_len, micro_batch=micro_batch, world_sizes=world_sizes,
+                      device=device, include_distributed=include_distributed)
+
+
+__all__ = ["TINY_GPT", "TINY_LLAMA", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH", "run_validation"]

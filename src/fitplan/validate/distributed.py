@@ -1,0 +1,492 @@
+"""Distributed model states (and TP activations) on CPU: gloo, N local processes.
+
+One spawn runs every check for every model (torch.multiprocessing, a file store, no
+torchrun). Each rank measures after one optimizer step the bytes of the unique storages
+of its local parameters, gradients and optimizer state (a DTensor by its local shard):
+
+  ddp          DistributedDataParallel(gradient_as_bucket_view=True): the grads are the
+               reducer's buckets, so no second gradient copy exists
+  zero1        DDP + torch.distributed.optim.ZeroRedundancyOptimizer(Adam)
+  fsdp2-zero2  fully_shard(reshard_after_forward=False) on every block and the root
+  fsdp2-zero3  fully_shard(reshard_after_forward=True) on every block and the root (set
+               explicitly: the default leaves the root unsharded after forward)
+  tp           DTensor ColwiseParallel / RowwiseParallel: q, k, v, fc1 (gate, up) column-,
+               o, fc2 (down) row-wise; vocabulary-parallel embedding (and head)
+  pp           torch.distributed.pipelining: one stage per rank, ScheduleGPipe, 2 micro-batches
+  tp-act       one block, bf16, tensor parallel with and without DTensor sequence parallel
+               (torchtitan's plan), bytes saved for backward per rank for each recompute mode
+
+The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
+the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
+(fitplan.validate.expected).
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fitplan.specs import ModelSpec, ParallelConfig, Recompute, ZeroStage
+from fitplan.specs.model import Mlp
+from fitplan.validate import expected as X
+from fitplan.validate.measure import SavedTensorRecorder, local_tensor, param_storages, storage_key
+from fitplan.validate.reference_model import DEFAULT_DROPOUT, Block, build, embed_tokens, lm_loss
+from fitplan.validate.report import Extra, Row
+
+STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp")
+CHECKS = STATE_CHECKS + ("tp-act",)
+ACT_BYTES = 2     # tp-act runs in bf16
+LR = 1e-3
+
+
+# ---------------------------------------------------------------- spawning
+
+def measure_distributed(models: list[ModelSpec], *, seq_len: int, micro_batch: int, world_size: int,
+                        checks=CHECKS, timeout_s: int = 120) -> list[dict]:
+    """Start world_size gloo ranks once (plain subprocesses of this interpreter, joined by
+    a file store: no torchrun, and no re-import of the caller's __main__ as spawn does);
+    every check for every model; the records of all ranks."""
+    with tempfile.TemporaryDirectory(prefix="fitplan-validate-") as tmp:
+        job = {"init_file": os.path.join(tmp, "store"), "out_file": os.path.join(tmp, "records.json"),
+               "world": world_size, "models": list(models), "seq_len": seq_len, "micro_batch": micro_batch,
+               "checks": tuple(checks), "timeout_s": timeout_s}
+        job_file = os.path.join(tmp, "job.pkl")
+        with open(job_file, "wb") as fh:
+            pickle.dump(job, fh)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1")
+        logs = [os.path.join(tmp, f"rank{r}.log") for r in range(world_size)]
+        procs = []
+        for rank, log in enumerate(logs):
+            with open(log, "w") as fh:
+                procs.append(subprocess.Popen([sys.executable, "-m", "fitplan.validate.distributed", job_file,
+                                               str(rank)], env=env, stdout=fh, stderr=subprocess.STDOUT))
+        failed = _wait_all(procs, timeout_s * max(1, len(models)) * 2)
+        if failed:
+            tails = []
+            for rank in failed:
+                with open(logs[rank]) as fh:
+                    tails.append(f"--- rank {rank} ---\n" + fh.read()[-4000:])
+            raise RuntimeError(f"distributed validation failed on ranks {failed}:\n" + "\n".join(tails))
+        with open(job["out_file"]) as fh:
+            return json.load(fh)
+
+
+def _wait_all(procs, timeout_s: float) -> list[int]:
+    """Wait for every rank; on the first failure (or the deadline) stop the others."""
+    deadline = time.monotonic() + timeout_s
+    failed = []
+    while any(p.poll() is None for p in procs):
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for rank, p in enumerate(procs):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            failed.append(rank)
+    return sorted(set(failed + [r for r, p in enumerate(procs) if p.returncode != 0]))
+
+
+def _main(argv: list[str]) -> None:
+    """One rank. It leaves through os._exit: letting the interpreter finalize after gloo and
+    DTensor work sometimes aborts in a C++ destructor ("terminate called without an active
+    exception", about 1 run in 10 on 2 cores), after every measurement is already written."""
+    code = 1
+    try:
+        with open(argv[0], "rb") as fh:
+            job = pickle.load(fh)
+        _worker(int(argv[1]), **job)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _worker(rank, *, world, init_file, out_file, models, seq_len, micro_batch, checks, timeout_s):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+    records = []
+    try:
+        for spec in models:
+            for check in checks:
+                if skip_reason(check, spec, world=world, seq_len=seq_len):
+                    continue
+                torch.manual_seed(0)
+                start = time.perf_counter()
+                measured = _CHECKS[check](spec, rank=rank, world=world, seq_len=seq_len, b=micro_batch)
+                records.append({"check": check, "model": spec.name, "rank": rank, **measured,
+                                "seconds": round(time.perf_counter() - start, 3)})
+                dist.barrier()
+        gathered = [None] * world
+        dist.all_gather_object(gathered, records)
+        if rank == 0:
+            with open(out_file + ".part", "w") as fh:
+                json.dump([r for part in gathered for r in part], fh)
+            os.replace(out_file + ".part", out_file)
+    finally:
+        dist.destroy_process_group()
+
+
+def skip_reason(check: str, spec: ModelSpec, *, world: int, seq_len: int) -> str | None:
+    """Why a check cannot run for this model and world size (None: it can)."""
+    if check == "pp" and spec.num_layers % world:
+        return f"pp: {spec.num_layers} layers do not split into {world} equal stages"
+    if check in ("tp", "tp-act"):
+        sizes = {"heads": spec.num_heads, "kv heads": spec.num_kv_heads, "ffn size": spec.ffn_hidden_size,
+                 "vocabulary": spec.vocab_size}
+        if check == "tp-act":
+            sizes["sequence length (sp)"] = seq_len
+        bad = [f"{k} {v}" for k, v in sizes.items() if v % world]
+        if bad:
+            return f"{check}: not divisible by t={world}: {', '.join(bad)}"
+    return None
+
+
+# ---------------------------------------------------------------- measuring one rank
+
+def _batch(spec: ModelSpec, n: int, seq_len: int):
+    g = torch.Generator().manual_seed(1)   # the same tokens on every rank (tp needs them equal)
+    ids = torch.randint(0, spec.vocab_size, (n, seq_len), generator=g)
+    return ids, torch.randint(0, spec.vocab_size, (n, seq_len), generator=g)
+
+
+def unique_bytes(tensors) -> int:
+    seen = {}
+    for t in tensors:
+        if t is not None:
+            ptr, nbytes = storage_key(t)
+            seen.setdefault(ptr, nbytes)
+    return sum(v for k, v in seen.items() if k)
+
+
+def _states(params, state: dict) -> dict:
+    params = list(params)
+    values = [v for st in state.values() for v in st.values() if torch.is_tensor(v)]
+    return {"params": unique_bytes(params), "grads": unique_bytes(p.grad for p in params),
+            "optimizer": unique_bytes(values), "state_tensors": len(state)}
+
+
+def _ddp(spec, *, rank, world, seq_len, b):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = build(spec)
+    model = DDP(net, gradient_as_bucket_view=True)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(model(ids), targets).backward()
+    opt.step()
+    return _states(net.parameters(), opt.state)
+
+
+def _zero1(spec, *, rank, world, seq_len, b):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = build(spec)
+    model = DDP(net, gradient_as_bucket_view=True)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=LR)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(model(ids), targets).backward()
+    opt.step()
+    return _states(net.parameters(), opt.optim.state)
+
+
+def _fsdp2(spec, *, rank, world, seq_len, b, reshard: bool):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    net = build(spec)
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in net.layers:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(net, mesh=mesh, reshard_after_forward=reshard)
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    sharded = list(net.parameters())
+    ids, targets = _batch(spec, b, seq_len)
+    logits = net(ids)
+    held = unique_bytes(sharded + list(net.parameters()))   # sharded copies + whatever is unsharded now
+    lm_loss(logits, targets).backward()
+    opt.step()
+    return {**_states(net.parameters(), opt.state), "params_fwd_bwd": held}
+
+
+def tp_plan(spec: ModelSpec, *, prefix: str = "", sp: bool = False) -> dict:
+    """One block: Megatron's split with DTensor styles; with sp, torchtitan's sequence-parallel plan."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
+
+    col = ColwiseParallel()
+    row = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
+    mlp_in, mlp_out = (("gate", "up"), "down") if spec.mlp is Mlp.SWIGLU else (("fc1",), "fc2")
+    plan = {f"{prefix}attn.{n}": col for n in ("q_proj", "k_proj", "v_proj")}
+    plan[f"{prefix}attn.o_proj"] = row
+    plan.update({f"{prefix}mlp.{n}": col for n in mlp_in})
+    plan[f"{prefix}mlp.{mlp_out}"] = row
+    if sp:
+        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update({f"{prefix}norm1": SequenceParallel(), f"{prefix}norm2": SequenceParallel(),
+                     f"{prefix}attn": gather, f"{prefix}mlp": gather})
+    return plan
+
+
+def model_tp_plan(spec: ModelSpec) -> dict:
+    """Every block, plus the vocabulary-parallel embedding and (untied) head; the learned
+    positions and the norms stay replicated, as the planner's TP split assumes."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {"embed": RowwiseParallel(input_layouts=Replicate())}
+    if not spec.tied_embeddings:
+        plan["head"] = ColwiseParallel(output_layouts=Replicate())
+    for i in range(spec.num_layers):
+        plan.update(tp_plan(spec, prefix=f"layers.{i}."))
+    return plan
+
+
+def _tp(spec, *, rank, world, seq_len, b):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    net = build(spec)
+    mesh = init_device_mesh("cpu", (world,))
+    parallelize_module(net, mesh, model_tp_plan(spec))
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(net(ids), targets).backward()
+    opt.step()
+    return _states(net.parameters(), opt.state)
+
+
+class PipeStage(nn.Module):
+    """Rank r of p: layers [r*L/p, (r+1)*L/p); the first adds the embedding (and learned
+    positions), the last the final norm and the head; with tied embeddings the last stage
+    holds its own copy of the embedding matrix as the head (Megatron-LM)."""
+
+    def __init__(self, net, spec: ModelSpec, rank: int, world: int):
+        super().__init__()
+        per = spec.num_layers // world
+        self.first, self.last, self.p = rank == 0, rank == world - 1, net.p
+        self.embed = net.embed if self.first else None
+        self.pos = net.pos if self.first else None
+        self.layers = nn.ModuleList(net.layers[rank * per:(rank + 1) * per])
+        self.norm = net.norm if self.last else None
+        self.head = None
+        if self.last:
+            self.head = net.head
+            if self.head is None:
+                w = net.embed.weight
+                self.head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, device=w.device, dtype=w.dtype)
+                with torch.no_grad():
+                    self.head.weight.copy_(w)
+
+    def forward(self, x):
+        if self.first:
+            x = embed_tokens(self.embed, self.pos, x, self.p, self.training)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x)) if self.last else x
+
+
+def _pp(spec, *, rank, world, seq_len, b):
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    stage_mod = PipeStage(build(spec), spec, rank, world)
+    stage = PipelineStage(stage_mod, stage_index=rank, num_stages=world, device=torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lm_loss)
+    ids, targets = _batch(spec, 2 * b, seq_len)
+    if rank == 0:
+        schedule.step(ids)
+    elif rank == world - 1:
+        schedule.step(target=targets, losses=[])
+    else:
+        schedule.step()
+    opt = torch.optim.Adam(stage_mod.parameters(), lr=LR)
+    opt.step()
+    return _states(stage_mod.parameters(), opt.state)
+
+
+def _tp_act(spec, *, rank, world, seq_len, b):
+    """Bytes one tensor-parallel block saves per rank, bf16, for tp and tp+sp and each mode."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    out = {}
+    for sp in (False, True):
+        for recompute in Recompute:
+            torch.manual_seed(0)
+            block = Block(spec, DEFAULT_DROPOUT, recompute).to(torch.bfloat16).train()
+            parallelize_module(block, mesh, tp_plan(spec, sp=sp))
+            s_local = seq_len // world if sp else seq_len
+            x = torch.randn(b, s_local, spec.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+            recorder = SavedTensorRecorder(param_storages(block))
+            recorder.current = 0
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
+                y = block(x)
+            local_tensor(y).float().sum().backward()
+            out[f"{'sp' if sp else 'tp'}/{recompute.value}"] = recorder.bytes(0)
+    return {"act": out}
+
+
+_CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "tp-act": _tp_act,
+           "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
+           "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
+
+
+# ---------------------------------------------------------------- predictions and rows
+
+CONFIGS = {"ddp": ZeroStage.NONE, "zero1": ZeroStage.OS, "fsdp2-zero2": ZeroStage.OS_G,
+           "fsdp2-zero3": ZeroStage.OS_G_P}
+
+
+def _param_shapes(spec: ModelSpec) -> list[tuple[int, ...]]:
+    return [tuple(p.shape) for p in build(spec, device="meta").parameters()]
+
+
+def _stage_param_count(spec: ModelSpec, rank: int, world: int) -> int:
+    return len(list(PipeStage(build(spec, device="meta"), spec, rank, world).parameters()))
+
+
+def _expected(spec: ModelSpec, check: str, rank: int, world: int, seq_len: int) -> dict:
+    """{quantity: (planner bytes, extras)} for one rank of one check."""
+    shapes = _param_shapes(spec)
+    numels = [X._numel(s) for s in shapes]
+    if check == "pp":
+        planner = X.planner_states(spec, seq_len=seq_len, config=ParallelConfig(pp=world), first=rank == 0)
+        steps = X.adam_steps(_stage_param_count(spec, rank, world))
+        return {"params": (planner["params"], ()), "grads": (planner["grads"], ()),
+                "optimizer": (planner["optimizer"], (steps,))}
+    if check == "tp":
+        planner = X.planner_states(spec, seq_len=seq_len, config=ParallelConfig(tp=world))
+        grad_extras = () if spec.tied_embeddings else (X.dtensor_embedding_grad(spec, world),)
+        return {"params": (planner["params"], ()), "grads": (planner["grads"], grad_extras),
+                "optimizer": (planner["optimizer"], (X.adam_steps(len(shapes)),))}
+    config = ParallelConfig(dp=world, zero=CONFIGS[check])
+    planner = X.planner_states(spec, seq_len=seq_len, config=config)
+    if check == "ddp":
+        return {"params": (planner["params"], ()), "grads": (planner["grads"], ()),
+                "optimizer": (planner["optimizer"], (X.adam_steps(len(shapes)),))}
+    if check == "zero1":
+        mine = X.zero1_partition(numels, world)[rank]
+        return {"params": (planner["params"], ()), "grads": (planner["grads"], ()),
+                "optimizer": (planner["optimizer"], _nonzero(X.zero1_packing(numels, world, rank, 8),
+                                                             X.adam_steps(len(mine))))}
+    total = sum(numels)
+    pad_p = X.fsdp2_padding(shapes, world, rank, per_rank_bytes=X.PARAM_BYTES, what="parameter")
+    pad_g = X.fsdp2_padding(shapes, world, rank, per_rank_bytes=X.PARAM_BYTES, what="gradient")
+    local = X.fsdp2_local_numel(shapes, world, rank)
+    moments = 8 * local - planner["optimizer"]
+    opt_extras = (X.adam_steps(len(shapes)),) + ((Extra(
+        "fsdp2-uneven-shards", moments, "Adam's moments follow the unpadded local shard (torch.chunk sizes)",
+        "ENGINE-NOTES 1b"),) if moments else ())
+    grads = (planner["grads"], _nonzero(pad_g))
+    opt = (planner["optimizer"], opt_extras)
+    sharded = X.PARAM_BYTES * sum(X.fsdp2_rows(s[0], world, rank)[1] * X._row(s) for s in shapes)
+    if check == "fsdp2-zero3":
+        at_rest = (planner["params"], _nonzero(pad_p))
+        return {"params": at_rest, "params_fwd_bwd": at_rest, "grads": grads, "optimizer": opt}
+    # ZeRO-2: the planner holds the full 4P weights; FSDP2 holds them between forward and
+    # backward (padded all-gather outputs), keeps its sharded copy, and reshards after backward.
+    gathered = X.PARAM_BYTES * sum(world * X.fsdp2_rows(s[0], world, rank)[1] * X._row(s) for s in shapes)
+    fwd_extras = _nonzero(Extra("fsdp2-gather-padding", gathered - X.PARAM_BYTES * total,
+                                "the all-gathered parameters keep the shard padding", "ENGINE-NOTES 1b"))
+    fwd_extras += (Extra("fsdp2-sharded-copy", sharded,
+                         "FSDP2 keeps each rank's sharded fp32 parameters (the optimizer updates them) next to "
+                         "the unsharded ones; the fp32-adam recipe has no separate master copy to absorb them",
+                         "torch/distributed/fsdp/_fully_shard/_fsdp_param.py"),)
+    at_rest = (planner["params"], (Extra(
+        "fsdp2-reshard-after-backward", sharded - planner["params"],
+        "FSDP2 frees the unsharded parameters after backward whatever reshard_after_forward says, so after the "
+        "step a ZeRO-2-like FSDP2 holds only its shard (the planner's ZeRO-2 keeps 4P: that is the "
+        "forward-to-backward figure)", "ENGINE-NOTES 1b"),))
+    return {"params": at_rest, "params_fwd_bwd": (planner["params"], fwd_extras), "grads": grads,
+            "optimizer": opt}
+
+
+def _nonzero(*extras: Extra) -> tuple[Extra, ...]:
+    return tuple(x for x in extras if x.value)
+
+
+QUANTITY_TEXT = {"params": "params after step", "params_fwd_bwd": "params forward->backward",
+                 "grads": "grads after step", "optimizer": "optimizer state after step"}
+
+
+def state_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, world: int) -> list[Row]:
+    rows = []
+    for check in STATE_CHECKS:
+        recs = sorted((r for r in records if r["check"] == check and r["model"] == spec.name),
+                      key=lambda r: r["rank"])
+        if not recs:
+            continue
+        if check == "pp":
+            rows += _pp_rows(spec, recs, seq_len=seq_len, world=world)
+            continue
+        exp = [_expected(spec, check, r["rank"], world, seq_len) for r in recs]
+        for quantity in exp[0]:
+            pred = [planner + sum(x.value for x in extras) for planner, extras in (e[quantity] for e in exp)]
+            busiest = max(range(len(pred)), key=pred.__getitem__)
+            planner, extras = exp[busiest][quantity]
+            measured = [r[quantity] for r in recs]
+            rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
+                            quantity=f"{check} {QUANTITY_TEXT[quantity]}", planner=planner, extras=extras,
+                            measured=max(measured), per_rank_predicted=tuple(pred),
+                            per_rank_measured=tuple(measured)))
+        if check == "zero1":
+            measured = [r["optimizer"] - X.ADAM_STEP_BYTES * r["state_tensors"] for r in recs]
+            rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
+                            quantity="zero1 Adam moments, busiest rank vs 8P/N", planner=exp[0]["optimizer"][0],
+                            measured=max(measured), relation=">=", per_rank_measured=tuple(measured),
+                            note="torch ZeRO-1 packs whole tensors, so the planner's K*P/N is a lower bound "
+                                 "(ENGINE-NOTES 1b)"))
+    return rows
+
+
+def _pp_rows(spec, recs, *, seq_len, world) -> list[Row]:
+    rows = []
+    for r in recs:
+        if r["rank"] not in (0, world - 1):
+            continue
+        which = "first" if r["rank"] == 0 else "last"
+        exp = _expected(spec, "pp", r["rank"], world, seq_len)
+        for quantity, (planner, extras) in exp.items():
+            rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
+                            quantity=f"pp {which}-stage {QUANTITY_TEXT[quantity]}", planner=planner,
+                            extras=extras, measured=r[quantity]))
+    return rows
+
+
+def tp_activation_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_batch: int,
+                       world: int) -> list[Row]:
+    recs = sorted((r for r in records if r["check"] == "tp-act" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    rows = []
+    for key in (recs[0]["act"] if recs else ()):
+        kind, mode = key.split("/")
+        sp, recompute = kind == "sp", Recompute(mode)
+        kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=ACT_BYTES, recompute=recompute, t=world, sp=sp)
+        planner = X.planner_layer_bytes(spec, **kw)
+        extras = X.layer_extras(spec, **kw)
+        pred = planner + sum(x.value for x in extras)
+        measured = tuple(r["act"][key] for r in recs)
+        rows.append(Row(section=f"tensor-parallel activations per layer (t={world}, bf16)",
+                        quantity=f"{'tp+sp' if sp else 'tp'} {mode}", planner=planner, extras=extras,
+                        measured=max(measured), per_rank_predicted=(pred,) * len(recs), per_rank_measured=measured))
+    return rows
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

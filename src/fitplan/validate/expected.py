@@ -1,0 +1,213 @@
+"""What the validation expects to measure: the planner's formulas, called with the same
+keyword inputs the planner uses, plus each reference extra, named, sized and cited.
+
+Pure Python (no torch): the figures here are predictions, made before anything runs.
+"ENGINE-NOTES" is /work/shared/ENGINE-NOTES.md, the project's measured facts about torch
+2.13 on CPU (section 1a activations, 1b ZeRO/FSDP, 1c DTensor TP, 1d pipelining).
+"""
+from fitplan.arith import ceil_div
+from fitplan.explain import RAW
+from fitplan.memory import activations as A
+from fitplan.memory.breakdown import Setup, config_kwargs, shape_inputs, stage_memory
+from fitplan.presets import gpu, recipe
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
+from fitplan.specs.model import Norm, Position
+from fitplan.validate.report import Extra
+
+RECIPE = "fp32-adam"         # the distributed checks train fp32 weights with torch.optim.Adam
+ADAM_STEP_BYTES = 4          # torch.optim.Adam: state["step"] is a float32 scalar tensor per parameter
+PARAM_BYTES = 4              # fp32
+
+
+def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1) -> Setup:
+    """A planner Setup for the reference run: fp32-Adam states, dropout on (1-byte masks)."""
+    training = TrainingSpec(seq_len=seq_len, recipe=recipe(RECIPE), act_bytes=act_bytes, dropout=True)
+    cluster = ClusterSpec(gpu=gpu("h100-80gb"), num_gpus=world, gpus_per_node=max(8, world), reserve_bytes=0)
+    return Setup(model=model, training=training, cluster=cluster)
+
+
+# ---------------------------------------------------------------- activations per layer
+
+def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
+                        recompute: Recompute, t: int = 1, sp: bool = False) -> int:
+    """fitplan.memory.activations.per_layer_bytes with breakdown.shape_inputs' keywords."""
+    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
+    return A.per_layer_bytes(**shapes, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+
+
+def norm_stats_bytes(model: ModelSpec, *, tokens: int, act_bytes: int, device: str) -> int:
+    """One norm's saved statistics for `tokens` = s*b rows: LayerNorm keeps mean and rstd
+    (input dtype on CPU, fp32 on CUDA); the reference RMSNorm keeps an fp32 rstd."""
+    if model.norm is Norm.RMSNORM:
+        return tokens * 4
+    return 2 * tokens * (act_bytes if device == "cpu" else 4)
+
+
+_NORM_CITE = {Norm.LAYERNORM: "ENGINE-NOTES 1a (LN stats: input dtype on CPU, fp32 on CUDA)",
+              Norm.RMSNORM: "reference_model.RMSNormFunction"}
+
+
+def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
+                 t: int = 1, sp: bool = False, device: str = "cpu") -> tuple[Extra, ...]:
+    """Per layer and rank, what the reference stores beyond per_layer_bytes."""
+    if recompute is Recompute.FULL:
+        return ()
+    s, b, e = seq_len, micro_batch, act_bytes
+    s_local = s // t if sp else s
+    norm = "LayerNorm mean and rstd" if model.norm is Norm.LAYERNORM else "RMSNorm rstd (fp32)"
+    out = [Extra("norm-stats", 2 * norm_stats_bytes(model, tokens=s_local * b, act_bytes=e, device=device),
+                 f"each of the two norms saves its {norm} for backward, (b, s, 1) per tensor "
+                 f"(Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm])]
+    if recompute is Recompute.NONE:
+        out.append(Extra("causal-mask", s * s,
+                         "masked_fill saves the s x s bool causal mask (1 B/element) it is given"))
+    if model.position is Position.ROPE:
+        d = model.q_size // model.num_heads
+        out.append(Extra("rope-tables", 2 * s * d * e,
+                         "RoPE's x*cos and rotate_half(x)*sin save the (s, d) cos and sin tables in the "
+                         "activation dtype (the paper's GPT has learned positions)",
+                         "reference_model.apply_rope"))
+    if sp and t > 1:
+        full = e * s * b * model.hidden_size
+        out.append(Extra("dtensor-sp-ln-output", 2 * (full - full // t),
+                         "under DTensor sequence parallel the column-parallel linears save the all-gathered "
+                         "(full) norm outputs, 2sbh each, where Megatron keeps the sbh/t shard and gathers "
+                         "it again in backward", "ENGINE-NOTES 1a (TP / TP+SP activations)"))
+    return tuple(out)
+
+
+def planner_outside_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
+    """Embedding (dropout mask, token ids) + output (final-norm input, head input, fp32
+    logits) for one micro-batch, pp = tp = 1: activations.embedding_bytes + output_bytes."""
+    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=act_bytes))
+    s, h, b = shapes["s"], shapes["h"], micro_batch
+    emb = A.embedding_bytes(s=s, b=b, h=h, M=shapes["M"], D=shapes["D"], t=1, c=1, sp=False, n_mb=1)
+    out = A.output_bytes(s=s, b=b, h=h, V=model.vocab_size, e=shapes["e"], t=1, c=1, sp=False)
+    return emb + out
+
+
+def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
+                   device: str = "cpu") -> tuple[Extra, ...]:
+    s, b = seq_len, micro_batch
+    out = []
+    if model.position is Position.LEARNED:
+        out.append(Extra("position-ids", 8 * s, "the learned-position lookup saves its int64 position ids (8s)",
+                         "embedding backward (derivatives.yaml), measured here"))
+    out.append(Extra("final-norm-stats", norm_stats_bytes(model, tokens=s * b, act_bytes=act_bytes, device=device),
+                     "the final norm saves its statistics, like the layer norms", _NORM_CITE[model.norm]))
+    out.append(Extra("loss-targets", 8 * s * b + 4,
+                     "cross_entropy's nll_loss saves the int64 targets (8sb) and a 4-byte fp32 total_weight",
+                     "nll_loss backward (derivatives.yaml), measured here"))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- FLOPs of one step
+
+def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> int:
+    """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
+    (recompute included), from the planner's per-layer pieces."""
+    from fitplan.counts import flops as F   # imported here: the FLOPs model is newer than this module
+
+    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=2))
+    B, s, h = micro_batch, shapes["s"], shapes["h"]
+    linear = F.layer_linear_flops(B=B, s=s, h=h, q=shapes["q"], kv=shapes["kv"], f=shapes["f"], n=shapes["n"])
+    core = F.attention_core_flops(B=B, s=s, q=shapes["q"])
+    logits = F.logits_flops(B=B, s=s, h=h, V=model.vocab_size)
+    fwd = F.forward_flops(L=model.num_layers, F_linear=linear, F_core=core, F_logits=logits)
+    rerun = F.recompute_flops(L=model.num_layers, F_linear=linear, F_core=core, recompute=recompute)
+    return F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rerun))
+
+
+def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> tuple[Extra, ...]:
+    if recompute is not Recompute.SELECTIVE:
+        return ()
+    skipped = 2 * micro_batch * seq_len * seq_len * model.q_size * model.num_layers
+    return (Extra("checkpoint-early-stop", -skipped,
+                  "non-reentrant torch.utils.checkpoint stops recomputing once every saved tensor is back; the "
+                  "scores x V GEMM (2Bs^2q per layer) saves nothing the backward needs, so it is not rerun "
+                  "(Megatron's reentrant checkpoint reruns the whole core, 4Bs^2q)",
+                  "torch/utils/checkpoint.py set_checkpoint_early_stop"),)
+
+
+# ---------------------------------------------------------------- model states per rank
+
+def planner_states(model: ModelSpec, *, seq_len: int, config: ParallelConfig, first: bool = True) -> dict:
+    """The planner's states/* bytes for one GPU of the first (or last) pipeline stage."""
+    setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=config.world_size)
+    parts = stage_memory(RAW, setup, first=first, **config_kwargs(config))
+    return {"params": parts["states/weights"], "grads": parts["states/grads"],
+            "optimizer": parts["states/master"] + parts["states/optimizer"]}
+
+
+def adam_steps(n_tensors: int) -> Extra:
+    return Extra("adam-step-counters", ADAM_STEP_BYTES * n_tensors,
+                 "torch.optim.Adam keeps a 4-byte fp32 'step' tensor per parameter tensor (capturable=False); "
+                 "the ZeRO paper's K counts only the two moments", "torch/optim/adam.py _init_group")
+
+
+def dtensor_embedding_grad(model: ModelSpec, t: int) -> Extra:
+    """The vocabulary-parallel (RowwiseParallel, Shard(0)) embedding's weight gradient is a
+    full V x h Replicate tensor on every rank: DTensor's embedding_dense_backward has no
+    Shard(0) strategy, only Shard(1), Partial and Replicate. With tied embeddings the head's
+    Shard(0) gradient arrives first and the lookup's is added into it, so no extra."""
+    full = PARAM_BYTES * model.vocab_size * model.hidden_size
+    return Extra("dtensor-embedding-grad-replicated", full - ceil_div(full, t),
+                 "DTensor's embedding backward has no vocabulary-sharded strategy, so the embedding's gradient "
+                 "is materialised as a full V x h Replicate tensor on every tp rank (Megatron's "
+                 "VocabParallelEmbedding keeps it V/t x h)",
+                 "torch/distributed/tensor/_ops/_embedding_ops.py embedding_dense_backward_strategy")
+
+
+def zero1_partition(numels: list[int], world: int) -> list[list[int]]:
+    """Indices of the parameters torch's ZeroRedundancyOptimizer gives each rank: sorted by
+    size (largest first, stable), each to the rank with the fewest elements so far
+    (zero_redundancy_optimizer._partition_parameters). Whole tensors, never split."""
+    sizes = [0] * world
+    ranks = [[] for _ in range(world)]
+    for i in sorted(range(len(numels)), key=lambda j: numels[j], reverse=True):
+        r = sizes.index(min(sizes))
+        ranks[r].append(i)
+        sizes[r] += numels[i]
+    return ranks
+
+
+def zero1_packing(numels: list[int], world: int, rank: int, bytes_per_param: int) -> Extra:
+    """The rank's optimizer bytes minus the planner's ceil(K*P/N) ideal share."""
+    mine = sum(numels[i] for i in zero1_partition(numels, world)[rank])
+    ideal = ceil_div(bytes_per_param * sum(numels), world)
+    return Extra("zero1-whole-tensor-packing", bytes_per_param * mine - ideal,
+                 "torch ZeroRedundancyOptimizer assigns whole parameter tensors to ranks (greedy, largest "
+                 "first), so a rank's optimizer share is not K*P/N; the planner's K*P/N is a lower bound on "
+                 "the busiest rank", "ENGINE-NOTES 1b")
+
+
+def fsdp2_rows(dim0: int, world: int, rank: int) -> tuple[int, int]:
+    """(rows this rank holds, rows of its padded shard): FSDP2 shards dim 0 in chunks of
+    ceil(dim0/N) (torch.chunk), each rank's shard padded to that size."""
+    chunk = ceil_div(dim0, world)
+    return max(0, min(chunk, dim0 - rank * chunk)), chunk
+
+
+def fsdp2_padding(shapes: list[tuple[int, ...]], world: int, rank: int, *, per_rank_bytes: int,
+                  what: str) -> Extra:
+    """Padded shard bytes minus the planner's ceil(B*P/N) for params or grads at rest."""
+    padded = sum(fsdp2_rows(s[0], world, rank)[1] * _row(s) for s in shapes)
+    total = sum(_numel(s) for s in shapes)
+    return Extra("fsdp2-shard-padding", per_rank_bytes * padded - ceil_div(per_rank_bytes * total, world),
+                 f"FSDP2 shards every tensor along dim 0 in ceil(dim0/N)-row chunks and pads each {what} "
+                 "shard to that size (0 when N divides every dim 0)", "ENGINE-NOTES 1b")
+
+
+def fsdp2_local_numel(shapes: list[tuple[int, ...]], world: int, rank: int) -> int:
+    return sum(fsdp2_rows(s[0], world, rank)[0] * _row(s) for s in shapes)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _row(shape) -> int:
+    return _numel(shape[1:])

@@ -1,0 +1,260 @@
+"""A plain PyTorch decoder built from a ModelSpec: the measuring stick for the planner.
+
+It stores for backward exactly what fitplan.memory.activations assumes [korthikanti Sec. 4],
+plus a few tensors PyTorch cannot avoid, which fitplan.validate.expected names one by one:
+
+* manual attention: Q K^T / sqrt(d), causal masked_fill, softmax, torch.native_dropout
+  (a 1-byte bool mask, as on CUDA; CPU F.dropout keeps a mask in the input dtype,
+  ENGINE-NOTES 1a), then @ V. The s^2 scores are stored, as the paper assumes; no SDPA.
+* grouped-query attention without expanding K and V: queries are grouped (b*g, r*s, d) so
+  one bmm per kv group serves its r = a/g query heads; K and V stay g*d wide.
+* separate q, k, v projections (the fused QKV matrix has the same parameters); tensor
+  parallelism then splits them column-wise by heads without reshuffling.
+* GeLU MLP: fc1 output (the GeLU input) and the GeLU output are stored: n = 2.
+  SwiGLU via SwiGLUFunction, which saves only the gate and up outputs; the down projection
+  saves their product: n = 3.
+* RMSNorm via RMSNormFunction, which saves its input and an fp32 rstd (torch 2.13's
+  F.rms_norm on CPU is composite and stores fp32 copies of the input instead).
+* recompute: none; selective (the attention core, from the scores to @V, under
+  torch.utils.checkpoint); full (the whole layer under torch.utils.checkpoint).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.parallel import Recompute
+
+DEFAULT_DROPOUT = 0.1
+ROPE_THETA = 10000.0
+NORM_EPS = 1e-5
+
+
+def dropout(x, p: float, training: bool):
+    """torch.native_dropout: the mask it saves is bool (1 byte), as Korthikanti et al. assume."""
+    if p == 0 or not training:
+        return x
+    return torch.native_dropout(x, p, True)[0]
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    """silu(gate) * up, saving only gate and up (a fused SwiGLU's two f-wide inputs)."""
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        return grad * up * (sig * (1 + gate * (1 - sig))), grad * silu
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) in fp32; saves x and rstd."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (xf * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd
+        gw = (grad * weight).float()
+        dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+        dw = (grad.float() * xhat).sum(dim=tuple(range(grad.dim() - 1)))
+        return dx.to(x.dtype), dw.to(weight.dtype), None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float = NORM_EPS):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x):
+        return RMSNormFunction.apply(x, self.weight, self.eps)
+
+
+def make_norm(spec: ModelSpec) -> nn.Module:
+    if spec.norm is Norm.RMSNORM:
+        return RMSNorm(spec.hidden_size)
+    return nn.LayerNorm(spec.hidden_size, eps=NORM_EPS)
+
+
+def rope_tables(s: int, d: int, dtype, device):
+    """cos and sin of shape (s, 1, d), in the activation dtype, made on every call."""
+    inv = 1.0 / ROPE_THETA ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+    angles = torch.outer(torch.arange(s, dtype=torch.float32, device=device), inv)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype)[:, None, :], angles.sin().to(dtype)[:, None, :]
+
+
+def apply_rope(x, cos, sin):
+    """x: (b, s, heads, d). Saves only cos and sin (x*cos keeps cos; rotate-half keeps nothing)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def attention_core(q, k, v, p: float, training: bool):
+    """q (b, s, a, d), k and v (b, s, g, d) -> merged heads (b, s, a*d).
+
+    Stored: contiguous Q (a*d) and K (g*d) copies for QK^T, the causal bool mask (s x s),
+    the softmax output, the dropout mask and output (a*s^2 each), the contiguous V copy.
+    Query head i uses kv head i // r, as in Llama's repeat_kv, without repeating K or V.
+    """
+    b, s, a, d = q.shape
+    g = k.shape[2]
+    r = a // g
+    q3 = q.view(b, s, g, r, d).permute(0, 2, 3, 1, 4).reshape(b * g, r * s, d)
+    kt3 = k.permute(0, 2, 3, 1).reshape(b * g, d, s)
+    v3 = v.permute(0, 2, 1, 3).reshape(b * g, s, d)
+    scores = torch.bmm(q3, kt3).view(b, g, r, s, s) * (1.0 / math.sqrt(d))
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).triu_(1)
+    scores = scores.masked_fill(causal, float("-inf"))
+    probs = dropout(torch.softmax(scores, dim=-1), p, training)
+    out = torch.bmm(probs.view(b * g, r * s, s), v3)
+    return out.view(b, g, r, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, p: float, recompute: Recompute):
+        super().__init__()
+        h, q, kv, bias = spec.hidden_size, spec.q_size, spec.kv_size, spec.linear_bias
+        qkv_bias = bias or getattr(spec, "qkv_bias", False)   # Qwen2: biases on q, k, v only
+        self.head_dim = q // spec.num_heads
+        self.q_proj = nn.Linear(h, q, bias=qkv_bias)
+        self.k_proj = nn.Linear(h, kv, bias=qkv_bias)
+        self.v_proj = nn.Linear(h, kv, bias=qkv_bias)
+        self.o_proj = nn.Linear(q, h, bias=bias)
+        self.rope = spec.position is Position.ROPE
+        self.p = p
+        self.selective = recompute is Recompute.SELECTIVE
+
+    def forward(self, x):
+        b, s, d = x.shape[0], x.shape[1], self.head_dim
+        q = self.q_proj(x).view(b, s, -1, d)
+        k = self.k_proj(x).view(b, s, -1, d)
+        v = self.v_proj(x).view(b, s, -1, d)
+        if self.rope:
+            cos, sin = rope_tables(s, d, q.dtype, q.device)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.selective:
+            out = checkpoint(attention_core, q, k, v, self.p, self.training, use_reentrant=False)
+        else:
+            out = attention_core(q, k, v, self.p, self.training)
+        return self.o_proj(out)
+
+
+class GeluMlp(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
+        self.fc1 = nn.Linear(h, f, bias=bias)
+        self.fc2 = nn.Linear(f, h, bias=bias)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class SwiGluMlp(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
+        self.gate = nn.Linear(h, f, bias=bias)
+        self.up = nn.Linear(h, f, bias=bias)
+        self.down = nn.Linear(f, h, bias=bias)
+
+    def forward(self, x):
+        return self.down(SwiGLUFunction.apply(self.gate(x), self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm layer: x + drop(attn(norm1(x))), then + drop(mlp(norm2(.)))."""
+
+    def __init__(self, spec: ModelSpec, p: float, recompute: Recompute):
+        super().__init__()
+        self.norm1 = make_norm(spec)
+        self.attn = Attention(spec, p, recompute)
+        self.norm2 = make_norm(spec)
+        self.mlp = SwiGluMlp(spec) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec)
+        self.p = p
+        self.full = recompute is Recompute.FULL
+
+    def forward(self, x):
+        if self.full:
+            return checkpoint(self._layer, x, use_reentrant=False)
+        return self._layer(x)
+
+    def _layer(self, x):
+        x = x + dropout(self.attn(self.norm1(x)), self.p, self.training)
+        return x + dropout(self.mlp(self.norm2(x)), self.p, self.training)
+
+
+class ReferenceModel(nn.Module):
+    """Embedding (+ learned positions), embedding dropout, L blocks, final norm, head.
+    With tied embeddings the head is the embedding matrix; no head bias."""
+
+    def __init__(self, spec: ModelSpec, *, dropout_p: float = DEFAULT_DROPOUT,
+                 recompute: Recompute = Recompute.NONE):
+        super().__init__()
+        self.spec = spec
+        self.p = dropout_p
+        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.pos = nn.Embedding(spec.max_seq_len, spec.hidden_size) if spec.position is Position.LEARNED else None
+        self.layers = nn.ModuleList(Block(spec, dropout_p, recompute) for _ in range(spec.num_layers))
+        self.norm = make_norm(spec)
+        self.head = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+
+    def logits(self, x):
+        x = self.norm(x)
+        if self.head is not None:
+            return self.head(x)
+        return tied_logits(x, self.embed.weight)
+
+    def forward(self, ids):
+        x = embed_tokens(self.embed, self.pos, ids, self.p, self.training)
+        for layer in self.layers:
+            x = layer(x)
+        return self.logits(x)
+
+
+def embed_tokens(embed, pos, ids, p: float, training: bool):
+    """Token embedding (+ learned positions), then the embedding dropout [korthikanti Sec. 4.3]."""
+    x = embed(ids)
+    if pos is not None:
+        x = x + pos(torch.arange(ids.shape[1], device=ids.device))
+    return dropout(x, p, training)
+
+
+def tied_logits(x, weight):
+    """x @ E^T. Under tensor parallelism E is a vocabulary-sharded DTensor: the logits are
+    computed vocabulary-parallel and gathered."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if isinstance(weight, DTensor):
+        x = DTensor.from_local(x, weight.device_mesh, [Replicate()], run_check=False)
+        return F.linear(x, weight).full_tensor()
+    return F.linear(x, weight)
+
+
+def lm_loss(logits, targets):
+    """Cross-entropy on fp32 logits (Korthikanti Sec. 4.3 keeps the logits in fp32)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def build(spec: ModelSpec, *, dropout_p: float = DEFAULT_DROPOUT, recompute: Recompute = Recompute.NONE,
+          dtype=torch.float32, device="cpu") -> ReferenceModel:
+    with torch.device(device):
+        model = ReferenceModel(spec, dropout_p=dropout_p, recompute=recompute)
+    return model.to(dtype)

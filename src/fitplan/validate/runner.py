@@ -1,0 +1,119 @@
+"""run_validation's body: every check, as rows of a ValidationReport. Imports torch."""
+import torch
+
+from fitplan.counts.params import shape_params
+from fitplan.errors import SpecError
+from fitplan.memory.breakdown import evaluate
+from fitplan.specs import ModelSpec, ParallelConfig, Recompute
+from fitplan.validate import distributed as D
+from fitplan.validate import expected as X
+from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
+from fitplan.validate.report import Row, ValidationReport
+
+ACT_BYTES = (2, 4)   # bf16, fp32
+DTYPE_NAME = {2: "bf16", 4: "fp32"}
+
+
+def params_rows(model: ModelSpec) -> list[Row]:
+    return [Row(section="parameters", quantity="parameters (count, meta device)", unit="params",
+                planner=shape_params(model), measured=count_params(model),
+                note="fitplan.counts.params.shape_params vs sum(p.numel()) of the reference model")]
+
+
+def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str = "cpu") -> list[Row]:
+    """Per layer, for each dtype and recompute mode; and the embedding + output once per dtype."""
+    rows = []
+    section = f"activations per layer ({device}, dropout 0.1, one micro-batch)"
+    for e in ACT_BYTES:
+        for recompute in Recompute:
+            kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
+            got = saved_activations(model, device=device, **kw)
+            planner = X.planner_layer_bytes(model, **kw)
+            extras = X.layer_extras(model, device=device, **kw)
+            pred = planner + sum(x.value for x in extras)
+            rows.append(Row(section=section, quantity=f"layer {DTYPE_NAME[e]} {recompute.value}", planner=planner,
+                            extras=extras, measured=max(got.per_layer), per_rank_predicted=(pred,) * len(got.per_layer),
+                            per_rank_measured=got.per_layer, parts_label="layer"))
+            if recompute is Recompute.NONE:
+                outside = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
+                rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
+                                planner=X.planner_outside_bytes(model, **outside),
+                                extras=X.outside_extras(model, device=device, **outside), measured=got.outside,
+                                note="activations.embedding_bytes (n_mb=1) + activations.output_bytes"))
+    return rows
+
+
+def flops_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
+    rows = []
+    for recompute in Recompute:
+        kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=recompute)
+        rows.append(Row(section="FLOPs (FlopCounterMode, forward + backward, one micro-batch)", unit="FLOP",
+                        quantity=f"hardware FLOPs {recompute.value}", planner=X.planner_flops(model, **kw),
+                        extras=X.flops_extras(model, **kw), measured=count_flops(model, **kw),
+                        note="counts.flops.hardware_flops: GEMMs only, 2xyz each" if recompute is Recompute.NONE
+                        else ""))
+    return rows
+
+
+def distributed_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, world: int) -> tuple[list[Row], list[str]]:
+    records = D.measure_distributed([model], seq_len=seq_len, micro_batch=micro_batch, world_size=world)
+    rows = D.state_rows(model, records, seq_len=seq_len, world=world)
+    rows += D.tp_activation_rows(model, records, seq_len=seq_len, micro_batch=micro_batch, world=world)
+    notes = [f"world {world}: skipped {reason}" for check in D.CHECKS
+             if (reason := D.skip_reason(check, model, world=world, seq_len=seq_len))]
+    return rows, notes
+
+
+def cuda_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
+    """Peak allocated over two fp32 Adam steps vs the planner's per-GPU total (fp32-adam,
+    act_bytes 4, no reserve): reported with its gap, not judged."""
+    got = cuda_peak(model, seq_len=seq_len, micro_batch=micro_batch, recompute=Recompute.NONE)
+    setup = X.setup_for(model, seq_len=seq_len, act_bytes=4)
+    breakdown = evaluate(setup, ParallelConfig(micro_batch=micro_batch))
+    section = f"cuda peak ({got['device_name']}, fp32, two Adam steps)"
+    states = {k: breakdown.parts[v] for k, v in (("params", "states/weights"), ("grads", "states/grads"))}
+    states["optimizer"] = breakdown.parts["states/master"] + breakdown.parts["states/optimizer"]
+    rows = [Row(section=section, quantity=f"{k} (cuda tensors)", planner=v, measured=got[k]) for k, v in states.items()]
+    gap = got["max_allocated"] - breakdown.per_gpu_bytes
+    rows.append(Row(section=section, quantity="torch.cuda.max_memory_allocated", planner=breakdown.per_gpu_bytes,
+                    measured=got["max_allocated"], relation="info",
+                    note=f"gap {gap:+,} B: transient gradients of the logits and softmax, the cuBLAS workspace, "
+                         "512-byte allocator rounding; the planner's states + activations are the rows above"))
+    rows.append(Row(section=section, quantity="reserved_bytes.all.peak", planner=breakdown.per_gpu_bytes,
+                    measured=got["max_reserved"], relation="info",
+                    note="the caching allocator's segments: what cluster.reserve_bytes must cover beyond the peak"))
+    return rows
+
+
+PIPELINE_NOTE = ("pipeline parallel: torch.distributed.pipelining runs on CPU with gloo (ENGINE-NOTES 1d); the pp "
+                 "rows use PipelineStage + ScheduleGPipe, one stage per rank, 2 micro-batches")
+NOTES = (
+    "ZeRO-2/3 are measured with FSDP2 fully_shard; FSDP1 (SHARD_GRAD_OP / FULL_SHARD) also runs on CPU but "
+    "is deprecated and flattens and pads differently (ENGINE-NOTES 1b); it is not measured",
+    "context parallel does not run on CPU (ENGINE-NOTES 1e): its terms are not validated here",
+)
+
+
+def run(*, model: ModelSpec, seq_len: int, micro_batch: int, world_sizes, device: str,
+        include_distributed: bool) -> ValidationReport:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device cuda: no CUDA device here; run on a machine with a GPU, or use --device cpu")
+    rows = params_rows(model) + activation_rows(model, seq_len=seq_len, micro_batch=micro_batch)
+    notes = list(NOTES)
+    try:
+        rows += flops_rows(model, seq_len=seq_len, micro_batch=micro_batch)
+    except (ImportError, AttributeError) as exc:   # fitplan.counts.flops is newer than this package
+        notes.append(f"FLOPs not validated: fitplan.counts.flops is missing or changed ({exc})")
+    if not include_distributed:
+        notes.append("distributed checks not run (include_distributed=False)")
+    else:
+        notes.append(PIPELINE_NOTE)
+        for world in world_sizes:
+            more_rows, more_notes = distributed_rows(model, seq_len=seq_len, micro_batch=micro_batch, world=world)
+            rows += more_rows
+            notes += more_notes
+    if device == "cuda":
+        rows += activation_rows(model, seq_len=seq_len, micro_batch=micro_batch, device="cuda")
+        rows += cuda_rows(model, seq_len=seq_len, micro_batch=micro_batch)
+    return ValidationReport(model=model.name, seq_len=seq_len, micro_batch=micro_batch, device=device,
+                            torch_version=torch.__version__, rows=tuple(rows), notes=tuple(notes))

@@ -1,0 +1,59 @@
+"""Bytes saved for backward per layer by the reference model equal the planner's
+per_layer_bytes plus the named reference extras, exactly: recompute none / selective /
+full, bf16 and fp32, GPT and Llama styles, three shapes (one with s > h, one with GQA and
+SwiGLU, one with q != h). Also the embedding + output terms and the FLOPs of one step."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fitplan.specs import Recompute
+from fitplan.validate import TINY_GPT, TINY_LLAMA
+from fitplan.validate import expected as X
+from fitplan.validate.measure import count_flops, saved_activations
+
+from tests.torch.shapes import TINY_MIX
+
+SHAPES = [(TINY_GPT, 128, 2),     # s = 128 > h = 64
+          (TINY_LLAMA, 64, 2),    # GQA 8/2, SwiGLU, RMSNorm, RoPE
+          (TINY_MIX, 48, 1)]      # MQA, q = 128 != h = 96, LayerNorm + SwiGLU, biases
+IDS = ["gpt-s128", "llama-s64", "mix-s48"]
+
+
+@pytest.mark.parametrize(("spec", "s", "b"), SHAPES, ids=IDS)
+@pytest.mark.parametrize("e", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("recompute", list(Recompute), ids=lambda r: r.value)
+def test_saved_bytes_per_layer_exact(spec, s, b, e, recompute):
+    kw = dict(seq_len=s, micro_batch=b, act_bytes=e, recompute=recompute)
+    got = saved_activations(spec, **kw)
+    predicted = X.planner_layer_bytes(spec, **kw) + sum(x.value for x in X.layer_extras(spec, **kw))
+    assert got.per_layer == (predicted,) * spec.num_layers
+    outside = dict(seq_len=s, micro_batch=b, act_bytes=e)
+    assert got.outside == X.planner_outside_bytes(spec, **outside) + sum(
+        x.value for x in X.outside_extras(spec, **outside))
+
+
+def test_engine_notes_figures_reproduced():
+    """ENGINE-NOTES 1a's block (s=128, b=2, h=256, a=8, native_dropout, bf16): 3,557,376 B
+    = sbh(34 + 5as/h) + LN stats (4 x sb x 2 B) + causal mask (s^2 x 1 B)."""
+    from fitplan.specs.model import ModelSpec
+    spec = ModelSpec(name="notes", num_layers=1, hidden_size=256, num_heads=8, num_kv_heads=8, ffn_hidden_size=1024,
+                     vocab_size=256, max_seq_len=128)
+    s, b, h, a = 128, 2, 256, 8
+    paper = s * b * h * 34 + 5 * a * s * s * b
+    kw = dict(seq_len=s, micro_batch=b, act_bytes=2, recompute=Recompute.NONE)
+    assert X.planner_layer_bytes(spec, **kw) == paper == 3_538_944
+    assert saved_activations(spec, **kw).per_layer == (paper + 4 * s * b * 2 + s * s,) == (3_557_376,)
+
+
+def test_full_recompute_keeps_only_the_layer_input():
+    got = saved_activations(TINY_LLAMA, seq_len=64, micro_batch=2, act_bytes=2, recompute=Recompute.FULL)
+    assert got.per_layer == (2 * 64 * 2 * 128,) * 2   # e*s*b*h, no extras
+
+
+@pytest.mark.parametrize(("spec", "s", "b"), SHAPES[:2], ids=IDS[:2])
+@pytest.mark.parametrize("recompute", list(Recompute), ids=lambda r: r.value)
+def test_flops_exact(spec, s, b, recompute):
+    pytest.importorskip("fitplan.counts.flops")
+    kw = dict(seq_len=s, micro_batch=b, recompute=recompute)
+    predicted = X.planner_flops(spec, **kw) + sum(x.value for x in X.flops_extras(spec, **kw))
+    assert count_flops(spec, **kw) == predicted
