@@ -70,7 +70,7 @@ def main() -> None:
     for name, rc, measured, mfu, r in table5_runs(gpu):
         shown = f"{mfu:>7.1f}% {100 * r.mfu:>8.1f}%" if rc is Recompute.SELECTIVE else ""
         print(f"{name:<6} {rc.value:<10} {measured:>10.2f} {r.step_time_s:>11.2f} {r.step_time_s / measured:>6.3f} {shown}")
-    print(f"\nuntuned: Narayanan et al. Table 1 (full recompute, interleaving off, micro-batch 1), with the fit above")
+    print("\nuntuned: Narayanan et al. Table 1 (full recompute, interleaving off, micro-batch 1), with the fit above")
     print(f"{'params B':>8} {'t':>2} {'p':>3} {'d':>3} {'TFLOP/s pub.':>12} {'pred.':>7} {'ratio':>6}")
     for size, a, h, L, t, p, d, B, published in NARAYANAN:
         setup = setup_for(a, h, L, t * p * d, B, gpu)

@@ -5,6 +5,7 @@ Pure: returns dataclasses; fitplan.report renders them.
 """
 from dataclasses import dataclass
 
+from fitplan.arith import ceil_div
 from fitplan.counts import params as P
 from fitplan.explain import Term, formula
 from fitplan.memory import activations as A
@@ -78,7 +79,7 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
     for sharded in (False, True):
         keys = [k for k in STATE_PARTS if sizes[k] and (zero >= _SHARD_STAGE[k]) == sharded]
         if keys:
-            names = (f"model state" if len(keys) == sum(1 for k in STATE_PARTS if sizes[k])
+            names = ("model state" if len(keys) == sum(1 for k in STATE_PARTS if sizes[k])
                      else " + ".join(_STATE_NAMES[k] for k in keys))
             dtypes = {sizes[k] for k in keys}
             only_16bit_copies = set(keys) <= {"states/weights", "states/grads"} and len(dtypes) == 1
@@ -96,7 +97,7 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     model, training, cluster = setup.model, setup.training, setup.cluster
     recipe = training.recipe
     n = P.num_params(model)
-    total_state = int(-(-n * recipe.total_bytes // 1))
+    total_state = int(ceil_div(n * recipe.total_bytes, 1))
     shapes = dict(shape_inputs(setup), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
     per_layer = A.per_layer_bytes.term(**shapes)
     factor = attention_factor.term(a=shapes["a"], s=shapes["s"], h=shapes["h"], e=shapes["e"], D=shapes["D"],

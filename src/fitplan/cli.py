@@ -2,7 +2,6 @@
 import argparse
 import sys
 
-from fitplan import presets
 from fitplan.analysis import seed_answer
 from fitplan.commands import plot_plan, run_export, run_presets, run_sweep
 from fitplan.errors import SpecError
@@ -10,12 +9,9 @@ from fitplan.memory.bound import lower_bound
 from fitplan.memory.breakdown import evaluate
 from fitplan.report import document, jsonout
 from fitplan.report.render import render_markdown, render_text
-from fitplan.setup_args import add_model_args, setup_from_args
-from fitplan.specs import compat
-from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
-
-CONFIG_FLAGS = ("tp", "pp", "dp", "cp", "ep", "zero", "sequence_parallel", "recompute", "virtual_stages")
-
+from fitplan.setup_args import (add_model_args, config_from_args, explicit_config, setup_from_args,
+                                 smallest_fitting, space_from_args)
+from fitplan.specs.parallel import Recompute
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a SpecError (exit 2), never a traceback."""
@@ -94,67 +90,13 @@ def add_config_args(p) -> None:
     s.add_argument("--max-cp", type=int, default=8)
 
 
-def _explicit(args) -> bool:
-    return any(getattr(args, k) is not None for k in CONFIG_FLAGS)
-
-
-def _config(args, setup, micro_batch) -> ParallelConfig:
-    given = lambda value: 1 if value is None else value
-    tp, pp, cp = given(args.tp), given(args.pp), given(args.cp)
-    for flag, value in (("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", given(args.ep)),
-                        ("--virtual-stages", given(args.virtual_stages))):
-        _at_least_one(flag, value)
-    n = setup.cluster.num_gpus
-    dp = args.dp
-    if dp is None:
-        if n % (tp * pp * cp):
-            raise SpecError(f"--gpus {n} is not divisible by tp x pp x cp = {tp * pp * cp}; change the degrees")
-        dp = n // (tp * pp * cp)
-    config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=ZeroStage(args.zero or 0),
-                            sequence_parallel=bool(args.sequence_parallel),
-                            recompute=Recompute(args.recompute or "none"), micro_batch=micro_batch,
-                            virtual_stages=given(args.virtual_stages), ep=given(args.ep))
-    compat.require(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=args.allow_cross_node_tp)
-    return config
-
-
-def _at_least_one(flag: str, value: int) -> None:
-    if value < 1:
-        raise SpecError(f"{flag} must be >= 1, got {value}")
-    if value > 10**9:
-        raise SpecError(f"{flag} = {value} is absurdly large (limit 1,000,000,000); check the value")
-
-
-def _space(args, setup, micro_batch):
-    from fitplan.search import default_space   # NumPy is loaded only by the search
-    _at_least_one("--max-cp", args.max_cp)
-    n = setup.cluster.num_gpus
-    space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp,
-                          num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
-    fixed = {}
-    for flag in ("tp", "pp", "cp", "virtual_stages", "ep"):
-        if getattr(args, flag) is not None:
-            _at_least_one("--" + flag.replace("_", "-"), getattr(args, flag))
-            fixed[flag] = (getattr(args, flag),)
-    if args.zero is not None:
-        fixed["zero"] = (ZeroStage(args.zero),)
-    if args.recompute is not None:
-        fixed["recompute"] = (Recompute(args.recompute),)
-    if args.sequence_parallel:
-        fixed["sequence_parallel"] = (True,)
-    if args.dp is not None:
-        raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
-    from dataclasses import replace
-    return replace(space, **fixed)
-
-
 def run_plan(args, out) -> int:
     setup, micro_batch = setup_from_args(args)
     if args.top < 1:
         raise SpecError(f"--top must be >= 1, got {args.top}")
     if args.suggest or args.command == "search":
         from fitplan.search import search
-        space = _space(args, setup, micro_batch)
+        space = space_from_args(args, setup, micro_batch)
         result = search(setup, space, top=args.top, rank=args.rank)
         model, training = setup.model, setup.training
         from fitplan.counts.params import num_params
@@ -168,8 +110,8 @@ def run_plan(args, out) -> int:
             plot_plan(args.plot, setup, [getattr(s, "breakdown", s) for s in shown],
                       [f"#{i}" for i in range(1, len(shown) + 1)] if result.suggestions else ["least loaded"])
         return 0 if result.feasible else 1
-    if _explicit(args):
-        breakdown = evaluate(setup, _config(args, setup, micro_batch))
+    if explicit_config(args):
+        breakdown = evaluate(setup, config_from_args(args, setup, micro_batch))
         _write(out, args.format, jsonout.breakdown, document.breakdown, setup, breakdown)
         if args.plot:
             plot_plan(args.plot, setup, [breakdown], ["this configuration"])
@@ -217,32 +159,6 @@ def _write(out, fmt: str, as_json, as_blocks, *data) -> None:
         out.write(as_json(*data))
     else:
         out.write((render_markdown if fmt == "markdown" else render_text)(as_blocks(*data)))
-
-
-SMALLEST_TRIES = 64
-MAX_GPUS = 10**9   # ClusterSpec's limit
-
-
-def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
-    """The smallest GPU count from the lower bound upwards where the search finds a fit,
-    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, and
-    never past MAX_GPUS."""
-    from dataclasses import replace
-
-    from fitplan.search import search
-    seen: dict = {}
-
-    def fits(n: int) -> bool:
-        if n not in seen:
-            s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
-            seen[n] = search(s, _space(args, s, micro_batch), top=1).feasible
-        return seen[n]
-
-    start = max(start, 1)
-    general = next((n for n in range(start, min(start + SMALLEST_TRIES, MAX_GPUS + 1)) if fits(n)), None)
-    powers = [1 << k for k in range((start - 1).bit_length(), MAX_GPUS.bit_length()) if (1 << k) <= MAX_GPUS]
-    power = next((p for p in powers[:SMALLEST_TRIES] if fits(p)), None)
-    return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:

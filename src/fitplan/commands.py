@@ -4,8 +4,8 @@ from dataclasses import replace
 
 from fitplan import presets
 from fitplan.errors import SpecError
-from fitplan.memory.breakdown import evaluate
 from fitplan.report.render import Table, render_text
+from fitplan.setup_args import config_from_args, explicit_config, space_from_args
 from fitplan.specs import TrainingSpec
 from fitplan.units import GiB
 
@@ -42,11 +42,10 @@ def preset_object(name: str):
 
 def chosen_config(args, setup, micro_batch):
     """The configuration flags, or else the search's recommendation (None if nothing fits)."""
-    from fitplan.cli import _config, _explicit, _space
-    if _explicit(args):
-        return _config(args, setup, micro_batch)
     from fitplan.search import search
-    result = search(setup, _space(args, setup, micro_batch), top=1, rank=args.rank)
+    if explicit_config(args):
+        return config_from_args(args, setup, micro_batch)
+    result = search(setup, space_from_args(args, setup, micro_batch), top=1, rank=args.rank)
     return result.suggestions[0].config if result.suggestions else None
 
 
@@ -92,7 +91,6 @@ def _sweep_values(args, setup) -> list:
 
 def sweep_points(args, setup, micro_batch) -> list:
     """(x, the least per-GPU bytes any legal configuration needs at x, that configuration's breakdown)."""
-    from fitplan.cli import _space
     from fitplan.search import search
     points = []
     for x in _sweep_values(args, setup):
@@ -100,7 +98,7 @@ def sweep_points(args, setup, micro_batch) -> list:
             s = replace(setup, cluster=replace(setup.cluster, num_gpus=x))
         else:
             s = replace(setup, training=replace(setup.training, seq_len=x))
-        r = search(s, _space(args, s, micro_batch), top=1, rank="disturbance")
+        r = search(s, space_from_args(args, s, micro_batch), top=1, rank="disturbance")
         least = r.least_loaded
         points.append((x, None if least is None else int(least.per_gpu_bytes), least))
     return points

@@ -7,7 +7,7 @@ arrays, and the same formula functions that explain one configuration evaluate t
 at once (fitplan.memory.breakdown.stage_memory with the RAW evaluator). What the search
 returns is re-evaluated exactly, one configuration at a time, before it is shown.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import product
 
 import numpy as np

@@ -10,10 +10,12 @@ from fitplan.errors import SpecError
 from fitplan.memory.breakdown import Setup
 from fitplan.presets.models import ModelPreset
 from fitplan.presets.recipes import DEFAULT_RECIPE
-from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
+from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec, compat
+from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 from fitplan.specs.model import Mlp, MoeSpec, Norm, Position
 from fitplan.units import parse_bytes, parse_rate
 
+CONFIG_FLAGS = ("tp", "pp", "dp", "cp", "ep", "zero", "sequence_parallel", "recompute", "virtual_stages")
 SHAPE_FLAGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads", "kv_heads": "num_kv_heads",
                "ffn": "ffn_hidden_size", "vocab": "vocab_size", "params": "published_params"}
 
@@ -219,3 +221,81 @@ def setup_from_args(args) -> tuple[Setup, int]:
     if micro_batch < 1:
         raise SpecError(f"--micro-batch must be >= 1, got {micro_batch}")
     return Setup(model, training, cluster), micro_batch
+
+
+def explicit_config(args) -> bool:
+    return any(getattr(args, k) is not None for k in CONFIG_FLAGS)
+
+
+def config_from_args(args, setup, micro_batch) -> ParallelConfig:
+    given = lambda value: 1 if value is None else value
+    tp, pp, cp = given(args.tp), given(args.pp), given(args.cp)
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", given(args.ep)),
+                        ("--virtual-stages", given(args.virtual_stages))):
+        _at_least_one(flag, value)
+    n = setup.cluster.num_gpus
+    dp = args.dp
+    if dp is None:
+        if n % (tp * pp * cp):
+            raise SpecError(f"--gpus {n} is not divisible by tp x pp x cp = {tp * pp * cp}; change the degrees")
+        dp = n // (tp * pp * cp)
+    config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=ZeroStage(args.zero or 0),
+                            sequence_parallel=bool(args.sequence_parallel),
+                            recompute=Recompute(args.recompute or "none"), micro_batch=micro_batch,
+                            virtual_stages=given(args.virtual_stages), ep=given(args.ep))
+    compat.require(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=args.allow_cross_node_tp)
+    return config
+
+
+def _at_least_one(flag: str, value: int) -> None:
+    if value < 1:
+        raise SpecError(f"{flag} must be >= 1, got {value}")
+    if value > 10**9:
+        raise SpecError(f"{flag} = {value} is absurdly large (limit 1,000,000,000); check the value")
+
+
+def space_from_args(args, setup, micro_batch):
+    from fitplan.search import default_space   # NumPy is loaded only by the search
+    _at_least_one("--max-cp", args.max_cp)
+    n = setup.cluster.num_gpus
+    space = default_space(n, micro_batch=micro_batch, max_cp=args.max_cp, allow_cross_node_tp=args.allow_cross_node_tp,
+                          num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
+    fixed = {}
+    for flag in ("tp", "pp", "cp", "virtual_stages", "ep"):
+        if getattr(args, flag) is not None:
+            _at_least_one("--" + flag.replace("_", "-"), getattr(args, flag))
+            fixed[flag] = (getattr(args, flag),)
+    if args.zero is not None:
+        fixed["zero"] = (ZeroStage(args.zero),)
+    if args.recompute is not None:
+        fixed["recompute"] = (Recompute(args.recompute),)
+    if args.sequence_parallel:
+        fixed["sequence_parallel"] = (True,)
+    if args.dp is not None:
+        raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
+    return replace(space, **fixed)
+
+
+SMALLEST_TRIES = 64
+MAX_GPUS = 10**9   # ClusterSpec's limit
+
+
+def smallest_fitting(setup, args, micro_batch, start: int) -> dict:
+    """The smallest GPU count from the lower bound upwards where the search finds a fit,
+    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, and
+    never past MAX_GPUS."""
+
+    from fitplan.search import search
+    seen: dict = {}
+
+    def fits(n: int) -> bool:
+        if n not in seen:
+            s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
+            seen[n] = search(s, space_from_args(args, s, micro_batch), top=1).feasible
+        return seen[n]
+
+    start = max(start, 1)
+    general = next((n for n in range(start, min(start + SMALLEST_TRIES, MAX_GPUS + 1)) if fits(n)), None)
+    powers = [1 << k for k in range((start - 1).bit_length(), MAX_GPUS.bit_length()) if (1 << k) <= MAX_GPUS]
+    power = next((p for p in powers[:SMALLEST_TRIES] if fits(p)), None)
+    return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}

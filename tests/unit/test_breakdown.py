@@ -9,7 +9,6 @@ Activations per layer: sbh(10 + 24/t + 5as/(ht)) = 8192 * (10 + 12 + 20) = 34406
 First stage holds 2 micro-batches of 2 layers; embedding mask + int64 ids: 2 * (8192 + 1024).
 Last stage: 1 micro-batch; 2*e*sbh + 4sbV/t = 32768 + 256000.
 """
-import pytest
 
 from fitplan.explain import RAW
 from fitplan.memory.breakdown import Setup, busiest_total, config_kwargs, evaluate, stage_memory, total

@@ -14,7 +14,6 @@ import pytest
 from fitplan.cli import main
 from fitplan.compare import compare
 from fitplan.specs.parallel import Recompute
-from fitplan.units import GiB
 from tests.conftest import make_setup
 
 

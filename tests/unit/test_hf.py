@@ -9,7 +9,7 @@ import pytest
 from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.presets import MODELS
-from fitplan.specs import Mlp, ModelSpec, Norm, Position
+from fitplan.specs import Mlp, Norm, Position
 from fitplan.files.hf import model_from_hf_config, model_from_hf_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"

@@ -71,7 +71,6 @@ def test_32_gpus_no_recompute_needed():
 
 
 def test_fixed_axis_restricts_space():
-    setup = make_setup("gpt3-175b", 16)
     out = io.StringIO()
     assert main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--pp", "1", "--json"], out=out) == 0
     assert all(s["pp"] == 1 for s in json.loads(out.getvalue())["suggestions"])

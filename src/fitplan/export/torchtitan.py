@@ -53,7 +53,7 @@ def to_torchtitan_python(plan: Plan) -> Exported | Unsupported:
     assignments["training.num_tokens_per_train_step"] = tr["global_batch_size"] * tr["seq_len"]
     assignments["training.max_context_length"] = tr["seq_len"]
     ac = sections["activation_checkpoint"]["mode"]
-    lines = [f"# torchtitan after 9810191b: set on the Trainer.Config your config function returns.",
+    lines = ["# torchtitan after 9810191b: set on the Trainer.Config your config function returns.",
              f"# Written by fitplan for {describe(plan)}",
              "from torchtitan.distributed.activation_checkpoint import FullAC", ""]
     lines += [f"config.{name} = {_python(value)}" for name, value in assignments.items()]
