@@ -24,8 +24,9 @@ _SHARD_STAGE = {"states/weights": 3, "states/grads": 2, "states/master": 1, "sta
 @formula("activations/attention_factor", lambda *, e, D, M, **_: "5as/h" if (e, D, M) == (2, 1, 1)
          else "(e + D*(e + M))*a*s/h", Cite("korthikanti", "Eq. 1"), unit="ratio")
 def attention_factor(*, a, s, h, e, D, M):
-    """The attention-score term per s*b*h: 5as/h for 16-bit activations with dropout."""
-    return (e + D * (e + M)) * a * s / h
+    """The attention-score term per s*b*h: 5as/h for 16-bit activations with dropout. It is
+    the eager attention core of fitplan.memory.activations over s*b*h (b = 1)."""
+    return A.attention_core_bytes(s=s, b=1, a=a, e=e, M=M, D=D, kernel="eager") / (s * h)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ def _layer_text(*, recompute, sp, t, c, **kw):
     return f"({rep} + T{core})/(t*c), {r}, T=s*b*(e*(2q+2kv) + {mlp}), {sc}"
 
 
-def _core(*, s, b, a, e, M, D, kernel):
+def attention_core_bytes(*, s, b, a, e, M, D, kernel):
     """The attention core S: the s^2 scores, softmax and its dropout (eager), or only the fp32
     logsumexp a flash kernel keeps, 4*a*s*b (ENGINE-NOTES 1a: SDPA's CPU flash path)."""
     return 4 * a * s * b if kernel == "flash" else a * s * s * b * (e + D * (e + M))
@@ -88,7 +88,7 @@ def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
     R = s * b * (h * (4 * e + 2 * D * M) + e * r_extra)
     T = s * b * (e * (2 * q + 2 * kv) + _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E))
-    S = 0 if recompute == Recompute.SELECTIVE else _core(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel)
+    S = 0 if recompute == Recompute.SELECTIVE else attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel)
     return ceil_div(R * select(sp, 1, t) + T + S, t * c)
 
 
@@ -108,7 +108,7 @@ def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, rec
         return per_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, M=M, D=D, t=t, c=c, sp=sp,
                                recompute=Recompute.NONE, r_extra=r_extra, kernel=kernel, k=k, rho=rho, f_e=f_e,
                                f_s=f_s, E=E)
-    return ceil_div(_core(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel), t * c)
+    return ceil_div(attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel), t * c)
 
 
 @formula("activations/moe_buffers", "2*e*k*rho*s*b*h/(t*c)", Cite("fitplan", "formulas.md#moe"),
