@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--json", dest="format", action="store_const", const="json")
     val = sub.add_parser("validate", help="predicted vs measured against PyTorch on small reference models "
                                           "(needs pip install -e '.[torch]')")
-    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "all"), default="all")
+    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "all"), default="all")
     val.add_argument("--seq-len", type=int, default=128)
     val.add_argument("--micro-batch", type=int, default=2)
     val.add_argument("--world-sizes", default="2", help="comma-separated process counts for the gloo checks (2-4)")
@@ -127,13 +127,14 @@ def run_validate(args, out) -> int:
     """Exit 0 when every row is within its stated tolerance (most are exact), 1 otherwise."""
     import json
 
-    from fitplan.validate import TINY_GPT, TINY_LLAMA, run_validation
+    from fitplan.validate import TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
     from fitplan.validate.report import as_json, render_text
     try:
         worlds = tuple(int(w) for w in args.world_sizes.split(","))
     except ValueError:
         raise SpecError(f"--world-sizes: write process counts separated by commas, e.g. 2,4; got {args.world_sizes!r}")
-    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "all": (TINY_GPT, TINY_LLAMA)}[args.model]
+    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "tiny-moe": (TINY_MOE,),
+              "all": (TINY_GPT, TINY_LLAMA, TINY_MOE)}[args.model]
     reports = [run_validation(model=m, seq_len=args.seq_len, micro_batch=args.micro_batch, world_sizes=worlds,
                               device=args.device, include_distributed=not args.no_distributed) for m in models]
     ok = all(r.ok for r in reports)

@@ -107,3 +107,13 @@ def test_mla_stores_decompressed_heads_and_latents():
     s = make_setup("deepseek-v3", 8)
     from fitplan.memory.breakdown import shape_inputs
     assert shape_inputs(s)["r_extra"] == 2 * (1536 + 512 + 64)
+
+
+def test_biased_experts_count_their_down_projection_bias():
+    """GeLU experts with biases: fc1 h*f_e + f_e, fc2 f_e*h + h per expert (the down bias was
+    missing until the torch reference showed it): E * (2*64*128 + 128 + 64) per MoE layer."""
+    from dataclasses import replace
+
+    from fitplan.counts.params import expert_params
+    biased = replace(TINY, mlp=Mlp.GELU, linear_bias=True)
+    assert expert_params(biased) == 4 * (2 * 64 * 128 + 128 + 64)

@@ -125,7 +125,8 @@ def expert_params(model: ModelSpec, experts: int | None = None) -> int:
     """Routed-expert parameters of one MoE layer (all E experts, or `experts` of them); expert
     parallelism splits them by ep (expert tensor parallel degree 1)."""
     e = model.moe
-    return (e.num_experts if experts is None else experts) * mlp_sharded_params(model, e.expert_ffn_size)
+    per_expert = mlp_sharded_params(model, e.expert_ffn_size) + mlp_replicated_params(model)   # + its down bias
+    return (e.num_experts if experts is None else experts) * per_expert
 
 
 def num_moe_layers(model: ModelSpec) -> int:

@@ -1,17 +1,18 @@
 """Predicted versus measured, against real PyTorch (the optional [torch] extra, torch 2.13.0).
 
-`run_validation` builds the reference model (fitplan.validate.reference_model) from a
-ModelSpec and checks, row by row, the planner's formulas plus named reference extras
-against what torch measures: parameter counts (meta device), bytes saved for backward per
-layer (none / selective / full recompute, bf16 and fp32), FLOPs of one step
-(FlopCounterMode), and, on 2-4 local gloo ranks,
-per-rank model states for DDP, ZeRO-1, FSDP2 (ZeRO-2/3), DTensor tensor and pipeline
-parallel, plus tensor-parallel activations. `fitplan.validate.report.render_text` prints it.
+`run_validation` builds the reference model (fitplan.validate.reference_model; MoE layers
+from fitplan.validate.reference_moe) from a ModelSpec and checks, row by row, the planner's
+formulas plus named reference extras against what torch measures: parameter counts (meta
+device), bytes saved for backward per layer (none / selective / full recompute, bf16 and
+fp32; dense and MoE layers apart), FLOPs of one step (FlopCounterMode), and, on 2-4 local
+gloo ranks, per-rank model states for DDP, ZeRO-1, FSDP2 (ZeRO-2/3), DTensor tensor and
+pipeline parallel, expert parallel (MoE), plus tensor-parallel activations.
+`fitplan.validate.report.render_text` prints it.
 
 Importing this package does not import torch; run_validation does.
 """
 from fitplan.errors import SpecError
-from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.model import Mlp, ModelSpec, MoeSpec, Norm, Position
 
 TINY_GPT = ModelSpec(
     name="tiny-gpt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
@@ -22,6 +23,13 @@ TINY_LLAMA = ModelSpec(
     vocab_size=512, max_seq_len=256, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
     tied_embeddings=False, linear_bias=False,
     source="fitplan validation: Llama-style (RMSNorm, RoPE, no biases, SwiGLU, GQA 8/2, untied head)")
+TINY_MOE = ModelSpec(
+    name="tiny-moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=192,
+    vocab_size=512, max_seq_len=128, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
+    tied_embeddings=False, linear_bias=False,
+    moe=MoeSpec(num_experts=4, experts_per_token=2, expert_ffn_size=96, num_shared_experts=1, first_dense_layers=1),
+    source="fitplan validation: Llama-style MoE (GQA 4/2, first layer dense, then 4 experts of 96, top-2, "
+           "1 shared expert; dropless, as Mixtral / DeepSeek-V3 without biases)")
 DEFAULT_MODELS = (TINY_GPT, TINY_LLAMA)
 DEFAULT_SEQ_LEN = 128       # > h for TINY_GPT: the s^2 term dominates
 DEFAULT_MICRO_BATCH = 2
@@ -42,10 +50,16 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
         raise SpecError(f"--seq-len must be an int >= 1, got {seq_len!r}")
     if not isinstance(micro_batch, int) or micro_batch < 1:
         raise SpecError(f"--micro-batch must be an int >= 1, got {micro_batch!r}")
-    for field in ("moe", "mla"):   # fields of newer ModelSpecs; the reference model is dense (G)QA only
-        if getattr(model, field, None) is not None:
-            raise SpecError(f"model {model.name}: the reference model has no {field.upper()} layers; validate a "
-                            f"dense model (multi-head or grouped-query attention)")
+    if getattr(model, "mla", None) is not None:   # the reference attention is (grouped-query) multi-head only
+        raise SpecError(f"model {model.name}: the reference model has no MLA layers; validate a model with "
+                        f"multi-head or grouped-query attention")
+    if model.moe is not None and model.linear_bias:
+        raise SpecError(f"model {model.name}: MoE with linear biases is not validated: the planner's expert_params "
+                        f"counts no bias on the experts' down projections, which Megatron-LM's experts have; "
+                        f"validate an MoE model without biases")
+    if model.moe is not None and model.moe.capacity_factor is not None:
+        raise SpecError(f"model {model.name}: the reference MoE layer is dropless; validate a spec without "
+                        f"moe.capacity_factor (the planner then uses rho = training.moe_imbalance)")
     if model.position is Position.LEARNED and seq_len > model.max_seq_len:
         raise SpecError(f"--seq-len {seq_len} is longer than the model's learned-position table "
                         f"({model.max_seq_len}); lower it")
@@ -62,4 +76,5 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
                       device=device, include_distributed=include_distributed)
 
 
-__all__ = ["TINY_GPT", "TINY_LLAMA", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH", "run_validation"]
+__all__ = ["TINY_GPT", "TINY_LLAMA", "TINY_MOE", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH",
+           "run_validation"]

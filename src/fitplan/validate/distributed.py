@@ -13,6 +13,10 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
   tp           DTensor ColwiseParallel / RowwiseParallel: q, k, v, fc1 (gate, up) column-,
                o, fc2 (down) row-wise; vocabulary-parallel embedding (and head)
   pp           torch.distributed.pipelining: one stage per rank, ScheduleGPipe, 2 micro-batches
+  ep           MoE models: dp = ep = N, each rank holds E/N experts of every MoE layer
+               (reference_moe.MoeMlp with the world as its ep group: all_to_all_single
+               dispatch and combine); DDP over the dense parameters only, the experts'
+               expert-data-parallel group (tp*dp*cp/ep = 1 rank) needs no reduction
   tp-act       one block, bf16, tensor parallel with and without DTensor sequence parallel
                (torchtitan's plan), bytes saved for backward per rank for each recompute mode
 
@@ -41,7 +45,7 @@ from fitplan.validate.measure import SavedTensorRecorder, local_tensor, param_st
 from fitplan.validate.reference_model import DEFAULT_DROPOUT, Block, build, embed_tokens, lm_loss
 from fitplan.validate.report import Extra, Row
 
-STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp")
+STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
 CHECKS = STATE_CHECKS + ("tp-act",)
 ACT_BYTES = 2     # tp-act runs in bf16
 LR = 1e-3
@@ -144,6 +148,14 @@ def skip_reason(check: str, spec: ModelSpec, *, world: int, seq_len: int) -> str
     """Why a check cannot run for this model and world size (None: it can)."""
     if check == "pp" and spec.num_layers % world:
         return f"pp: {spec.num_layers} layers do not split into {world} equal stages"
+    if check == "ep":
+        if spec.moe is None:
+            return "ep: a dense model has no experts"
+        if spec.moe.num_experts % world:
+            return f"ep: {spec.moe.num_experts} experts do not split over ep={world}"
+    if check in ("tp", "tp-act") and spec.moe is not None:
+        return (f"{check}: no tensor-parallel plan for MoE layers (Megatron-LM needs sequence parallel and an "
+                f"expert-tensor-parallel choice there); the reference splits only dense layers")
     if check in ("tp", "tp-act"):
         sizes = {"heads": spec.num_heads, "kv heads": spec.num_kv_heads, "ffn size": spec.ffn_hidden_size,
                  "vocabulary": spec.vocab_size}
@@ -319,6 +331,24 @@ def _pp(spec, *, rank, world, seq_len, b):
     return _states(stage_mod.parameters(), opt.state)
 
 
+def _ep(spec, *, rank, world, seq_len, b):
+    """dp = ep = world: this rank's E/ep experts, DDP over the rest; each rank its own tokens."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = build(spec, ep_group=dist.group.WORLD)
+    experts = [name for name, _ in net.named_parameters() if ".mlp.experts." in name]
+    DDP._set_params_and_buffers_to_ignore_for_model(net, experts)   # torch's hook for params DDP must not reduce
+    model = DDP(net, gradient_as_bucket_view=True)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    g = torch.Generator().manual_seed(100 + rank)   # data parallel: different tokens per rank
+    ids = torch.randint(0, spec.vocab_size, (b, seq_len), generator=g)
+    targets = torch.randint(0, spec.vocab_size, (b, seq_len), generator=g)
+    lm_loss(model(ids), targets).backward()
+    opt.step()
+    loads = [list(layer.mlp.tokens_per_expert) for layer in net.layers if hasattr(layer.mlp, "tokens_per_expert")]
+    return {**_states(net.parameters(), opt.state), "expert_tokens": loads}
+
+
 def _tp_act(spec, *, rank, world, seq_len, b):
     """Bytes one tensor-parallel block saves per rank, bf16, for tp and tp+sp and each mode."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -342,7 +372,7 @@ def _tp_act(spec, *, rank, world, seq_len, b):
     return {"act": out}
 
 
-_CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "tp-act": _tp_act,
+_CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act,
            "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
            "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
 
@@ -361,10 +391,28 @@ def _stage_param_count(spec: ModelSpec, rank: int, world: int) -> int:
     return len(list(PipeStage(build(spec, device="meta"), spec, rank, world).parameters()))
 
 
+class _EpRank:
+    """What MoeMlp asks of its ep group (size, rank), to build a rank's share on the meta device."""
+
+    def __init__(self, size: int, rank: int):
+        self._size, self._rank = size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+
 def _expected(spec: ModelSpec, check: str, rank: int, world: int, seq_len: int) -> dict:
     """{quantity: (planner bytes, extras)} for one rank of one check."""
     shapes = _param_shapes(spec)
     numels = [X._numel(s) for s in shapes]
+    if check == "ep":
+        planner = X.planner_states(spec, seq_len=seq_len, config=ParallelConfig(dp=world, ep=world))
+        local = len(list(build(spec, device="meta", ep_group=_EpRank(world, rank)).parameters()))
+        return {"params": (planner["params"], ()), "grads": (planner["grads"], ()),
+                "optimizer": (planner["optimizer"], (X.adam_steps(local),))}
     if check == "pp":
         planner = X.planner_states(spec, seq_len=seq_len, config=ParallelConfig(pp=world), first=rank == 0)
         steps = X.adam_steps(_stage_param_count(spec, rank, world))
@@ -444,7 +492,8 @@ def state_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, world: int
             rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
                             quantity=f"{check} {QUANTITY_TEXT[quantity]}", planner=planner, extras=extras,
                             measured=max(measured), per_rank_predicted=tuple(pred),
-                            per_rank_measured=tuple(measured)))
+                            per_rank_measured=tuple(measured),
+                            note=_ep_note(spec, recs, world) if check == "ep" and quantity == "params" else ""))
         if check == "zero1":
             measured = [r["optimizer"] - X.ADAM_STEP_BYTES * r["state_tensors"] for r in recs]
             rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
@@ -453,6 +502,13 @@ def state_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, world: int
                             note="torch ZeRO-1 packs whole tensors, so the planner's K*P/N is a lower bound "
                                  "(ENGINE-NOTES 1b)"))
     return rows
+
+
+def _ep_note(spec: ModelSpec, recs: list[dict], world: int) -> str:
+    loads = "; ".join(f"rank {r['rank']} " + ", ".join(map(str, t)) for r in recs for t in r["expert_tokens"])
+    return (f"breakdown.stage_memory for ParallelConfig(dp={world}, ep={world}): dense parameters whole on every "
+            f"rank, {spec.moe.num_experts // world} of {spec.moe.num_experts} experts per MoE layer "
+            f"(stage_expert_params); routed copies received per local expert: {loads}")
 
 
 def _pp_rows(spec, recs, *, seq_len, world) -> list[Row]:

@@ -8,7 +8,7 @@ Pure Python (no torch): the figures here are predictions, made before anything r
 from fitplan.arith import ceil_div
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
-from fitplan.memory.breakdown import Setup, config_kwargs, shape_inputs, stage_memory
+from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_memory
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Norm, Position
@@ -29,10 +29,13 @@ def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1)
 # ---------------------------------------------------------------- activations per layer
 
 def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
-                        recompute: Recompute, t: int = 1, sp: bool = False) -> int:
-    """fitplan.memory.activations.per_layer_bytes with breakdown.shape_inputs' keywords."""
-    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
-    return A.per_layer_bytes(**shapes, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+                        recompute: Recompute, t: int = 1, sp: bool = False, moe_layer: bool = False) -> int:
+    """fitplan.memory.activations.per_layer_bytes with breakdown.shape_inputs' keywords (and
+    breakdown.moe_inputs' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
+    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t)
+    moe = moe_inputs(setup) if moe_layer else {}
+    value = A.per_layer_bytes(**shape_inputs(setup), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+    return int(value) if float(value).is_integer() else value   # rho (a float) makes a whole float
 
 
 def norm_stats_bytes(model: ModelSpec, *, tokens: int, act_bytes: int, device: str) -> int:
@@ -48,10 +51,14 @@ _NORM_CITE = {Norm.LAYERNORM: "ENGINE-NOTES 1a (LN stats: input dtype on CPU, fp
 
 
 def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
-                 t: int = 1, sp: bool = False, device: str = "cpu") -> tuple[Extra, ...]:
+                 t: int = 1, sp: bool = False, device: str = "cpu", moe_layer: bool = False) -> tuple[Extra, ...]:
     """Per layer and rank, what the reference stores beyond per_layer_bytes."""
     if recompute is Recompute.FULL:
         return ()
+    if moe_layer:
+        dense = layer_extras(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes,
+                             recompute=recompute, t=t, sp=sp, device=device)
+        return dense + moe_extras(model, tokens=(seq_len // t if sp else seq_len) * micro_batch)
     s, b, e = seq_len, micro_batch, act_bytes
     s_local = s // t if sp else s
     norm = "LayerNorm mean and rstd" if model.norm is Norm.LAYERNORM else "RMSNorm rstd (fp32)"
@@ -74,6 +81,38 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
                          "(full) norm outputs, 2sbh each, where Megatron keeps the sbh/t shard and gathers "
                          "it again in backward", "ENGINE-NOTES 1a (TP / TP+SP activations)"))
     return tuple(out)
+
+
+_MOE = "reference_moe.MoeMlp"
+
+
+def moe_extras(model: ModelSpec, *, tokens: int) -> tuple[Extra, ...]:
+    """What the reference MoE layer stores beyond the planner's Megatron-style accounting
+    (formulas.md#moe: per routed copy the permuted input, the expert's n*f_e and its output,
+    per token the shared experts' n*f_s and the fp32 router logits and probabilities, 8E),
+    for `tokens` = s*b tokens. Each is a tensor an autograd backward needs; none depends on
+    where the tokens are routed (dropless, one rank)."""
+    k = model.moe.experts_per_token
+    return (
+        Extra("moe-zloss-logsumexp", 4 * tokens,
+              "the router z-loss's logsumexp keeps its fp32 output (4 B per token) next to the logits it keeps "
+              "(the logits are the planner's 4E; without a z-loss only the softmax output would be kept)",
+              f"{_MOE}: logsumexp backward (derivatives.yaml), ST-MoE Eq. 5"),
+        Extra("moe-topk-indices", 8 * k * tokens,
+              "topk's backward keeps the int64 expert indices of each token's k choices (8k B per token); "
+              "Megatron's accounting has no routing indices",
+              f"{_MOE}: topk backward value_selecting_reduction_backward (derivatives.yaml)"),
+        Extra("moe-topk-probs", 4 * k * tokens,
+              "the weighted combine keeps the fp32 top-k probabilities it multiplies the expert outputs by "
+              "(4k B per token), not counted in the planner's 8E (all E logits and probabilities)",
+              f"{_MOE}: mul backward (derivatives.yaml)"),
+        Extra("moe-permute-index", 8 * k * tokens,
+              "the token permutation x.index_select(0, token) keeps its int64 gather index, one per routed copy "
+              "(8k B per token)", f"{_MOE}: index_select backward (derivatives.yaml)"),
+        Extra("moe-unpermute-index", 8 * k * tokens,
+              "putting the expert outputs back in (token, slot) order, index_select keeps the int64 inverse "
+              "permutation, one per routed copy (8k B per token)", f"{_MOE}: index_select backward (derivatives.yaml)"),
+    )
 
 
 def planner_outside_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
@@ -113,8 +152,26 @@ def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute
     linear = F.layer_linear_flops(B=B, s=s, h=h, q=shapes["q"], kv=shapes["kv"], f=shapes["f"], n=shapes["n"])
     core = F.attention_core_flops(B=B, s=s, q=shapes["q"])
     logits = F.logits_flops(B=B, s=s, h=h, V=model.vocab_size)
+    if model.moe is not None:   # dense and MoE layers apart, as timing.step._flops (rho = 1: FLOPs of the model)
+        return _moe_model_flops(model, B=B, s=s, core=core, logits=logits, recompute=recompute)
     fwd = F.forward_flops(L=model.num_layers, F_linear=linear, F_core=core, F_logits=logits)
     rerun = F.recompute_flops(L=model.num_layers, F_linear=linear, F_core=core, recompute=recompute)
+    return F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rerun))
+
+
+def _moe_model_flops(model: ModelSpec, *, B, s, core, logits, recompute) -> int:
+    """flops.matmul_flops of each layer kind's counts.params.layer_matmul_params (an MoE
+    layer: attention, router h*E, shared experts and k routed experts per token), summed
+    over the L_d dense and L - L_d MoE layers with the planner's forward/recompute/backward."""
+    from fitplan.counts import flops as F
+    from fitplan.counts.params import layer_matmul_params, num_moe_layers
+
+    L_moe = num_moe_layers(model)
+    fwd = rerun = 0
+    for L, moe_layer, out in ((model.num_layers - L_moe, False, logits), (L_moe, True, 0)):
+        linear = F.matmul_flops(B=B, s=s, P=layer_matmul_params(model, moe_layer=moe_layer))
+        fwd += F.forward_flops(L=L, F_linear=linear, F_core=core, F_logits=out)
+        rerun += F.recompute_flops(L=L, F_linear=linear, F_core=core, recompute=recompute)
     return F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rerun))
 
 

@@ -77,6 +77,7 @@ class SavedActivations:
     per_layer: tuple[int, ...]     # bytes saved by each block's forward
     outside: int                   # embedding, final norm, head, loss
     layer0_tensors: tuple          # (bytes, shape, dtype) of layer 0's storages, for explanations
+    expert_tokens: tuple = ()      # per layer: tokens routed to each expert (() for a dense layer)
 
 
 def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
@@ -101,7 +102,9 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
     loss.backward()
     per_layer = tuple(recorder.bytes(i) for i in range(model.num_layers))
     layer0 = tuple(sorted(recorder.buckets.get(0, {}).values()))
-    return SavedActivations(per_layer=per_layer, outside=recorder.bytes(OUTSIDE), layer0_tensors=layer0)
+    loads = tuple(getattr(layer.mlp, "tokens_per_expert", ()) for layer in net.layers)
+    return SavedActivations(per_layer=per_layer, outside=recorder.bytes(OUTSIDE), layer0_tensors=layer0,
+                            expert_tokens=loads)
 
 
 def count_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,

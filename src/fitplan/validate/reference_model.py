@@ -15,6 +15,8 @@ plus a few tensors PyTorch cannot avoid, which fitplan.validate.expected names o
   saves their product: n = 3.
 * RMSNorm via RMSNormFunction, which saves its input and an fp32 rstd (torch 2.13's
   F.rms_norm on CPU is composite and stores fp32 copies of the input instead).
+* MoE layers (ModelSpec.moe, after the first first_dense_layers): fitplan.validate.reference_moe,
+  a dropless router / top-k / permute / experts / weighted combine with shared experts.
 * recompute: none; selective (the attention core, from the scores to @V, under
   torch.utils.checkpoint); full (the whole layer under torch.utils.checkpoint).
 """
@@ -157,9 +159,9 @@ class Attention(nn.Module):
 
 
 class GeluMlp(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, ffn: int | None = None):
         super().__init__()
-        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
+        h, f, bias = spec.hidden_size, ffn or spec.ffn_hidden_size, spec.linear_bias
         self.fc1 = nn.Linear(h, f, bias=bias)
         self.fc2 = nn.Linear(f, h, bias=bias)
 
@@ -168,9 +170,9 @@ class GeluMlp(nn.Module):
 
 
 class SwiGluMlp(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, ffn: int | None = None):
         super().__init__()
-        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
+        h, f, bias = spec.hidden_size, ffn or spec.ffn_hidden_size, spec.linear_bias
         self.gate = nn.Linear(h, f, bias=bias)
         self.up = nn.Linear(h, f, bias=bias)
         self.down = nn.Linear(f, h, bias=bias)
@@ -182,12 +184,17 @@ class SwiGluMlp(nn.Module):
 class Block(nn.Module):
     """Pre-norm layer: x + drop(attn(norm1(x))), then + drop(mlp(norm2(.)))."""
 
-    def __init__(self, spec: ModelSpec, p: float, recompute: Recompute):
+    def __init__(self, spec: ModelSpec, p: float, recompute: Recompute, *, moe_layer: bool = False, ep_group=None):
         super().__init__()
         self.norm1 = make_norm(spec)
         self.attn = Attention(spec, p, recompute)
         self.norm2 = make_norm(spec)
-        self.mlp = SwiGluMlp(spec) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec)
+        if moe_layer:
+            from fitplan.validate.reference_moe import MoeMlp
+
+            self.mlp = MoeMlp(spec, ep_group=ep_group)
+        else:
+            self.mlp = SwiGluMlp(spec) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec)
         self.p = p
         self.full = recompute is Recompute.FULL
 
@@ -206,13 +213,14 @@ class ReferenceModel(nn.Module):
     With tied embeddings the head is the embedding matrix; no head bias."""
 
     def __init__(self, spec: ModelSpec, *, dropout_p: float = DEFAULT_DROPOUT,
-                 recompute: Recompute = Recompute.NONE):
+                 recompute: Recompute = Recompute.NONE, ep_group=None):
         super().__init__()
         self.spec = spec
         self.p = dropout_p
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.pos = nn.Embedding(spec.max_seq_len, spec.hidden_size) if spec.position is Position.LEARNED else None
-        self.layers = nn.ModuleList(Block(spec, dropout_p, recompute) for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(Block(spec, dropout_p, recompute, moe_layer=is_moe_layer(spec, i),
+                                          ep_group=ep_group) for i in range(spec.num_layers))
         self.norm = make_norm(spec)
         self.head = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
 
@@ -227,6 +235,12 @@ class ReferenceModel(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.logits(x)
+
+
+def is_moe_layer(spec: ModelSpec, index: int) -> bool:
+    """Layer `index` has an MoE MLP: the model has experts and the layer is past the first
+    first_dense_layers (formulas.md#moe)."""
+    return spec.moe is not None and index >= spec.moe.first_dense_layers
 
 
 def embed_tokens(embed, pos, ids, p: float, training: bool):
@@ -254,7 +268,9 @@ def lm_loss(logits, targets):
 
 
 def build(spec: ModelSpec, *, dropout_p: float = DEFAULT_DROPOUT, recompute: Recompute = Recompute.NONE,
-          dtype=torch.float32, device="cpu") -> ReferenceModel:
+          dtype=torch.float32, device="cpu", ep_group=None) -> ReferenceModel:
+    """The reference model; with ep_group (MoE models) each MoE layer holds only this rank's
+    E/ep experts."""
     with torch.device(device):
-        model = ReferenceModel(spec, dropout_p=dropout_p, recompute=recompute)
+        model = ReferenceModel(spec, dropout_p=dropout_p, recompute=recompute, ep_group=ep_group)
     return model.to(dtype)

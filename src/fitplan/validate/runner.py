@@ -8,6 +8,7 @@ from fitplan.specs import ModelSpec, ParallelConfig, Recompute
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
+from fitplan.validate.reference_model import is_moe_layer
 from fitplan.validate.report import Row, ValidationReport
 
 ACT_BYTES = (2, 4)   # bf16, fp32
@@ -20,20 +21,42 @@ def params_rows(model: ModelSpec) -> list[Row]:
                 note="fitplan.counts.params.shape_params vs sum(p.numel()) of the reference model")]
 
 
+def _layer_kinds(model: ModelSpec) -> list[tuple[str, bool, list[int]]]:
+    """(row prefix, MoE?, layer indices) for each kind of layer the model has."""
+    moe = [i for i in range(model.num_layers) if is_moe_layer(model, i)]
+    dense = [i for i in range(model.num_layers) if i not in moe]
+    return [k for k in (("layer", False, dense), ("moe layer", True, moe)) if k[2]]
+
+
+def _moe_note(model: ModelSpec, got, layers: list[int]) -> str:
+    loads = [got.expert_tokens[i] for i in layers]
+    rho = max(max(t) * len(t) / sum(t) for t in loads)
+    return (f"activations.per_layer_bytes with breakdown.moe_inputs (k={model.moe.experts_per_token}, rho=1, "
+            "dropless). "
+            f"Tokens per expert {'; '.join(', '.join(map(str, t)) for t in loads)}: busiest/mean {rho:.3f}. On one "
+            "rank holding every expert each of the k*s*b routed copies is stored once wherever it goes, so the "
+            "planner's rho = 1 (training.moe_imbalance) is exact here; the load imbalance matters once ep > 1")
+
+
 def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str = "cpu") -> list[Row]:
-    """Per layer, for each dtype and recompute mode; and the embedding + output once per dtype."""
+    """Per layer, for each dtype and recompute mode (dense and MoE layers in rows of their
+    own); and the embedding + output once per dtype."""
     rows = []
     section = f"activations per layer ({device}, dropout 0.1, one micro-batch)"
     for e in ACT_BYTES:
         for recompute in Recompute:
             kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
             got = saved_activations(model, device=device, **kw)
-            planner = X.planner_layer_bytes(model, **kw)
-            extras = X.layer_extras(model, device=device, **kw)
-            pred = planner + sum(x.value for x in extras)
-            rows.append(Row(section=section, quantity=f"layer {DTYPE_NAME[e]} {recompute.value}", planner=planner,
-                            extras=extras, measured=max(got.per_layer), per_rank_predicted=(pred,) * len(got.per_layer),
-                            per_rank_measured=got.per_layer, parts_label="layer"))
+            for prefix, moe_layer, layers in _layer_kinds(model):
+                planner = X.planner_layer_bytes(model, moe_layer=moe_layer, **kw)
+                extras = X.layer_extras(model, device=device, moe_layer=moe_layer, **kw)
+                pred = planner + sum(x.value for x in extras)
+                measured = tuple(got.per_layer[i] for i in layers)
+                rows.append(Row(section=section, quantity=f"{prefix} {DTYPE_NAME[e]} {recompute.value}",
+                                planner=planner, extras=extras, measured=max(measured),
+                                per_rank_predicted=(pred,) * len(layers), per_rank_measured=measured,
+                                parts_label="layer", note=_moe_note(model, got, layers)
+                                if moe_layer and e == ACT_BYTES[0] and recompute is Recompute.NONE else ""))
             if recompute is Recompute.NONE:
                 outside = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
                 rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
