@@ -107,7 +107,11 @@ def search(setup, r, bound, smallest) -> str:
     if smallest:
         lower["smallest_fitting_gpus"] = smallest["general"]
         lower["smallest_fitting_gpus_power_of_two"] = smallest["power_of_two"]
+    least = r.least_loaded
+    least_dict = None if least is None else {**config_dict(least.config), "per_gpu_bytes": int(least.per_gpu_bytes),
+                                             "headroom_bytes": int(least.headroom_bytes)}
     return _dump({**_common(setup), "feasible": r.feasible, "lower_bound": lower, "suggestions": suggestions,
+                  "least_loaded": least_dict,
                   "recommended": suggestions[0] if suggestions else None, "rank_order": r.rank_order,
                   "candidates": {"considered": r.considered, "rejected_by_reason": r.rejected_by_reason,
                                  "fit": r.fit}})

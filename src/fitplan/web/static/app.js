@@ -258,7 +258,7 @@
     });
     FitCharts.memoryBars($("memory-chart"), rows, {
       usable: plan.usable_bytes_per_gpu, capacity: plan.cluster.memory_bytes_per_gpu,
-      empty: `Nothing fits on ${plan.cluster.num_gpus} GPUs, so there is no suggestion to draw; the chart below `
+      empty: `Nothing legal runs on ${plan.cluster.num_gpus} GPUs, so there is nothing to draw; the chart below `
              + "shows the GPU count where it starts to fit." });
   }
 
@@ -328,6 +328,8 @@
         });
       }
       const configs = [...seen.values()];
+      if (!configs.length && dist.data.least_loaded)   // nothing fits: draw the closest miss against the line
+        configs.push({ ...dist.data.least_loaded, ranks: ["least loaded, does not fit"] });
       const [breakdowns] = await Promise.all([
         Promise.all(configs.map(c => post("/api/plan", { ...base, ...configFlags(c) }, signal))),
         updateCompare(base, signal, g)]);
