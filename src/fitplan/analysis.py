@@ -5,11 +5,11 @@ Pure: returns dataclasses; fitplan.report renders them.
 """
 from dataclasses import dataclass
 
-from fitplan.arith import ceil_div
 from fitplan.counts import params as P
 from fitplan.explain import Term, formula
 from fitplan.memory import activations as A
 from fitplan.memory import buffers
+from fitplan.memory import states as S
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
@@ -98,7 +98,7 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     model, training, cluster = setup.model, setup.training, setup.cluster
     recipe = training.recipe
     n = P.num_params(model)
-    total_state = int(ceil_div(n * recipe.total_bytes, 1))
+    total_state = int(S.unsharded_state_bytes(psi=n, B=recipe.total_bytes))
     shapes = dict(shape_inputs(setup), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
     per_layer = A.per_layer_bytes.term(**shapes)
     factor = attention_factor.term(a=shapes["a"], s=shapes["s"], h=shapes["h"], e=shapes["e"], D=shapes["D"],

@@ -58,7 +58,9 @@ def run_export(args, out, err) -> int:
         out.write(f"nothing fits on {setup.cluster.num_gpus} GPUs, so there is no configuration to export; "
                   f"run 'fitplan plan ... --suggest' for the proof and the smallest GPU count\n")
         return 1
-    gb = setup.training.global_batch or config.dp * config.micro_batch * config.pp * 4
+    from fitplan.timing.pipeline import num_microbatches
+    gb = setup.training.global_batch or config.dp * config.micro_batch * num_microbatches(
+        B=None, b=config.micro_batch, d=config.dp, p=config.pp)   # the time model's default, 4p
     result = export(args.format, make_plan(model=setup.model, training=setup.training, parallel=config,
                                            global_batch=gb, num_gpus=setup.cluster.num_gpus))
     if not result.ok:

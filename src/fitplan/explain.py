@@ -24,21 +24,6 @@ class Term:
     inputs: tuple[tuple[str, int | float], ...] = ()
     assumes: tuple[str, ...] = ()
 
-    def substituted(self) -> str:
-        """The formula with its inputs written out, like one line of a worked proof."""
-        args = ", ".join(f"{k}={_num(v)}" for k, v in self.inputs)
-        return f"{self.formula} with {args}" if args else self.formula
-
-
-def _num(value) -> str:
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}" if abs(value) >= 10_000 else str(value)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
 
 @dataclass(frozen=True, slots=True)
 class Formula:

@@ -12,7 +12,6 @@ from fitplan.errors import SpecError
 
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
-TERA = 10**12
 
 _TIME_UNITS = {"s": Decimal(1), "ms": Decimal("1e-3"), "us": Decimal("1e-6"), "ns": Decimal("1e-9")}
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
@@ -62,12 +61,3 @@ def parse_seconds(text: str, field: str = "latency") -> float:
         raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use s, ms, us or ns")
     return float(number * scale)
 
-
-def fmt_bytes(num_bytes, unit: int = GiB, digits: int = 2) -> str:
-    """One unit per table, chosen by the caller; never auto-scaled per row."""
-    name = {GiB: "GiB", MiB: "MiB", TiB: "TiB", GB: "GB", 1: "B"}[unit]
-    return f"{num_bytes / unit:,.{digits}f} {name}"
-
-
-def fmt_int(value) -> str:
-    return f"{int(value):,}"

@@ -66,7 +66,7 @@ def test_table5_hfu_follows_printed_eq8(row):
 def test_derived_hfu_is_below_the_published(row):
     """fitplan's hardware FLOPs: Eq. 7 + 4Bs^2h per layer (the recomputed attention core)."""
     name, a, h, L, t, p, B, b, v, full_s, sel_s, mfu, hfu, mfu_check, hfu_check = row
-    fwd = F.forward_flops(L=L, F_linear=F.layer_linear_flops(B=B, s=S, h=h, q=h, kv=h, f=4 * h, n=2),
+    fwd = F.forward_flops(L=L, F_linear=F.matmul_flops(B=B, s=S, P=12 * h * h),
                           F_core=F.attention_core_flops(B=B, s=S, q=h), F_logits=F.logits_flops(B=B, s=S, h=h, V=V))
     assert F.model_flops(F_forward=fwd) == F.korthikanti_eq7(B=B, L=L, s=S, h=h, V=V)
     rec = F.recompute_flops(L=L, F_linear=0, F_core=F.attention_core_flops(B=B, s=S, q=h),
@@ -84,7 +84,7 @@ def test_selective_recompute_overhead(h, published):
     """Sec. 5: 2.7% (GPT-3 175B) and 1.6% (MT-NLG 530B) FLOPs overhead. The recomputed
     attention core over a layer's forward, 4s^2h/(24sh^2 + 4s^2h) = 2.70% and 1.64%,
     matches to the printed 0.1 point (REFERENCE.md 1.5)."""
-    lin = F.layer_linear_flops(B=1, s=S, h=h, q=h, kv=h, f=4 * h, n=2)
+    lin = F.matmul_flops(B=1, s=S, P=12 * h * h)   # GPT layer: 12h^2 weights
     core = F.attention_core_flops(B=1, s=S, q=h)
     extra = F.recompute_flops(L=1, F_linear=lin, F_core=core, recompute=Recompute.SELECTIVE)
     assert extra / F.forward_flops(L=1, F_linear=lin, F_core=core, F_logits=0) == pytest.approx(published, abs=0.0005)

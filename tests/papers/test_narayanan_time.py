@@ -41,7 +41,7 @@ def test_eq4_1t_84_days():
 def test_eq3_is_full_recompute_hardware_flops(B, l, h):
     """Eq. 3 = 4 forward passes per layer (forward, backward x2, recompute) + 3 x logits."""
     s, V = 2048, 51200
-    lin = F.layer_linear_flops(B=B, s=s, h=h, q=h, kv=h, f=4 * h, n=2)
+    lin = F.matmul_flops(B=B, s=s, P=12 * h * h)   # GPT layer: 12h^2 weights
     core = F.attention_core_flops(B=B, s=s, q=h)
     fwd = F.forward_flops(L=l, F_linear=lin, F_core=core, F_logits=F.logits_flops(B=B, s=s, h=h, V=V))
     rec = F.recompute_flops(L=l, F_linear=lin, F_core=core, recompute=Recompute.FULL)
@@ -55,15 +55,15 @@ def test_eq3_is_full_recompute_hardware_flops(B, l, h):
 def test_bubble_fractions(p, m, v, fraction):
     """Sec. 2.2.1: (p - 1)/m; Sec. 2.2.2: interleaving with v chunks divides it by v."""
     assert PL.bubble_fraction_interleaved(p=p, m=m, v=v) == pytest.approx(fraction)
-    if v == 1:
-        assert PL.bubble_fraction_1f1b(p=p, m=m) == PL.bubble_fraction_interleaved(p=p, m=m, v=1)
+    if v == 1:   # 1F1B is the v = 1 case: (p - 1)/m
+        assert PL.bubble_fraction_interleaved(p=p, m=m, v=1) == (p - 1) / m
 
 
 def test_eq1_step_without_communication():
     """Eq. 1: (m + p - 1)*(t_f + t_b) for 1F1B; our compute + bubble is the same."""
     m, p, t_f, t_b = 12, 4, 0.3, 0.7
     compute = PL.microbatches_s(m=m, T_f=t_f, T_b=t_b)
-    bubble = PL.bubble_s(fraction=PL.bubble_fraction_1f1b(p=p, m=m), T_busy=compute)
+    bubble = PL.bubble_s(fraction=PL.bubble_fraction_interleaved(p=p, m=m, v=1), T_busy=compute)
     assert compute + bubble == pytest.approx((m + p - 1) * (t_f + t_b))
 
 

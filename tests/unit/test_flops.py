@@ -15,7 +15,7 @@ GPT_SHAPES = [  # (B, s, h, L, V)
 
 
 def _gpt(B, s, h, L, V, recompute=Recompute.NONE):
-    lin = F.layer_linear_flops(B=B, s=s, h=h, q=h, kv=h, f=4 * h, n=2)
+    lin = F.matmul_flops(B=B, s=s, P=12 * h * h)   # GPT layer weights: 3h^2 + h^2 + 8h^2
     core = F.attention_core_flops(B=B, s=s, q=h)
     fwd = F.forward_flops(L=L, F_linear=lin, F_core=core, F_logits=F.logits_flops(B=B, s=s, h=h, V=V))
     rec = F.recompute_flops(L=L, F_linear=lin, F_core=core, recompute=recompute)
@@ -68,7 +68,7 @@ def test_gqa_swiglu_linear_flops_are_2_per_weight_per_token():
     weight per token: q = 4096, kv = 8*128 = 1024, f = 14336, three MLP matrices."""
     m = presets.model("llama3.1-8b").model
     B, s = 2, 8192
-    lin = F.layer_linear_flops(B=B, s=s, h=m.hidden_size, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size, n=3)
+    lin = F.matmul_flops(B=B, s=s, P=P.layer_matmul_params(m, moe_layer=False))
     assert lin == 2 * B * s * P.layer_sharded_params(m)
     assert lin == 2 * B * s * 4096 * (2 * 4096 + 2 * 1024 + 3 * 14336)   # = 2Bsh(2q + 2kv + 3f)
     assert F.attention_core_flops(B=B, s=s, q=m.q_size) == 4 * B * s * s * 4096
@@ -77,14 +77,13 @@ def test_gqa_swiglu_linear_flops_are_2_per_weight_per_token():
 def test_formulas_work_on_arrays():
     B = np.array([1, 2, 4])
     h = np.array([1024, 2048, 4096])
-    lin = F.layer_linear_flops(B=B, s=2048, h=h, q=h, kv=h, f=4 * h, n=2)
+    lin = F.matmul_flops(B=B, s=2048, P=12 * h * h)
     for i in range(3):
-        assert lin[i] == F.layer_linear_flops(B=int(B[i]), s=2048, h=int(h[i]), q=int(h[i]), kv=int(h[i]),
-                                              f=4 * int(h[i]), n=2)
+        assert lin[i] == F.matmul_flops(B=int(B[i]), s=2048, P=12 * int(h[i]) ** 2)
 
 
 def test_trace_terms_carry_citations():
     term = F.korthikanti_eq7.term(B=1, L=96, s=2048, h=12288, V=51200)
     assert term.cite.key == "korthikanti" and "Eq. 7" in term.cite.where
     assert F.narayanan_eq3.term(B=1, s=2048, l=96, h=12288, V=51200).cite.key == "narayanan"
-    assert any("GEMM" in a for a in F.layer_linear_flops.term(B=1, s=1, h=1, q=1, kv=1, f=4, n=2).assumes)
+    assert any("GEMM" in a for a in F.matmul_flops.term(B=1, s=1, P=12).assumes)

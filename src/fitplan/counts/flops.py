@@ -29,18 +29,12 @@ GEMMS_ONLY = ("only GEMMs are counted (Korthikanti App. A): norms, softmax, acti
               "attention core over all s^2 pairs (no causal halving), as Korthikanti and Narayanan count")
 
 
-@formula("flops/layer_linear", "2*B*s*h*(2q + 2kv + n*f)", APP_A, FLOPS, GEMMS_ONLY)
-def layer_linear_flops(*, B, s, h, q, kv, f, n):
-    """Forward FLOPs of one layer's weight GEMMs: QKV 2Bsh(q + 2kv), output projection
-    2Bsqh, MLP 2Bsh*n*f. GPT shapes: 24Bsh^2."""
-    return 2 * B * s * h * (2 * q + 2 * kv + n * f)
-
-
 @formula("flops/matmul", "2*B*s*P", APP_A, FLOPS, GEMMS_ONLY)
 def matmul_flops(*, B, s, P):
     """Forward FLOPs of B*s tokens through weight matrices of P parameters per token (one
     multiply-add per weight): any attention (GQA, MLA), dense or MoE (router, shared and the
-    k routed experts) layer. For GPT shapes P = 12h^2 and this is layer_linear_flops."""
+    k routed experts) layer (fitplan.counts.params.layer_matmul_params). GPT shapes: P = 12h^2
+    (QKV 3h^2, output projection h^2, MLP 8h^2), so 24Bsh^2 as in Korthikanti App. A."""
     return 2 * B * s * P
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fitplan.arith import ceil_div
 from fitplan.explain import COUNT, formula
+from fitplan.memory.states import unsharded_state_bytes
 from fitplan.sources import Cite
 
 BOUND = Cite("fitplan", "formulas.md#lower-bound (ZeRO Sec. 5 + Korthikanti Table 2)")
@@ -22,7 +23,7 @@ BOUND = Cite("fitplan", "formulas.md#lower-bound (ZeRO Sec. 5 + Korthikanti Tabl
 
 @formula("bound/total", "B*psi + e*s*b_min*h*L", BOUND)
 def least_total_bytes(*, B, psi, e, s, b_min, h, L):
-    return ceil_div(B * psi, 1) + e * s * b_min * h * L
+    return unsharded_state_bytes(psi=psi, B=B) + e * s * b_min * h * L
 
 
 @formula("bound/per_gpu", "(B*psi + e*s*b_min*h*L)/N", BOUND)

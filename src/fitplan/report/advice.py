@@ -8,7 +8,6 @@ from fitplan.errors import SpecError
 from fitplan.report.render import Table
 from fitplan.units import GB, GiB
 
-AXIS_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline", "dp": "data parallel"}
 
 
 def steps(setup, suggestions):

@@ -56,15 +56,3 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
-    @property
-    def expert_shard_degree(self) -> int:
-        """The expert-data-parallel group: tp x dp x cp / ep ranks hold the same experts
-        (Megatron-LM's expert grid, expert tensor parallel 1)."""
-        return self.tp * self.dp * self.cp // self.ep
-
-    @property
-    def shard_degree(self) -> int:
-        """The group ZeRO shards over: dp x cp. Context-parallel ranks hold the same
-        parameters, so Megatron-LM's distributed optimizer shards over the data-parallel
-        group with context parallel included (parallel_state, with_context_parallel=True)."""
-        return self.dp * self.cp

@@ -16,15 +16,10 @@ ASSUMES = ("all stages take the busiest stage's time per micro-batch; the bubble
            "time contains (compute and exposed tp, cp, pp traffic)",)
 
 
-@formula("pipeline/bubble_fraction_1f1b", "(p - 1)/m", Cite("narayanan", "Sec. 2.2.1"), RATIO)
-def bubble_fraction_1f1b(*, p, m):
-    return (p - 1) / m
-
-
 @formula("pipeline/bubble_fraction", "(p - 1)/(v*m)", Cite("narayanan", "Sec. 2.2.2"), RATIO,
          ("interleaving needs m to be a multiple of p (checked in specs.compat)",))
 def bubble_fraction_interleaved(*, p, m, v):
-    """Interleaved 1F1B; with v = 1 it is the 1F1B fraction."""
+    """Interleaved 1F1B; with v = 1 it is the 1F1B fraction (p - 1)/m, Sec. 2.2.1."""
     return (p - 1) / (v * m)
 
 

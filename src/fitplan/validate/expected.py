@@ -146,10 +146,11 @@ def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute
     """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
     (recompute included), from the planner's per-layer pieces."""
     from fitplan.counts import flops as F   # imported here: the FLOPs model is newer than this module
+    from fitplan.counts.params import layer_matmul_params
 
     shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=2))
     B, s, h = micro_batch, shapes["s"], shapes["h"]
-    linear = F.layer_linear_flops(B=B, s=s, h=h, q=shapes["q"], kv=shapes["kv"], f=shapes["f"], n=shapes["n"])
+    linear = F.matmul_flops(B=B, s=s, P=layer_matmul_params(model, moe_layer=False))
     core = F.attention_core_flops(B=B, s=s, q=shapes["q"])
     logits = F.logits_flops(B=B, s=s, h=h, V=model.vocab_size)
     if model.moe is not None:   # dense and MoE layers apart, as timing.step._flops (rho = 1: FLOPs of the model)
