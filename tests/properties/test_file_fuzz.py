@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fitplan import presets
 from fitplan.cli import main
-from fitplan.commands import preset_object
+from fitplan.presets import by_name as preset_object
 from fitplan.files.load import dump_toml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 
 from fitplan import presets
 from fitplan.cli import main
-from fitplan.commands import preset_object
+from fitplan.presets import by_name as preset_object
 from fitplan.files.load import parse_document, specs_from_document
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ def run(argv):
     (["plan", "--preset", "gpt3-175b", "--gpus", "40", "--tp", "5"], "divisible by tp=5"),
     (BASE + ["--tp", "5"], "not divisible by tp x pp x cp = 5"),
     (BASE + ["--tp", "8", "--dp", "3"], "tp x pp x dp x cp"),
-    (["plan", "--preset", "gpt3-175b", "--gpus", "0"], "cluster.num_gpus must be >= 1"),
-    (["plan", "--preset", "gpt3-175b", "--gpus", "-4"], "cluster.num_gpus must be >= 1"),
+    (["plan", "--preset", "gpt3-175b", "--gpus", "0"], "--gpus must be >= 1, got 0"),
+    (["plan", "--preset", "gpt3-175b", "--gpus", "-4"], "--gpus must be >= 1, got -4"),
     (BASE + ["--gpu-memory", "80 GIB"], "unknown unit 'GIB'"),
     (BASE + ["--gpu-memory", "-1 GiB"], "--gpu-memory: cannot read"),
     (BASE + ["--reserve", "500 GiB"], "leaves no usable memory"),
@@ -38,7 +38,7 @@ def run(argv):
     (["plan", "--preset", "gpt3-175b"], "--gpus"),
     (BASE + ["--bogus"], "unrecognized arguments"),
     (BASE + ["--suggest", "--top", "0"], "--top must be >= 1"),
-    (BASE + ["--layers", "0"], "model.num_layers must be >= 1"),
+    (BASE + ["--layers", "0"], "--layers must be >= 1, got 0"),
     (BASE + ["--precision", "fp7"], "unknown precision preset"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, needle):

@@ -43,14 +43,20 @@ def model_from_hf_config(path, *, name: str | None = None) -> ModelSpec:
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{where}: cannot read the file ({err.__class__.__name__}); check the path "
                         f"and that it is a UTF-8 config.json") from None
+    default_name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
+    return model_from_hf_text(text, where=where, name=name or default_name)
+
+
+def model_from_hf_text(text: str, *, where: str = "config.json", name: str = "hf-model") -> ModelSpec:
+    """The same, from the text of a config.json (the web page's pasted config); `where`
+    names it in errors."""
     try:
         config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(f"{where}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
-                        f"fix the file or download config.json again") from None
-    default_name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
-    return model_from_hf_dict(config, where=where, name=name or default_name,
-                              source=f"Hugging Face config.json: {where}")
+    except (json.JSONDecodeError, RecursionError) as err:
+        reason = f"{err.msg} at line {err.lineno}, column {err.colno}" if isinstance(err, json.JSONDecodeError) \
+            else "nested too deeply"
+        raise SpecError(f"{where}: not valid JSON ({reason}); fix the file or download config.json again") from None
+    return model_from_hf_dict(config, where=where, name=name, source=f"Hugging Face config.json: {where}")
 
 
 def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-model",

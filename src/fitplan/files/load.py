@@ -31,7 +31,7 @@ This module and files/hf.py are the only places that read spec files; they sit o
 """
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass
 import difflib
 from enum import Enum
 import json
@@ -40,8 +40,9 @@ import tomllib
 
 from fitplan import toml_text
 from fitplan.errors import SpecError
-from fitplan.specs.cluster import ClusterSpec, GpuSpec, LinkSpec
-from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
+from fitplan.specs.cluster import ClusterSpec, GpuSpec
+from fitplan.specs.declare import default_of, enum_value, file_key, spec_fields
+from fitplan.specs.model import ModelSpec
 from fitplan.specs.training import Recipe, TrainingSpec
 from fitplan.units import GB, GiB, KB, KiB, MB, MiB, TB, TiB, parse_bytes, parse_rate, parse_seconds
 
@@ -249,10 +250,6 @@ def _suggest(name: str, known, prefix: str = "") -> str:
     return f"; known keys: {', '.join(known)}"
 
 
-def _defaults(cls) -> dict:
-    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
-
-
 def _build(cls, where: str, **kwargs):
     """Construct a spec; its own validation errors get the file name in front."""
     try:
@@ -261,116 +258,105 @@ def _build(cls, where: str, **kwargs):
         raise SpecError(f"{where}: {err}") from None
 
 
-def model_from_table(data: dict, *, where: str = "<spec>") -> ModelSpec:
-    t, d = _Table(data, "model", where), _defaults(ModelSpec)
-    spec = dict(name=t.str("name"), num_layers=t.int("num_layers"), hidden_size=t.int("hidden_size"),
-                num_heads=t.int("num_heads"), num_kv_heads=t.int("num_kv_heads"),
-                ffn_hidden_size=t.int("ffn_hidden_size"), vocab_size=t.int("vocab_size"),
-                max_seq_len=t.int("max_seq_len"), mlp=t.enum("mlp", Mlp, default=d["mlp"]),
-                norm=t.enum("norm", Norm, default=d["norm"]),
-                position=t.enum("position", Position, default=d["position"]),
-                tied_embeddings=t.bool("tied_embeddings", default=d["tied_embeddings"]),
-                linear_bias=t.bool("linear_bias", default=d["linear_bias"]),
-                qkv_bias=t.bool("qkv_bias", default=d["qkv_bias"]),
-                head_dim=t.int("head_dim", default=None),
-                moe=_moe_from(t, where) if t.data.get("moe") is not None else t._get("moe", False, ""),
-                mla=_mla_from(t, where) if t.data.get("mla") is not None else t._get("mla", False, ""),
-                published_params=t.int("published_params", default=None),
-                source=t.str("source", default=""))
+def _is_float(f) -> bool:
+    return f.type in (float, float | None)
+
+
+def read_spec(cls, t: _Table, *, defaults: dict | None = None, gpu: GpuSpec | None = None):
+    """A spec of class cls from one table, every field read as its declaration says
+    (fitplan.specs.declare). `defaults` replace dataclass defaults that depend on another
+    spec (a cluster's node size and reserve default to its GPU's); `gpu` is the file's own
+    [gpu] table, for a cluster."""
+    defaults = defaults or {}
+    kw = {}
+    for f, d in spec_fields(cls):
+        default = defaults.get(f.name, default_of(f))
+        value = _READ[d.kind](t, file_key(f), d, default, gpu)
+        kw[f.name] = float(value) if _is_float(f) and isinstance(value, int) else value
     t.done()
-    return _build(ModelSpec, where, **spec)
+    return _build(cls, t.where, **kw)
 
 
-def _moe_from(t: "_Table", where: str) -> MoeSpec:
-    m = t.table("moe")
-    spec = dict(num_experts=m.int("num_experts"), experts_per_token=m.int("experts_per_token"),
-                expert_ffn_size=m.int("expert_ffn_size"), num_shared_experts=m.int("num_shared_experts", default=0),
-                first_dense_layers=m.int("first_dense_layers", default=0),
-                capacity_factor=m.number("capacity_factor", default=None))
-    m.done()
-    return _build(MoeSpec, where, **spec)
+def _read_choice(t: _Table, key: str, d, default, gpu):
+    return (t.int if all(isinstance(c, int) for c in d.choices) else t.str)(key, default=default)
 
 
-def _mla_from(t: "_Table", where: str) -> MlaSpec:
-    m = t.table("mla")
-    spec = {k: m.int(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
-    m.done()
-    return _build(MlaSpec, where, **spec)
+def _read_table(t: _Table, key: str, d, default, gpu):
+    if default is not MISSING and t.data.get(key) is None:
+        t._get(key, False, "")
+        return default
+    return read_spec(d.table, t.table(key))
+
+
+def _read_moments(t: _Table, key: str, d, default, gpu):
+    moments = t.table(key)
+    return tuple((name, moments.number(name)) for name in list(moments.data))
+
+
+def _read_recipe(t: _Table, key: str, d, default, gpu):
+    from fitplan.presets import RECIPES   # presets import the specs; import late to keep specs first
+    raw = t._get(key, True, f'a preset name such as {key} = "mixed-adam", or a [{t.path}.{key}] table')
+    if isinstance(raw, str):
+        if raw not in RECIPES:
+            raise SpecError(f"{t.where}: {t.path}.{key} = {raw!r} is not a precision preset{_suggest(raw, RECIPES)}")
+        return RECIPES[raw]
+    if isinstance(raw, dict):
+        return read_spec(Recipe, _Table(raw, f"{t.path}.{key}", t.where))
+    raise SpecError(f"{t.where}: {t.path}.{key} must be a preset name or a table, got {raw!r}")
+
+
+def _read_gpu(t: _Table, key: str, d, default, gpu):
+    from fitplan.presets import GPUS
+    name = t.str(key, default=None)
+    if name is not None and gpu is not None:
+        raise SpecError(f"{t.where}: {t.path}.{key} = {name!r} and a [gpu] table both name the GPU; keep one")
+    if name is not None:
+        if name not in GPUS:
+            raise SpecError(f"{t.where}: {t.path}.{key} = {name!r} is not a GPU preset{_suggest(name, GPUS)}")
+        return GPUS[name]
+    if gpu is None:
+        raise SpecError(f"{t.where}: the cluster has no GPU; add cluster.gpu = \"h100-80gb\" (a preset) or a [gpu] table")
+    return gpu
+
+
+_READ = {
+    "int": lambda t, key, d, default, gpu: t.int(key, default=default),
+    "number": lambda t, key, d, default, gpu: t.number(key, default=default),
+    "str": lambda t, key, d, default, gpu: t.str(key, default=default),
+    "bool": lambda t, key, d, default, gpu: t.bool(key, default=default),
+    "enum": lambda t, key, d, default, gpu: t.enum(key, d.enum, default=default),
+    "choice": _read_choice,
+    "size": lambda t, key, d, default, gpu: t.size(key, default=default),
+    "rate": lambda t, key, d, default, gpu: t.rate(key, default=default),
+    "seconds": lambda t, key, d, default, gpu: t.seconds(key, default=default),
+    "table": _read_table, "moments": _read_moments, "recipe": _read_recipe, "gpu": _read_gpu,
+}
+
+
+def model_from_table(data: dict, *, where: str = "<spec>") -> ModelSpec:
+    return read_spec(ModelSpec, _Table(data, "model", where))
 
 
 def recipe_from_table(data: dict, *, where: str = "<spec>", path: str = "recipe") -> Recipe:
-    t, d = _Table(data, path, where), _defaults(Recipe)
-    moments_table = t.table("moments")
-    moments = tuple((name, moments_table.number(name)) for name in list(moments_table.data))
-    spec = dict(name=t.str("name"), weights_bytes=t.number("weights_bytes"), grads_bytes=t.number("grads_bytes"),
-                master_bytes=t.number("master_bytes"), moments=moments,
-                compute=t.str("compute", default=d["compute"]),
-                description=t.str("description", default=""), source=t.str("source", default=""))
-    t.done()
-    return _build(Recipe, where, **spec)
+    return read_spec(Recipe, _Table(data, path, where))
 
 
 def training_from_table(data: dict, *, where: str = "<spec>") -> TrainingSpec:
-    from fitplan.presets import RECIPES   # presets import the specs; import late to keep specs first
-
-    t, d = _Table(data, "training", where), _defaults(TrainingSpec)
-    raw = t._get("recipe", True, 'a preset name such as recipe = "mixed-adam", or a [training.recipe] table')
-    if isinstance(raw, str):
-        if raw not in RECIPES:
-            raise SpecError(f"{where}: training.recipe = {raw!r} is not a precision preset"
-                            f"{_suggest(raw, RECIPES)}")
-        recipe = RECIPES[raw]
-    elif isinstance(raw, dict):
-        recipe = recipe_from_table(raw, where=where, path="training.recipe")
-    else:
-        raise SpecError(f"{where}: training.recipe must be a preset name or a table, got {raw!r}")
-    spec = dict(seq_len=t.int("seq_len"), recipe=recipe, global_batch=t.int("global_batch", default=None),
-                act_bytes=t.int("act_bytes", default=d["act_bytes"]),
-                dropout=t.bool("dropout", default=d["dropout"]))
-    t.done()
-    return _build(TrainingSpec, where, **spec)
-
-
-def _link_from_table(t: _Table) -> LinkSpec:
-    link = dict(name=t.str("name"), bytes_per_s=t.rate("bandwidth"), latency_s=t.seconds("latency"))
-    t.done()
-    return _build(LinkSpec, t.where, **link)
+    return read_spec(TrainingSpec, _Table(data, "training", where))
 
 
 def gpu_from_table(data: dict, *, where: str = "<spec>") -> GpuSpec:
-    t, d = _Table(data, "gpu", where), _defaults(GpuSpec)
-    fp8 = t.number("peak_fp8_flops_per_s", default=None)
-    spec = dict(name=t.str("name"), memory_bytes=t.size("memory"),
-                peak_bf16_flops_per_s=float(t.number("peak_bf16_flops_per_s")),
-                peak_fp8_flops_per_s=None if fp8 is None else float(fp8), efficiency=t.number("efficiency"),
-                efficiency_h0=float(t.number("efficiency_h0", default=d["efficiency_h0"])),
-                intra_node=_link_from_table(t.table("intra_node")),
-                inter_node=_link_from_table(t.table("inter_node")),
-                gpus_per_node=t.int("gpus_per_node", default=d["gpus_per_node"]),
-                default_reserve_bytes=t.size("default_reserve", default=d["default_reserve_bytes"]),
-                source=t.str("source", default=""))
-    t.done()
-    return _build(GpuSpec, where, **spec)
+    return read_spec(GpuSpec, _Table(data, "gpu", where))
 
 
 def cluster_from_table(data: dict, *, gpu: GpuSpec | None = None, where: str = "<spec>") -> ClusterSpec:
-    """`gpu` is the [gpu] table of the same file, already read, if it has one."""
-    from fitplan.presets import GPUS
-
+    """`gpu` is the [gpu] table of the same file, already read, if it has one. The node size
+    and the reserve default to the GPU's."""
     t = _Table(data, "cluster", where)
-    name = t.str("gpu", default=None)
-    if name is not None and gpu is not None:
-        raise SpecError(f"{where}: cluster.gpu = {name!r} and a [gpu] table both name the GPU; keep one")
-    if name is not None:
-        if name not in GPUS:
-            raise SpecError(f"{where}: cluster.gpu = {name!r} is not a GPU preset{_suggest(name, GPUS)}")
-        gpu = GPUS[name]
-    if gpu is None:
-        raise SpecError(f"{where}: the cluster has no GPU; add cluster.gpu = \"h100-80gb\" (a preset) or a [gpu] table")
-    spec = dict(gpu=gpu, num_gpus=t.int("num_gpus"), gpus_per_node=t.int("gpus_per_node", default=gpu.gpus_per_node),
-                reserve_bytes=t.size("reserve", default=gpu.default_reserve_bytes))
-    t.done()
-    return _build(ClusterSpec, where, **spec)
+    chosen = _read_gpu(t, "gpu", None, None, gpu)
+    t.keys.remove("gpu")     # read again, in declaration order, by read_spec
+    return read_spec(ClusterSpec, t, gpu=gpu, defaults={"gpus_per_node": chosen.gpus_per_node,
+                                                        "reserve_bytes": chosen.default_reserve_bytes})
 
 
 # ---------------------------------------------------------------- writing
@@ -419,85 +405,46 @@ def seconds_text(seconds: float) -> str:
     return _scaled_text(seconds, _TIME_UNITS, parse_seconds, "s")
 
 
-def _omit(value, note: str, comments: dict, key: str):
-    if value is None:
-        comments[key] = note
-        return []
-    return [(key, value)]
+UNIT_TEXT = {"size": size_text, "rate": rate_text, "seconds": seconds_text}
 
 
-def _model_toml(m: ModelSpec) -> str:
-    comments = {}
-    items = [("name", m.name), ("num_layers", m.num_layers), ("hidden_size", m.hidden_size),
-             ("num_heads", m.num_heads), ("num_kv_heads", m.num_kv_heads), ("ffn_hidden_size", m.ffn_hidden_size),
-             ("vocab_size", m.vocab_size), ("max_seq_len", m.max_seq_len), ("mlp", m.mlp.value),
-             ("norm", m.norm.value), ("position", m.position.value), ("tied_embeddings", m.tied_embeddings),
-             ("linear_bias", m.linear_bias), ("qkv_bias", m.qkv_bias)]
-    items += _omit(m.head_dim, "omitted: hidden_size / num_heads", comments, "head_dim")
-    items += _omit(m.published_params, "omitted: the count follows from the shapes", comments, "published_params")
-    items.append(("source", m.source))
-    out = [toml_text.table("model", items, comments)]
-    if m.moe is not None:
-        e = m.moe
-        moe_items = [("num_experts", e.num_experts), ("experts_per_token", e.experts_per_token),
-                     ("expert_ffn_size", e.expert_ffn_size), ("num_shared_experts", e.num_shared_experts),
-                     ("first_dense_layers", e.first_dense_layers)]
-        moe_comments = {}
-        moe_items += _omit(e.capacity_factor, "omitted: dropless", moe_comments, "capacity_factor")
-        out.append(toml_text.table("model.moe", moe_items, moe_comments))
-    if m.mla is not None:
-        out.append(toml_text.table("model.mla", [(k, getattr(m.mla, k)) for k in (
-            "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")]))
-    return "\n".join(out)
+def _value_text(d, value):
+    if d.kind in UNIT_TEXT:
+        return UNIT_TEXT[d.kind](value)
+    return enum_value(value)
 
 
-def _recipe_toml(r: Recipe, header: str) -> str:
-    items = [("name", r.name), ("weights_bytes", r.weights_bytes), ("grads_bytes", r.grads_bytes),
-             ("master_bytes", r.master_bytes), ("compute", r.compute), ("description", r.description),
-             ("source", r.source)]
-    return (toml_text.table(header, items, {"weights_bytes": "bytes per parameter of each model-state component"})
-            + "\n" + toml_text.table(f"{header}.moments", list(r.moments)))
-
-
-def _training_toml(t: TrainingSpec) -> str:
-    comments = {"act_bytes": "bytes per stored activation element"}
-    items = [("seq_len", t.seq_len)]
-    items += _omit(t.global_batch, "omitted: enough micro-batches to fill the pipeline", comments, "global_batch")
-    items += [("act_bytes", t.act_bytes), ("dropout", t.dropout)]
-    return toml_text.table("training", items, comments) + "\n" + _recipe_toml(t.recipe, "training.recipe")
-
-
-def _link_toml(link: LinkSpec, header: str) -> str:
-    return toml_text.table(header, [("name", link.name), ("bandwidth", rate_text(link.bytes_per_s)),
-                                    ("latency", seconds_text(link.latency_s))])
-
-
-def _gpu_toml(g: GpuSpec) -> str:
-    comments = {}
-    items = [("name", g.name), ("memory", size_text(g.memory_bytes)),
-             ("peak_bf16_flops_per_s", g.peak_bf16_flops_per_s)]
-    items += _omit(g.peak_fp8_flops_per_s, "omitted: no fp8 tensor cores", comments, "peak_fp8_flops_per_s")
-    items += [("efficiency", g.efficiency), ("efficiency_h0", g.efficiency_h0), ("gpus_per_node", g.gpus_per_node),
-              ("default_reserve", size_text(g.default_reserve_bytes)), ("source", g.source)]
-    return "\n".join((toml_text.table("gpu", items, comments), _link_toml(g.intra_node, "gpu.intra_node"),
-                      _link_toml(g.inter_node, "gpu.inter_node")))
-
-
-def _cluster_toml(c: ClusterSpec) -> str:
-    return toml_text.table("cluster", [("num_gpus", c.num_gpus), ("gpus_per_node", c.gpus_per_node),
-                                       ("reserve", size_text(c.reserve_bytes))],
-                           {"num_gpus": "the GPU is the [gpu] table below"})
+def spec_toml(spec, header: str, *, prefix: str = "") -> str:
+    """One spec as a TOML table (and its nested tables after it), every declared field in
+    declaration order: units in values, a comment with the help text above each key, and
+    absent optional fields named in a comment."""
+    items, comments, nested = [], {}, []
+    for f, d in spec_fields(type(spec)):
+        key, value = file_key(f), getattr(spec, f.name)
+        if d.kind == "gpu":
+            continue     # a cluster's GPU is the file's [gpu] table (dump_toml)
+        if value is None:
+            if d.omitted:
+                comments[key] = f"omitted: {d.omitted}"
+        elif d.kind in ("table", "recipe"):
+            nested.append(spec_toml(value, f"{header}.{key}", prefix=prefix + d.prefix))
+        elif d.kind == "moments":
+            nested.append(toml_text.table(f"{header}.{key}", list(value)))
+        else:
+            items.append((key, _value_text(d, value)))
+            if d.help:
+                comments[key] = (f"--{prefix}{d.flag[2:]}: " if d.flag else "") + d.help
+    return "\n".join([toml_text.table(header, items, comments), *nested])
 
 
 def dump_toml(*specs) -> str:
     """One spec file holding each given spec (ModelSpec, TrainingSpec, Recipe, GpuSpec,
     ClusterSpec; at most one of each). A ClusterSpec brings its GPU as the [gpu] table."""
+    headers = {ModelSpec: "model", TrainingSpec: "training", GpuSpec: "gpu", ClusterSpec: "cluster", Recipe: "recipe"}
     parts, kinds = [], set()
     cluster_gpu = next((s.gpu for s in specs if isinstance(s, ClusterSpec)), None)
     for spec in specs:
-        writer = {ModelSpec: _model_toml, TrainingSpec: _training_toml, GpuSpec: _gpu_toml,
-                  ClusterSpec: _cluster_toml, Recipe: lambda r: _recipe_toml(r, "recipe")}.get(type(spec))
-        if writer is None:
+        if type(spec) not in headers:
             raise TypeError(f"dump_toml cannot write {type(spec).__name__}")
         if type(spec) in kinds:
             raise ValueError(f"dump_toml got two {type(spec).__name__}s; a spec file holds one of each")
@@ -506,7 +453,7 @@ def dump_toml(*specs) -> str:
                 raise ValueError("dump_toml got a GpuSpec that differs from the ClusterSpec's GPU")
             continue
         kinds.add(type(spec))
-        parts.append(writer(spec))
+        parts.append(spec_toml(spec, headers[type(spec)]))
         if isinstance(spec, ClusterSpec):
-            parts.append(_gpu_toml(spec.gpu))
+            parts.append(spec_toml(spec.gpu, "gpu"))
     return "\n".join(parts)

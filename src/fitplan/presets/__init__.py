@@ -27,4 +27,18 @@ def recipe(name: str):
     return _find(RECIPES, "precision", "--precision", name)
 
 
-__all__ = ["GPUS", "MODELS", "RECIPES", "ModelPreset", "model", "gpu", "recipe"]
+def by_name(name: str):
+    """Any preset by name: a model as (ModelSpec, TrainingSpec at its published settings),
+    a GpuSpec or a Recipe. An unknown name raises with suggestions."""
+    if name in MODELS:
+        from fitplan.specs import TrainingSpec
+        p = MODELS[name]
+        return p.model, TrainingSpec(seq_len=p.seq_len, recipe=RECIPES["mixed-adam"], global_batch=p.global_batch)
+    if name in GPUS:
+        return GPUS[name]
+    if name in RECIPES:
+        return RECIPES[name]
+    return model(name)   # unknown: raises with suggestions
+
+
+__all__ = ["GPUS", "MODELS", "RECIPES", "ModelPreset", "by_name", "model", "gpu", "recipe"]

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int, positive_number
+from fitplan.specs.declare import declared
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -10,9 +11,11 @@ class LinkSpec:
     """One link tier in the alpha-beta model: per-GPU bandwidth (bytes/s, one direction)
     and per-message latency (s)."""
 
-    name: str
-    bytes_per_s: float
-    latency_s: float
+    name: str = declared("str", file_only="the link's name in reports; a changed bandwidth appends it")
+    bytes_per_s: float = declared("rate", key="bandwidth", flag="--bandwidth", group="cluster", example="100 GB/s",
+                                  help="per-GPU link bandwidth, one direction")
+    latency_s: float = declared("seconds", key="latency", flag="--latency", group="cluster", example="5 us",
+                                help="per-message latency of the link")
 
     def __post_init__(self) -> None:
         positive_number("link", "bytes_per_s", self.bytes_per_s)
@@ -26,17 +29,29 @@ class GpuSpec:
     peak is efficiency * h / (h + efficiency_h0) (fitplan.timing.compute.gemm_efficiency):
     named, visible assumptions, calibrated in bench/calibrate.py."""
 
-    name: str
-    memory_bytes: int
-    peak_bf16_flops_per_s: float
-    peak_fp8_flops_per_s: float | None
-    efficiency: float
-    intra_node: LinkSpec
-    inter_node: LinkSpec
-    gpus_per_node: int = 8
-    default_reserve_bytes: int = 0
-    efficiency_h0: float = 0.0   # hidden size at which GEMM efficiency halves; 0: constant efficiency
-    source: str = ""
+    name: str = declared("str", file_only="a preset's name; a changed memory or link appends it")
+    memory_bytes: int = declared("size", key="memory", flag="--gpu-memory", group="cluster", example="96 GiB",
+                                 help='memory per GPU, e.g. "192 GiB"')
+    peak_bf16_flops_per_s: float = declared("number", flag="--peak-bf16-flops", group="cluster", lo=1e9, hi=1e18,
+                                            unit="FLOP/s", example=500e12,
+                                            help="dense bf16 peak of one GPU, FLOP/s (e.g. 989e12)")
+    peak_fp8_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp8-flops", group="cluster", lo=1e9,
+                                                  hi=1e18, unit="FLOP/s", example=1000e12,
+                                                  omitted="no fp8 tensor cores",
+                                                  help="dense fp8 peak of one GPU, FLOP/s")
+    efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0, hi=1, example=0.6,
+                                 help="the sustained fraction of peak at large hidden sizes (calibrated: "
+                                      "bench/calibrate.py)")
+    intra_node: LinkSpec = declared("table", table=LinkSpec, prefix="intra-node-")
+    inter_node: LinkSpec = declared("table", table=LinkSpec, prefix="inter-node-")
+    gpus_per_node: int = declared("int", default=8, file_only="the GPU's usual node size; the cluster's "
+                                                              "--gpus-per-node sets the planned one")
+    default_reserve_bytes: int = declared("size", default=0, key="default_reserve",
+                                          file_only="the GPU's usual reserve; --reserve sets the planned one")
+    efficiency_h0: float = declared("number", default=0.0, flag="--gemm-efficiency-h0", group="cluster", lo=0,
+                                    hi=1e7, example=2000.0,
+                                    help="hidden size at which GEMM efficiency halves (0: constant efficiency)")
+    source: str = declared("str", default="", file_only="prose, not a setting")
 
     def __post_init__(self) -> None:
         positive_int("gpu", "memory_bytes", self.memory_bytes, maximum=2**60)
@@ -53,10 +68,13 @@ class GpuSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSpec:
-    gpu: GpuSpec
-    num_gpus: int
-    gpus_per_node: int
-    reserve_bytes: int   # held back per GPU: CUDA context, NCCL buffers, allocator fragmentation
+    gpu: GpuSpec = declared("gpu", table=GpuSpec, flag="--gpu", group="cluster", example="a100-80gb",
+                            help="GPU preset (default: the model preset's, else h100-80gb)")
+    num_gpus: int = declared("int", flag="--gpus", group="cluster", lo=1, hi=2**20, example=64, help="number of GPUs")
+    gpus_per_node: int = declared("int", flag="--gpus-per-node", group="cluster", lo=1, hi=2**20, example=4,
+                                  help="GPUs per node (default: the GPU's)")
+    reserve_bytes: int = declared("size", key="reserve", flag="--reserve", group="cluster", example="3 GiB",
+                                  help='memory held back per GPU, e.g. "10 GiB" (default: the GPU\'s)')
 
     def __post_init__(self) -> None:
         positive_int("cluster", "num_gpus", self.num_gpus, maximum=10**9)

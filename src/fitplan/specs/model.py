@@ -4,6 +4,10 @@ from enum import StrEnum
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
+from fitplan.specs.declare import declared
+
+MOE = "mixture of experts"
+MLA = "multi-head latent attention"
 
 
 class Mlp(StrEnum):
@@ -28,12 +32,19 @@ class MoeSpec:
     `experts_per_token` of `num_experts` experts of `expert_ffn_size`, plus
     `num_shared_experts` experts every token uses."""
 
-    num_experts: int
-    experts_per_token: int
-    expert_ffn_size: int
-    num_shared_experts: int = 0
-    first_dense_layers: int = 0
-    capacity_factor: float | None = None   # None: dropless (tokens are never dropped)
+    num_experts: int = declared("int", flag="--experts", group=MOE, lo=1, hi=2**20, example=16,
+                                help="routed experts per MoE layer (makes the model mixture-of-experts)")
+    experts_per_token: int = declared("int", flag="--experts-per-token", group=MOE, lo=1, hi=2**20, example=4,
+                                      help="top-k routing")
+    expert_ffn_size: int = declared("int", flag="--expert-ffn", group=MOE, lo=1, example=1024,
+                                    help="each expert's MLP size (default --ffn)")
+    num_shared_experts: int = declared("int", default=0, flag="--shared-experts", group=MOE, lo=0, hi=2**20,
+                                       example=1, help="experts every token uses (DeepSeek)")
+    first_dense_layers: int = declared("int", default=0, flag="--first-dense-layers", group=MOE, lo=0, example=1,
+                                       help="leading layers with a dense MLP")
+    capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0,
+                                             hi=1000, example=1.25, omitted="dropless",
+                                             help="MoE capacity factor (default: dropless)")
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "experts_per_token", "expert_ffn_size"):
@@ -58,11 +69,15 @@ class MlaSpec:
     decompressed, so activations are stored like multi-head attention with query/key head
     size qk_nope + qk_rope and value head size v_head_dim, plus the latents."""
 
-    q_lora_rank: int        # 0: queries are not compressed
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
+    q_lora_rank: int = declared("int", flag="--q-lora-rank", group=MLA, lo=0, example=1536,
+                                help="the query latent's rank (0: queries are not compressed)")
+    kv_lora_rank: int = declared("int", flag="--kv-lora-rank", group=MLA, lo=1, example=512,
+                                 help="the key/value latent's rank (makes the attention MLA)")
+    qk_nope_head_dim: int = declared("int", flag="--qk-nope-head-dim", group=MLA, lo=1, example=128,
+                                     help="per-head query/key width without rotary embedding")
+    qk_rope_head_dim: int = declared("int", flag="--qk-rope-head-dim", group=MLA, lo=1, example=64,
+                                     help="per-head query/key width with rotary embedding")
+    v_head_dim: int = declared("int", flag="--v-head-dim", group=MLA, lo=1, example=128, help="per-head value width")
 
     def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -75,25 +90,42 @@ class MlaSpec:
 class ModelSpec:
     """Shapes of a decoder-only transformer. Counts are derived in fitplan.counts.params."""
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    ffn_hidden_size: int
-    vocab_size: int
-    max_seq_len: int
-    mlp: Mlp = Mlp.GELU
-    norm: Norm = Norm.LAYERNORM
-    position: Position = Position.LEARNED
-    tied_embeddings: bool = True
-    linear_bias: bool = True          # biases on every linear layer (GPT-2/3); Llama has none
-    qkv_bias: bool = False            # biases on q/k/v only (Qwen2); ignored when linear_bias
-    head_dim: int | None = None       # None: hidden_size // num_heads
-    moe: MoeSpec | None = None        # None: every layer has a dense MLP
-    mla: MlaSpec | None = None        # None: (grouped-query) multi-head attention
-    published_params: int | None = None
-    source: str = ""
+    name: str = declared("str", file_only="a preset's or config's name; a changed shape appends (modified)")
+    num_layers: int = declared("int", flag="--layers", group="model", lo=1, example=24, help="transformer layers")
+    hidden_size: int = declared("int", flag="--hidden", group="model", lo=1, example=2048, help="hidden size h")
+    num_heads: int = declared("int", flag="--heads", group="model", lo=1, example=16, help="attention heads")
+    num_kv_heads: int = declared("int", flag="--kv-heads", group="model", lo=1, example=8,
+                                 help="key/value heads (grouped-query attention); default: --heads")
+    ffn_hidden_size: int = declared("int", flag="--ffn", group="model", lo=1, example=5632,
+                                    help="MLP hidden size; default 4*hidden for gelu")
+    vocab_size: int = declared("int", flag="--vocab", group="model", lo=1, example=32000, help="vocabulary size")
+    max_seq_len: int = declared("int", flag="--max-seq-len", group="model", lo=1, example=8192,
+                                help="the longest sequence the model takes (a learned position table's rows); "
+                                     "default --seq-len for a custom shape")
+    mlp: Mlp = declared("enum", default=Mlp.GELU, enum=Mlp, flag="--mlp", group="model", example=Mlp.SWIGLU,
+                        help="gelu: two matrices; swiglu: three")
+    norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
+                          example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
+    position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
+                                  example=Position.ROPE, help="learned position table or rope (no parameters)")
+    tied_embeddings: bool = declared("bool", default=True, flag="--tied-embeddings", off_flag="--untied-embeddings",
+                                     group="model", example=False,
+                                     help="the output layer shares the embedding's weights")
+    linear_bias: bool = declared("bool", default=True, flag="--linear-bias", off_flag="--no-linear-bias",
+                                 group="model", example=False,
+                                 help="biases on every linear layer (GPT-2/3); Llama has none")
+    qkv_bias: bool = declared("bool", default=False, flag="--qkv-bias", off_flag="--no-qkv-bias", group="model",
+                              example=True, help="biases on q/k/v only (Qwen2); ignored with --linear-bias")
+    head_dim: int | None = declared("int", default=None, flag="--head-dim", group="model", lo=1, example=128,
+                                    omitted="hidden_size / num_heads",
+                                    help="per-head width, when it is not hidden / heads")
+    moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
+    mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
+                                   omitted="(grouped-query) multi-head attention")
+    published_params: int | None = declared("int", default=None, flag="--params", group="model", lo=1, hi=10**16,
+                                            example=7_000_000_000, omitted="the count follows from the shapes",
+                                            help="a published parameter count to use instead of the shape-derived one")
+    source: str = declared("str", default="", file_only="where the shapes come from; prose, not a setting")
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",

@@ -4,6 +4,9 @@ from enum import IntEnum, StrEnum
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
+from fitplan.specs.declare import declared
+
+CONFIG = "one configuration (with --suggest: fixes that axis of the search)"
 
 
 class ZeroStage(IntEnum):
@@ -33,16 +36,28 @@ class ParallelConfig:
     tp group is contiguous and stays inside a node when tp <= GPUs per node.
     """
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    zero: ZeroStage = ZeroStage.NONE
-    sequence_parallel: bool = False
-    recompute: Recompute = Recompute.NONE
-    micro_batch: int = 1
-    virtual_stages: int = 1   # model chunks per pipeline rank (interleaved 1F1B) [narayanan Sec. 2.2.2]
-    ep: int = 1               # expert-parallel degree, drawn from the tp x dp x cp ranks (MoE only)
+    tp: int = declared("int", default=1, flag="--tp", group=CONFIG, lo=1, hi=2**20, example=2,
+                       help="tensor-parallel degree")
+    pp: int = declared("int", default=1, flag="--pp", group=CONFIG, lo=1, hi=2**20, example=2,
+                       help="pipeline-parallel degree")
+    dp: int = declared("int", default=1, flag="--dp", group=CONFIG, lo=1, hi=2**20, example=2,
+                       help="data-parallel degree (default: the GPUs left by tp x pp x cp)")
+    cp: int = declared("int", default=1, flag="--cp", group=CONFIG, lo=1, hi=2**20, example=2,
+                       help="context-parallel degree")
+    zero: ZeroStage = declared("choice", default=ZeroStage.NONE, choices=(0, 1, 2, 3), flag="--zero", group=CONFIG,
+                               example=1, help="ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + weights")
+    sequence_parallel: bool = declared("bool", default=False, flag="--sequence-parallel", group=CONFIG, example=True,
+                                       help="shard the layer norms' and dropouts' activations over tp")
+    recompute: Recompute = declared("enum", default=Recompute.NONE, enum=Recompute, flag="--recompute", group=CONFIG,
+                                    example=Recompute.SELECTIVE, help="activation recomputation")
+    micro_batch: int = declared("int", default=1, flag="--micro-batch", group="training", lo=1, hi=2**20, example=2,
+                                help="sequences per micro-batch (default: the preset's, else 1)")
+    # model chunks per pipeline rank (interleaved 1F1B) [narayanan Sec. 2.2.2]
+    virtual_stages: int = declared("int", default=1, flag="--virtual-stages", group=CONFIG, lo=1, hi=4096, example=2,
+                                   help="model chunks per pipeline rank (interleaved 1F1B)")
+    # expert-parallel degree, drawn from the tp x dp x cp ranks (MoE only)
+    ep: int = declared("int", default=1, flag="--ep", group=CONFIG, lo=1, hi=2**20, example=2,
+                       help="expert-parallel degree (MoE models), drawn from the tp x dp x cp ranks")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "ep"):

@@ -3,6 +3,9 @@ from dataclasses import dataclass
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
+from fitplan.specs.declare import declared
+
+_BPP = "bytes per parameter"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -13,14 +16,21 @@ class Recipe:
     moments, stage 2 adds gradients, stage 3 adds the weights.
     """
 
-    name: str
-    weights_bytes: int | float          # the working copy used in forward and backward
-    grads_bytes: int | float
-    master_bytes: int | float           # a higher-precision copy the optimizer updates (0: none)
-    moments: tuple[tuple[str, int | float], ...]   # optimizer state per parameter, by name
-    compute: str = "bf16"               # GEMM precision, picks the GPU's peak rate: "bf16" or "fp8"
-    description: str = ""
-    source: str = ""
+    name: str = declared("str", file_only="a preset's name; custom bytes append (custom)")
+    weights_bytes: int | float = declared("number", flag="--weight-bytes", group="training", lo=0, hi=64, example=1,
+                                          unit=_BPP, help="custom bytes per parameter of the working weights")
+    grads_bytes: int | float = declared("number", flag="--grad-bytes", group="training", lo=0, hi=64, example=4,
+                                        unit=_BPP, help="custom bytes per parameter of the gradients")
+    master_bytes: int | float = declared("number", flag="--master-bytes", group="training", lo=0, hi=64, example=0,
+                                         unit=_BPP, help="custom bytes per parameter of the master weights (0: none)")
+    moments: tuple[tuple[str, int | float], ...] = declared(
+        "moments", flag="--optimizer-bytes", group="training", lo=0, hi=64, example=2, unit=_BPP,
+        help="custom bytes per parameter of the optimizer state (one moment named 'optimizer' on the command line)")
+    compute: str = declared("choice", default="bf16", choices=("bf16", "fp8"), flag="--compute-precision",
+                            group="training", example="fp8",
+                            help="GEMM precision, which picks the GPU's peak rate (default: the recipe's)")
+    description: str = declared("str", default="", file_only="prose, not a setting")
+    source: str = declared("str", default="", file_only="prose, not a setting")
 
     def __post_init__(self) -> None:
         for name in ("weights_bytes", "grads_bytes", "master_bytes"):
@@ -54,13 +64,23 @@ class TrainingSpec:
     dropout=True stores 1-byte dropout masks, as Korthikanti et al. assume.
     """
 
-    seq_len: int
-    recipe: Recipe
-    global_batch: int | None = None   # sequences per step; None: enough micro-batches to fill the pipeline
-    act_bytes: int = 2
-    dropout: bool = True
-    attention_kernel: str = "eager"   # "eager": the s^2 scores are stored; "flash": only an fp32 logsumexp
-    moe_imbalance: float = 1.0        # dropless MoE: busiest expert's tokens / the mean (1.0: balanced)
+    seq_len: int = declared("int", flag="--seq-len", group="training", lo=1, example=4096,
+                            help="training sequence length")
+    recipe: Recipe = declared("recipe", table=Recipe, flag="--precision", group="training", example="bf16-adam",
+                              help="precision recipe, a preset name (default mixed-adam; fitplan presets list)")
+    global_batch: int | None = declared("int", default=None, flag="--global-batch", group="training", lo=1,
+                                        hi=10**12, example=512, omitted="enough micro-batches to fill the pipeline",
+                                        help="sequences per step")
+    act_bytes: int = declared("choice", default=2, choices=(1, 2, 4), flag="--act-bytes", group="training",
+                              example=4, help="bytes per stored activation element")
+    dropout: bool = declared("bool", default=True, flag="--dropout", off_flag="--no-dropout", group="training",
+                             example=False, help="dropout on: its 1-byte masks are stored")
+    attention_kernel: str = declared("choice", default="eager", choices=("eager", "flash"),
+                                     flag="--attention-kernel", group="training", example="flash",
+                                     help="eager stores the s^2 scores; flash keeps only an fp32 logsumexp")
+    moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=0, hi=1000,
+                                    example=1.5,
+                                    help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ("eager", "flash"):

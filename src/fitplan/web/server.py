@@ -1,25 +1,26 @@
 """`fitplan serve`: a local web page over a JSON API that never disagrees with the CLI.
 
-One code path. Every analysis the API answers is the CLI run in-process: the validated
-request becomes a CLI argv (`request_argv`), `fitplan.cli.main(argv, out=StringIO(),
-err=StringIO())` runs it (`run_cli`), and the reply is the CLI's own output:
+One request path. The API validates the JSON body against the same declarations the CLI's
+flags are generated from (fitplan.request.api_flags: a request key is a flag without its
+dashes), builds the same fitplan.request.Request and answers it with the same
+fitplan.service.respond, whose text is what the CLI prints:
 
     exit 0 or 1 -> 200, the body is the CLI's stdout byte for byte (`--json` text)
-    exit 2      -> 400, {"error": "<the CLI's one stderr line, without its newline>"}
+    bad input   -> 400, {"error": "<the CLI's one line, without 'fitplan: '>"}
 
-The one rewrite: a pasted Hugging Face config.json is written to a temporary folder that
-the CLI reads with --hf-config; that folder's path (a server detail) is cut out of the
-CLI's texts, so an error reads "hf-model/config.json: ..." rather than "/tmp/.../...".
+A pasted Hugging Face config.json is read from the request itself (fitplan.files.hf.
+model_from_hf_text), named "<hf_name>/config.json" in errors: nothing is written to disk.
 
 Routes
     GET  /                  the page (static/index.html)
     GET  /static/<file>     the page's script and style sheet, from this package, nothing else
-    GET  /api/presets       the preset registries (models, GPUs, precision recipes) and features
+    GET  /api/presets       the preset registries (models, GPUs, precision recipes), the parts table
+    GET  /api/fields        the request schema of each endpoint, generated from the declarations
     POST /api/plan          `fitplan plan ... --json`
     POST /api/markdown      `fitplan plan ... --format markdown`, as text/markdown
     POST /api/sweep         `fitplan sweep ... --format json`
     POST /api/export        `fitplan export ... --format F`, as {"exit_code", "ok", "format", "text", "notes"}
-    POST /api/compare       `fitplan compare ... --json` when this fitplan has that subcommand, else 404
+    POST /api/compare       `fitplan compare ... --json`
 
 Standard library only (http.server.ThreadingHTTPServer): the server needs one JSON API, a
 few static files and strict input checks, which take less code here than the glue a
@@ -28,20 +29,16 @@ framework needs, and `fitplan serve` then works after a plain `pip install -e .`
 Safety: binds to 127.0.0.1 unless told otherwise; when bound to loopback, requests must
 name a loopback Host (DNS-rebinding guard); a POST must be application/json with a
 Content-Length of at most MAX_BODY_BYTES (else 411/413/415); unknown fields, wrong types
-and out-of-range numbers are 400s; no request reaches the file system except the pasted
-config (no --spec, --plot or --output); an unexpected exception is a 500 with one generic
-line on the page and the traceback on the server's stderr.
+and out-of-range numbers are 400s; no request reaches the file system (the declarations
+mark the CLI's paths, --spec, --hf-config, --plot and --output, as not for the API); an
+unexpected exception is a 500 with one generic line on the page and the traceback on the
+server's stderr.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
-import math
 import re
 import sys
-import tempfile
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -63,12 +60,17 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 MAX_CONCURRENT_ANALYSES = 4
 
-INT32 = 2**31 - 1
-HF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+HF_FIELDS = ("hf_config", "hf_name")   # the pasted config.json (text or object) and its folder name
+MAX_TEXT = 100                         # characters in a text field
+MAX_ITEMS = 64                         # items in a list field
+# endpoint -> (the command it answers, the output format it asks for)
+ENDPOINTS = {"plan": ("plan", "json"), "markdown": ("plan", "markdown"), "sweep": ("sweep", "json"),
+             "export": ("export", None), "compare": ("compare", "json")}
 
 
 class RequestError(Exception):
-    """A request the server refuses before the CLI sees it: (HTTP status, one line)."""
+    """A request the server refuses before fitplan sees it: (HTTP status, one line)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -77,84 +79,38 @@ class RequestError(Exception):
 
 # ---------------------------------------------------------------- the request schema
 
-@dataclass(frozen=True)
-class Field:
-    """One request field and the CLI flag it becomes.
-
-    kind: int, num (int or float), str, bool (a store_true flag: true adds it, false omits it),
-    tied (true: --tied-embeddings, false: --untied-embeddings), ints (a list -> "a,b,c").
-    Only the types and an outer range are checked here: the CLI checks the meaning (>= 1,
-    known presets, choices), so its message, not a second one, reaches the page."""
-    flag: str
-    kind: str
-    lo: float = -INT32
-    hi: float = INT32
-    max_len: int = 100
-    max_items: int = 64
+def schema(endpoint: str) -> dict:
+    """Request key -> fitplan.specs.declare.Flagged, for one endpoint: every declared flag
+    of its command that the API takes."""
+    from fitplan.request import api_flags
+    flags = api_flags(ENDPOINTS[endpoint][0])
+    for f in list(flags.values()):
+        if f.off_key is not None:     # "no_dropout": true is "dropout": false, as the flag --no-dropout
+            flags[f.off_key] = f
+    return flags
 
 
-MODEL_FIELDS = {
-    "preset": Field("--preset", "str"),
-    "layers": Field("--layers", "int"), "hidden": Field("--hidden", "int"), "heads": Field("--heads", "int"),
-    "kv_heads": Field("--kv-heads", "int"), "ffn": Field("--ffn", "int"), "vocab": Field("--vocab", "int"),
-    "mlp": Field("--mlp", "str", max_len=20), "tied_embeddings": Field("--tied-embeddings", "tied"),
-    "params": Field("--params", "int", hi=10**16),
-    "experts": Field("--experts", "int", hi=2**20), "experts_per_token": Field("--experts-per-token", "int", hi=2**20),
-    "expert_ffn": Field("--expert-ffn", "int"), "shared_experts": Field("--shared-experts", "int", lo=0, hi=2**20),
-    "first_dense_layers": Field("--first-dense-layers", "int", lo=0),
-    "capacity_factor": Field("--capacity-factor", "num", lo=0, hi=1000),
-}
-TRAINING_FIELDS = {
-    "seq_len": Field("--seq-len", "int"), "micro_batch": Field("--micro-batch", "int"),
-    "global_batch": Field("--global-batch", "int"), "precision": Field("--precision", "str"),
-    "weight_bytes": Field("--weight-bytes", "num", lo=0, hi=1024),
-    "grad_bytes": Field("--grad-bytes", "num", lo=0, hi=1024),
-    "master_bytes": Field("--master-bytes", "num", lo=0, hi=1024),
-    "optimizer_bytes": Field("--optimizer-bytes", "num", lo=0, hi=1024),
-    "act_bytes": Field("--act-bytes", "int", lo=-64, hi=64), "no_dropout": Field("--no-dropout", "bool"),
-    "attention_kernel": Field("--attention-kernel", "str", max_len=20),
-    "moe_imbalance": Field("--moe-imbalance", "num", lo=0, hi=1000),
-}
-CLUSTER_FIELDS = {
-    # The GPU count is capped: the search and the smallest-count scan grow with it.
-    "gpus": Field("--gpus", "int", hi=2**20), "gpu": Field("--gpu", "str"),
-    "gpu_memory": Field("--gpu-memory", "str", max_len=40), "reserve": Field("--reserve", "str", max_len=40),
-    "gpus_per_node": Field("--gpus-per-node", "int", hi=2**20),
-    "intra_node_bandwidth": Field("--intra-node-bandwidth", "str", max_len=40),
-    "inter_node_bandwidth": Field("--inter-node-bandwidth", "str", max_len=40),
-}
-CONFIG_FIELDS = {
-    "tp": Field("--tp", "int", hi=2**20), "pp": Field("--pp", "int", hi=2**20), "dp": Field("--dp", "int", hi=2**20),
-    "cp": Field("--cp", "int", hi=2**20), "ep": Field("--ep", "int", hi=2**20), "zero": Field("--zero", "int", lo=-64, hi=64),
-    "sequence_parallel": Field("--sequence-parallel", "bool"), "recompute": Field("--recompute", "str", max_len=20),
-    "virtual_stages": Field("--virtual-stages", "int", hi=4096),
-    "rank": Field("--rank", "str", max_len=20), "allow_cross_node_tp": Field("--allow-cross-node-tp", "bool"),
-    "max_cp": Field("--max-cp", "int", hi=64),
-}
-PLAN_FIELDS = {"suggest": Field("--suggest", "bool"), "top": Field("--top", "int", hi=100)}
-SWEEP_FIELDS = {"over": Field("--over", "str", max_len=20), "values": Field("--values", "ints", lo=-INT32, hi=2**24)}
-EXPORT_FIELDS = {"format": Field("--format", "str", max_len=20)}
-HF_FIELDS = ("hf_config", "hf_name")   # the pasted config.json (text or object) and its folder name
-
-SHARED = {**MODEL_FIELDS, **TRAINING_FIELDS, **CLUSTER_FIELDS, **CONFIG_FIELDS}
-SCHEMAS = {
-    "plan": {**SHARED, **PLAN_FIELDS},
-    "markdown": {**SHARED, **PLAN_FIELDS},
-    "sweep": {**SHARED, **SWEEP_FIELDS},
-    "export": {**SHARED, **EXPORT_FIELDS},
-}
-# the CLI subcommand and the output flags each endpoint runs
-COMMANDS = {"plan": ("plan", ["--json"]), "markdown": ("plan", ["--format=markdown"]),
-            "sweep": ("sweep", ["--format=json"]), "export": ("export", [])}
+def fields_payload() -> dict:
+    """GET /api/fields: each endpoint's fields, for the page's form and for clients."""
+    out = {}
+    for endpoint in ENDPOINTS:
+        items = []
+        for key, f in schema(endpoint).items():
+            if key == f.off_key:
+                continue
+            d = f.decl
+            items.append({"key": key, "flag": f.flag, "kind": d.kind, "group": d.group, "help": d.help,
+                          "unit": d.unit or {"size": "B", "rate": "B/s", "seconds": "s"}.get(d.kind, ""),
+                          "choices": list(map(str, d.choice_values)) or None, "min": d.lo, "max": d.hi,
+                          "required": f.required,
+                          "example": _plain(d.example)})
+        out[endpoint] = items
+    return out
 
 
-@dataclass
-class CliRequest:
-    """What run_cli needs: the argv, and the pasted config.json to write first (if any)."""
-    argv: list[str]
-    hf_text: str | None = None
-    hf_name: str = "hf-model"
-    hf_flag_index: int | None = None   # where the --hf-config=<path> placeholder sits in argv
+def _plain(value):
+    from fitplan.specs.declare import enum_value
+    return list(value) if isinstance(value, tuple) else enum_value(value)
 
 
 def _type_name(value) -> str:
@@ -167,64 +123,68 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_str(name: str, value, f: Field) -> str:
+def _bad_type(name: str, what: str, value) -> RequestError:
+    return RequestError(400, f"request: '{name}' must be {what}, got {_type_name(value)} {_show(value)}")
+
+
+def _int(name: str, value) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)      # JSON 16.0 is 16
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad_type(name, "a whole number", value)
+    return value
+
+
+def _text(name: str, value) -> str:
     if not isinstance(value, str):
-        raise RequestError(400, f"request: '{name}' must be text, got {_type_name(value)} {_show(value)}")
+        raise _bad_type(name, "text", value)
     if not value.strip():
         raise RequestError(400, f"request: '{name}' is empty; leave it out or give a value")
-    if len(value) > f.max_len:
-        raise RequestError(400, f"request: '{name}' is longer than {f.max_len} characters")
+    if len(value) > MAX_TEXT:
+        raise RequestError(400, f"request: '{name}' is longer than {MAX_TEXT} characters")
     if not value.isprintable():
         raise RequestError(400, f"request: '{name}' holds a control character or line break; remove it")
     return value
 
 
-def _check_int(name: str, value, f: Field) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)     # JSON 16.0 is 16
-        else:
-            raise RequestError(400, f"request: '{name}' must be a whole number, got {_type_name(value)} "
-                                    f"{_show(value)}")
-    if not f.lo <= value <= f.hi:
-        raise RequestError(400, f"request: '{name}' = {value} is out of range; give {int(f.lo)} to {int(f.hi)}")
+def _bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise _bad_type(name, "true or false", value)
     return value
 
 
-def _argv_for(name: str, value, f: Field) -> list[str]:
-    if f.kind == "str":
-        return [f"{f.flag}={_check_str(name, value, f)}"]     # --flag=value: a value can never become a flag
-    if f.kind == "int":
-        return [f"{f.flag}={_check_int(name, value, f)}"]
-    if f.kind == "num":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise RequestError(400, f"request: '{name}' must be a number, got {_type_name(value)} {_show(value)}")
-        if not f.lo <= value <= f.hi:
-            raise RequestError(400, f"request: '{name}' = {value:g} is out of range; give {f.lo:g} to {f.hi:g}")
-        return [f"{f.flag}={value!r}"]
-    if f.kind in ("bool", "tied"):
-        if not isinstance(value, bool):
-            raise RequestError(400, f"request: '{name}' must be true or false, got {_type_name(value)} "
-                                    f"{_show(value)}")
-        if f.kind == "tied":
-            return ["--tied-embeddings" if value else "--untied-embeddings"]
-        return [f.flag] if value else []
-    if f.kind == "ints":
-        if not isinstance(value, list) or not value:
-            raise RequestError(400, f"request: '{name}' must be a non-empty list of whole numbers, got "
-                                    f"{_type_name(value)} {_show(value)}")
-        if len(value) > f.max_items:
-            raise RequestError(400, f"request: '{name}' has {len(value)} items; give at most {f.max_items}")
-        return [f"{f.flag}={','.join(str(_check_int(f'{name}[{i}]', v, f)) for i, v in enumerate(value))}"]
-    raise AssertionError(f.kind)
+def _number(name: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad_type(name, "a number", value)
+    return value
+
+
+def _ints(name: str, value) -> tuple:
+    if not isinstance(value, list) or not value:
+        raise _bad_type(name, "a non-empty list of whole numbers", value)
+    if len(value) > MAX_ITEMS:
+        raise RequestError(400, f"request: '{name}' has {len(value)} items; give at most {MAX_ITEMS}")
+    return tuple(_int(f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def _choice(name: str, value):
+    """A choice's value is checked against its declaration by fitplan (the CLI's line); here its type."""
+    return _int(name, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _text(name, value)
+
+
+# JSON type per declared kind; the meaning (ranges, choices, units, presets) is fitplan's own check,
+# shared with the CLI, so its one line reaches the page.
+_READ = {"int": _int, "number": _number, "str": _text, "size": _text, "rate": _text, "seconds": _text,
+         "recipe": _text, "gpu": _text, "enum": _text, "choice": _choice, "bool": _bool, "moments": _number,
+         "ints": _ints}
 
 
 def _hf_part(body: dict) -> tuple[str | None, str]:
-    """The pasted config.json as text, and the folder name it is written under (the model's name)."""
+    """The pasted config.json as text, and the name it is read under (the model's name)."""
     name = body.get("hf_name")
     if name is None:
         name = "hf-model"
-    elif not isinstance(name, str) or not HF_NAME.match(name):
+    elif not isinstance(name, str) or not HF_NAME.fullmatch(name):
         raise RequestError(400, "request: 'hf_name' must be 1 to 64 letters, digits, '.', '_' or '-', "
                                 "starting with a letter or digit")
     config = body.get("hf_config")
@@ -240,95 +200,38 @@ def _hf_part(body: dict) -> tuple[str | None, str]:
                             f"got {_type_name(config)}")
 
 
-def request_argv(kind: str, body, schema: dict | None = None, command: tuple | None = None) -> CliRequest:
-    """The CLI argv for a validated request body. Raises RequestError(400) on a bad body."""
+def build_request(endpoint: str, body):
+    """The fitplan.request.Request for a JSON body. Raises RequestError(400) on a bad body."""
+    from fitplan.request import Request
     if not isinstance(body, dict):
         raise RequestError(400, f"request: the body must be a JSON object {{...}}, got {_type_name(body)}")
-    schema = SCHEMAS[kind] if schema is None else schema
-    subcommand, output = COMMANDS[kind] if command is None else command
-    allowed = set(schema) | set(HF_FIELDS)
+    flags = schema(endpoint)
+    allowed = set(flags) | set(HF_FIELDS)
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise RequestError(400, f"request: unknown field {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
-    argv = [subcommand]
-    hf_text, hf_name = _hf_part(body)
-    index = None
-    if hf_text is not None:
-        index = len(argv)
-        argv.append("--hf-config=")      # the path is filled in by run_cli
-    for name, f in schema.items():       # a fixed order: the same body always gives the same argv
-        value = body.get(name)
+    command, fmt = ENDPOINTS[endpoint]
+    values = {}
+    for key, f in flags.items():
+        value = body.get(key)
         if value is None:
             continue
-        argv.extend(_argv_for(name, value, f))
-    if kind == "export" and body.get("format") is None:
-        raise RequestError(400, "request: 'format' is required: megatron, deepspeed, torchtitan or "
-                                "torchtitan-python")
-    argv.extend(output)
-    return CliRequest(argv=argv, hf_text=hf_text, hf_name=hf_name, hf_flag_index=index)
-
-
-# ---------------------------------------------------------------- running the CLI
-
-_analyses = threading.BoundedSemaphore(MAX_CONCURRENT_ANALYSES)
-
-
-@dataclass
-class CliResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def run_cli(request: CliRequest) -> CliResult:
-    """fitplan.cli.main on the request's argv, capturing both streams. A pasted config is
-    written to a fresh temporary folder, passed as --hf-config, and deleted afterwards."""
-    from fitplan.cli import main
-    argv = list(request.argv)
-    with _analyses, contextlib.ExitStack() as stack:
-        prefix = None
-        if request.hf_text is not None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="fitplan-web-"))
-            folder = Path(tmp) / request.hf_name
-            folder.mkdir()
-            path = folder / "config.json"
-            path.write_text(request.hf_text, encoding="utf-8")
-            argv[request.hf_flag_index] = f"--hf-config={path}"
-            prefix = str(Path(tmp)) + "/"
-        out, err = io.StringIO(), io.StringIO()
-        code = main(argv, out=out, err=err)
-        stdout, stderr = out.getvalue(), err.getvalue()
-    if prefix:
-        stdout, stderr = stdout.replace(prefix, ""), stderr.replace(prefix, "")
-    return CliResult(code, stdout, stderr)
-
-
-def subcommand_parser(name: str):
-    """The CLI's argparse parser for a subcommand, or None when this fitplan lacks it."""
-    from fitplan.cli import build_parser
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices.get(name)
-    return None
-
-
-def compare_schema():
-    """(schema, (subcommand, output flags)) for `fitplan compare`, built from its own parser:
-    the request fields whose flags it takes. None when the subcommand does not exist."""
-    parser = subcommand_parser("compare")
-    if parser is None:
-        return None
-    flags = {s for a in parser._actions for s in a.option_strings}
-    schema = {name: f for name, f in {**SHARED, **PLAN_FIELDS}.items()
-              if f.flag in flags or f.kind == "tied" and "--tied-embeddings" in flags}
-    schema.pop("suggest", None)
-    if "--json" in flags:
-        output = ["--json"]
-    elif "--format" in flags:
-        output = ["--format=json"]
-    else:
-        output = []
-    return schema, ("compare", output), "--hf-config" in flags
+        value = _READ[f.decl.kind](key, value)
+        if key == f.off_key:      # "no_dropout": true -> dropout false; false says nothing
+            if value:
+                values[f.key] = False
+            continue
+        if f.decl.kind == "bool" and f.off_key is None and not value:
+            continue              # a store-true flag given as false is the flag left out
+        values[f.key] = value
+    missing = [key for key, f in flags.items() if f.required and key not in values]
+    if missing:
+        choices = ", ".join(map(str, flags[missing[0]].decl.choice_values))
+        raise RequestError(400, f"request: '{missing[0]}' is required: {choices}")
+    if fmt is not None:
+        values["format"] = fmt
+    hf_text, hf_name = _hf_part(body)
+    return Request(command=command, values=values, hf_text=hf_text, hf_name=hf_name)
 
 
 # ---------------------------------------------------------------- the application
@@ -349,13 +252,10 @@ def error_response(status: int, message: str) -> Response:
     return json_response(status, {"error": message})
 
 
-def _one_line(stderr: str) -> str:
-    return stderr.rstrip("\n")
-
-
 def presets_payload() -> dict:
     from fitplan import __version__, presets
     from fitplan.presets.recipes import DEFAULT_RECIPE
+    from fitplan.resolve import DEFAULT_GPU
     models = {name: {"num_layers": p.model.num_layers, "hidden_size": p.model.hidden_size,
                      "num_heads": p.model.num_heads, "num_kv_heads": p.model.num_kv_heads,
                      "ffn_hidden_size": p.model.ffn_hidden_size, "vocab_size": p.model.vocab_size,
@@ -367,40 +267,34 @@ def presets_payload() -> dict:
     recipes = {name: {"bytes_per_param": r.total_bytes, "description": r.description}
                for name, r in presets.RECIPES.items()}
     return {"fitplan_version": __version__, "models": models, "gpus": gpus, "recipes": recipes,
-            "default_recipe": DEFAULT_RECIPE, "default_gpu": "h100-80gb",
-            "features": {"compare": subcommand_parser("compare") is not None},
+            "default_recipe": DEFAULT_RECIPE, "default_gpu": DEFAULT_GPU, "features": {"compare": True},
             "limits": {"max_body_bytes": MAX_BODY_BYTES}}
 
 
-def analysis_response(kind: str, body) -> Response:
-    """The POST /api/<kind> answer: validate -> argv -> fitplan.cli.main -> the CLI's output."""
-    if kind == "compare":
-        found = compare_schema()
-        if found is None:
-            return error_response(404, "fitplan compare is not available in this version of fitplan")
-        schema, command, takes_hf = found
-        if isinstance(body, dict) and body.get("hf_config") is not None and not takes_hf:
-            return error_response(400, "request: fitplan compare does not take --hf-config")
-        request = request_argv(kind, body, schema=schema, command=command)
-    else:
-        request = request_argv(kind, body)
-    result = run_cli(request)
-    if result.exit_code == 2:
-        return error_response(400, _one_line(result.stderr))
-    if result.exit_code not in (0, 1):
-        raise RuntimeError(f"fitplan exited {result.exit_code} for {request.argv}")
-    headers = {"X-Fitplan-Exit-Code": str(result.exit_code)}
-    if kind == "export":
-        notes = [line for line in result.stderr.splitlines() if line]
-        r = json_response(200, {"exit_code": result.exit_code, "ok": result.exit_code == 0,
-                                "format": body["format"], "text": result.stdout, "notes": notes})
+_analyses = threading.BoundedSemaphore(MAX_CONCURRENT_ANALYSES)
+
+
+def analysis_response(endpoint: str, body) -> Response:
+    """The POST /api/<endpoint> answer: validate -> Request -> fitplan.service.respond."""
+    from fitplan.errors import SpecError, one_line
+    from fitplan.service import respond
+    request = build_request(endpoint, body)
+    try:
+        with _analyses:
+            reply = respond(request)
+    except SpecError as err:
+        return error_response(400, f"fitplan: {one_line(str(err))}")
+    headers = {"X-Fitplan-Exit-Code": str(reply.exit_code)}
+    if endpoint == "export":
+        r = json_response(200, {"exit_code": reply.exit_code, "ok": reply.exit_code == 0,
+                                "format": request.values["format"], "text": reply.text,
+                                "notes": [f"fitplan: note: {n}" for n in reply.notes]})
         r.headers.update(headers)
         return r
-    if kind == "markdown":
-        return Response(200, result.stdout.encode(), "text/markdown; charset=utf-8",
+    if endpoint == "markdown":
+        return Response(200, reply.text.encode(), "text/markdown; charset=utf-8",
                         {**headers, "Content-Disposition": 'attachment; filename="fitplan.md"'})
-    json.loads(result.stdout)     # the CLI promised JSON; anything else is a server fault (500)
-    return Response(200, result.stdout.encode(), "application/json", headers)
+    return Response(200, reply.text.encode(), "application/json", headers)
 
 
 def _static_files() -> dict:
@@ -409,7 +303,7 @@ def _static_files() -> dict:
     return {p.name: p for p in STATIC_DIR.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
 
 
-API_KINDS = ("plan", "markdown", "sweep", "export", "compare")
+API_KINDS = tuple(ENDPOINTS)
 
 
 def _json_type(content_type: str | None) -> bool:
@@ -428,6 +322,8 @@ def handle(method: str, path: str, headers, body: bytes | None) -> Response:
                 return _static(route[len("/static/"):])
             if route == "/api/presets":
                 return json_response(200, presets_payload())
+            if route == "/api/fields":
+                return json_response(200, fields_payload())
             if route.startswith("/api/") and route[5:] in API_KINDS:
                 return error_response(405, f"{route}: use POST with a JSON body")
             return error_response(404, f"{route}: no such page")
@@ -591,18 +487,3 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
         print("fitplan serve: stopped", flush=True)
     finally:
         server.server_close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m fitplan.web [--host H] [--port P]`, until `fitplan serve` is wired in cli.py."""
-    p = argparse.ArgumentParser(prog="fitplan serve", description="a local web page over fitplan's JSON API")
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
-    args = p.parse_args(argv)
-    from fitplan.errors import SpecError
-    try:
-        serve(args.host, args.port)
-    except SpecError as err:
-        print(f"fitplan: {err}", file=sys.stderr)
-        return 2
-    return 0

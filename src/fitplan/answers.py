@@ -1,0 +1,175 @@
+"""The questions fitplan answers, as pure functions of specs.
+
+Every front end (the command line, the web API) resolves its request into a Setup
+(fitplan.resolve) and calls these; fitplan.service renders what they return. Nothing here
+parses, prints or opens a file.
+
+  plan      the seed report (no configuration), one configuration, or the search with
+            its lower bound and, when nothing fits, the smallest GPU count that does
+  sweep     the least per-GPU memory any configuration needs, over GPU counts or
+            sequence lengths
+  chosen    the configuration to export: the one given, or the search's first
+"""
+from dataclasses import dataclass, replace
+
+from fitplan.analysis import SeedAnswer, seed_answer
+from fitplan.counts.params import num_params
+from fitplan.errors import SpecError
+from fitplan.memory.bound import LowerBound, lower_bound
+from fitplan.memory.breakdown import Breakdown, Setup, evaluate
+from fitplan.request import SearchOptions
+from fitplan.specs.parallel import ParallelConfig
+
+SMALLEST_TRIES = 64
+MAX_GPUS = 10**9   # ClusterSpec's limit
+MAX_SWEEP_POINTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    result: object            # fitplan.search.SearchResult
+    bound: LowerBound
+    smallest: dict | None     # when nothing fits: {"general", "power_of_two", "searched_up_to"}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanAnswer:
+    """One of: the seed report, one configuration's breakdown, or a search."""
+    setup: Setup
+    seed: SeedAnswer | None = None
+    breakdown: Breakdown | None = None
+    search: SearchAnswer | None = None
+
+    @property
+    def fits(self) -> bool:
+        if self.search is not None:
+            return self.search.result.feasible
+        if self.breakdown is not None:
+            return self.breakdown.fits
+        return any(s.breakdown.fits for s in self.seed.strategies)
+
+
+def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
+    """The search space for this setup, with each given axis fixed."""
+    from fitplan.search import default_space   # NumPy is loaded only by the search
+    space = default_space(setup.cluster.num_gpus, micro_batch=micro_batch, max_cp=opts.max_cp,
+                          allow_cross_node_tp=opts.allow_cross_node_tp,
+                          num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
+    return replace(space, **{axis: (value,) for axis, value in fixed.items()})
+
+
+def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) -> SearchAnswer:
+    from fitplan.search import search
+    space = space_for(setup, micro_batch, opts, fixed)
+    result = search(setup, space, top=opts.top, rank=opts.rank)
+    model, training = setup.model, setup.training
+    bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
+                        s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
+                        L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
+    smallest = None if result.feasible else smallest_fitting(setup, micro_batch, opts, fixed, bound.min_gpus)
+    return SearchAnswer(result, bound, smallest)
+
+
+def plan(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, suggesting: bool,
+         opts: SearchOptions, fixed: dict) -> PlanAnswer:
+    if suggesting:
+        return PlanAnswer(setup, search=suggest(setup, micro_batch, opts, fixed))
+    if config is not None:
+        return PlanAnswer(setup, breakdown=evaluate(setup, config))
+    return PlanAnswer(setup, seed=seed_answer(setup, micro_batch=micro_batch))
+
+
+def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict, start: int) -> dict:
+    """The smallest GPU count from the lower bound upwards where the search finds a fit,
+    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, and
+    never past MAX_GPUS."""
+    from fitplan.search import search
+    seen: dict = {}
+
+    def fits(n: int) -> bool:
+        if n not in seen:
+            s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
+            seen[n] = search(s, space_for(s, micro_batch, opts, fixed), top=1).feasible
+        return seen[n]
+
+    start = max(start, 1)
+    general = next((n for n in range(start, min(start + SMALLEST_TRIES, MAX_GPUS + 1)) if fits(n)), None)
+    powers = [1 << k for k in range((start - 1).bit_length(), MAX_GPUS.bit_length()) if (1 << k) <= MAX_GPUS]
+    power = next((p for p in powers[:SMALLEST_TRIES] if fits(p)), None)
+    return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    x: int
+    per_gpu_bytes: int | None     # the least any legal configuration needs; None: nothing is legal
+    least: Breakdown | None
+
+    def fits(self, usable_bytes: int) -> bool:
+        return self.per_gpu_bytes is not None and self.per_gpu_bytes <= usable_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAnswer:
+    setup: Setup
+    over: str                     # "gpus" or "seq-len"
+    points: tuple[SweepPoint, ...]
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.setup.cluster.usable_bytes
+
+    @property
+    def fitting(self) -> list[int]:
+        return [p.x for p in self.points if p.fits(self.usable_bytes)]
+
+    @property
+    def best(self) -> int | None:
+        """The smallest GPU count, or the largest sequence length, that fits."""
+        fitting = self.fitting
+        if not fitting:
+            return None
+        return min(fitting) if self.over == "gpus" else max(fitting)
+
+
+def sweep_values(over: str, values) -> list[int]:
+    if values is not None:
+        if not values or min(values) < 1 or len(values) > MAX_SWEEP_POINTS:
+            raise SpecError(f"--values: give 1 to {MAX_SWEEP_POINTS} numbers, each >= 1")
+        return sorted(set(values))
+    if over == "gpus":
+        return [2**k for k in range(0, 13)]
+    return [2**k for k in range(9, 18)]
+
+
+def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOptions, fixed: dict) -> SweepAnswer:
+    """At each x, the least per-GPU bytes any legal configuration needs, and that configuration."""
+    from fitplan.search import search
+    points = []
+    for x in sweep_values(over, values):
+        if over == "gpus":
+            s = replace(setup, cluster=replace(setup.cluster, num_gpus=x))
+        else:
+            s = replace(setup, training=replace(setup.training, seq_len=x))
+        least = search(s, space_for(s, micro_batch, opts, fixed), top=1, rank="disturbance").least_loaded
+        points.append(SweepPoint(x, None if least is None else int(least.per_gpu_bytes), least))
+    return SweepAnswer(setup, over, tuple(points))
+
+
+def chosen_config(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, opts: SearchOptions,
+                  fixed: dict) -> ParallelConfig | None:
+    """The configuration given, or else the search's recommendation (None if nothing fits)."""
+    if config is not None:
+        return config
+    from fitplan.search import search
+    result = search(setup, space_for(setup, micro_batch, opts, fixed), top=1, rank=opts.rank)
+    return result.suggestions[0].config if result.suggestions else None
+
+
+def export_global_batch(setup: Setup, config: ParallelConfig) -> int:
+    """The global batch an export writes: the training's, or the time model's default of
+    4p micro-batches per pipeline (fitplan.timing.pipeline.num_microbatches)."""
+    from fitplan.timing.pipeline import num_microbatches
+    if setup.training.global_batch is not None:
+        return setup.training.global_batch
+    return config.dp * config.micro_batch * num_microbatches(B=None, b=config.micro_batch, d=config.dp, p=config.pp)

@@ -1,0 +1,31 @@
+"""`fitplan sweep`: the least per-GPU memory over GPU counts or sequence lengths, as a text
+table or JSON (fitplan.answers.SweepAnswer)."""
+import json
+
+from fitplan.report.render import Table
+from fitplan.units import GiB
+
+
+def as_json(a) -> str:
+    usable = a.usable_bytes
+    best_key = "smallest_fitting" if a.over == "gpus" else "largest_fitting"
+    return json.dumps({"over": a.over, "usable_bytes_per_gpu": usable,
+                       "points": [{"x": p.x, "per_gpu_bytes": p.per_gpu_bytes, "fits": p.fits(usable)}
+                                  for p in a.points],
+                       best_key: a.best}, sort_keys=True, indent=2) + "\n"
+
+
+def _config(b) -> str:
+    if b is None:
+        return ""
+    c = b.config
+    return f"tp={c.tp} pp={c.pp} cp={c.cp} zero={int(c.zero)} recompute={c.recompute.value}"
+
+
+def blocks(a) -> list:
+    usable = a.usable_bytes
+    rows = tuple((str(p.x), "-" if p.per_gpu_bytes is None else f"{p.per_gpu_bytes / GiB:,.2f}",
+                  "yes" if p.fits(usable) else "no", _config(p.least)) for p in a.points)
+    label = "GPUs" if a.over == "gpus" else "seq len"
+    return [Table((label, "per-GPU GiB", "fits", "least-loaded configuration"), rows, align="rrll",
+                  note=f"usable {usable / GiB:,.2f} GiB per GPU")]

@@ -1,0 +1,152 @@
+"""The one request every front end builds: the CLI from argv, the web server from JSON.
+
+A Request is a command and the values the user gave, keyed by request key (the flag
+without dashes: --kv-heads -> kv_heads), as plain JSON-like values: ints, floats, strings,
+booleans, lists of ints. Which keys a command takes, their kinds, flags, ranges and help
+come from the declarations: the specs' fields (fitplan.specs.declare) and the option
+classes below, declared the same way. fitplan.resolve turns a Request into specs and
+fitplan.service answers it; the front ends only parse and print.
+"""
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+from fitplan.errors import SpecError
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from fitplan.specs.declare import Decl, Flagged, declared, flagged
+
+FORMATS = ("text", "markdown", "json")
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan-python")
+RANKS = ("disturbance", "throughput")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSource:
+    """Where the model comes from: at most one of these (flags and spec-file tables add to it)."""
+    preset: str | None = declared("str", default=None, flag="--preset", group="model", example="llama3.1-8b",
+                                  help="model preset, e.g. gpt3-175b (fitplan presets list)")
+    hf_config: str | None = declared("str", default=None, flag="--hf-config", group="model", api=False,
+                                     help="a Hugging Face config.json, or a folder holding one")
+    spec: str | None = declared("str", default=None, flag="--spec", group="model", api=False,
+                                help="a TOML or JSON spec file with [model], [training], [gpu] and/or [cluster]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How the search runs (plan --suggest, export and sweep without a configuration)."""
+    rank: str = declared("choice", default="disturbance", choices=RANKS, flag="--rank", group="search",
+                         example="throughput", help="least disturbance first, or shortest step time first")
+    allow_cross_node_tp: bool = declared("bool", default=False, flag="--allow-cross-node-tp", group="search",
+                                         example=True, help="let tensor-parallel groups span nodes")
+    max_cp: int = declared("int", default=8, flag="--max-cp", group="search", lo=1, hi=64, example=4,
+                           help="the largest context-parallel degree searched")
+    top: int = declared("int", default=5, flag="--top", group="search", lo=1, hi=100, example=3,
+                        help="how many configurations to show")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    suggest: bool = declared("bool", default=False, flag="--suggest", group="search", example=True,
+                             help="search every legal configuration and rank those that fit")
+    format: str = declared("choice", default="text", choices=FORMATS, flag="--format", group="output", api=False,
+                           help="text, markdown or json")
+    plot: str | None = declared("str", default=None, flag="--plot", group="output", api=False,
+                                help="write a PNG of the per-GPU memory by term (matplotlib)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions:
+    over: str = declared("choice", default="gpus", choices=("gpus", "seq-len"), flag="--over", group="sweep",
+                         example="seq-len", help="the x axis: GPU count or sequence length")
+    values: tuple | None = declared("ints", default=None, flag="--values", group="sweep", lo=1, hi=2**24, example=(8, 16),
+                                    help="comma-separated x values (default: powers of two)")
+    format: str = declared("choice", default="text", choices=("text", "json"), flag="--format", group="output",
+                           api=False, help="text or json")
+    plot: str | None = declared("str", default=None, flag="--plot", group="output", api=False, help="write a PNG here")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    format: str = declared("choice", choices=EXPORT_FORMATS, flag="--format", group="export",
+                           example="deepspeed", help="the framework whose configuration is written")
+    output: str | None = declared("str", default=None, flag="--output", group="export", api=False,
+                                  help="write to this file instead of stdout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOptions:
+    format: str = declared("choice", default="text", choices=FORMATS, flag="--format", group="output", api=False,
+                           help="text, markdown or json")
+
+
+# The roots of each command: (name, class). Spec roots come first; their flags set spec fields.
+SPEC_ROOTS = (("source", ModelSource), ("model", ModelSpec), ("training", TrainingSpec), ("cluster", ClusterSpec))
+COMMANDS = {
+    "plan": SPEC_ROOTS + (("config", ParallelConfig), ("search", SearchOptions), ("plan", PlanOptions)),
+    "export": SPEC_ROOTS + (("config", ParallelConfig), ("search", SearchOptions), ("export", ExportOptions)),
+    "sweep": SPEC_ROOTS + (("config", ParallelConfig), ("search", SearchOptions), ("sweep", SweepOptions)),
+    "compare": SPEC_ROOTS + (("config", ParallelConfig), ("compare", CompareOptions)),
+}
+COMMANDS["search"] = COMMANDS["plan"]
+# compare lays out its own configurations: of the configuration flags it takes only the micro-batch
+COMPARE_CONFIG = ("micro_batch",)
+
+
+def command_flags(command: str) -> list[Flagged]:
+    """Every flag a command takes, in declaration order."""
+    out = []
+    for root, cls in COMMANDS[command]:
+        flags = flagged(cls, root)
+        if (root, cls) not in SPEC_ROOTS + (("config", ParallelConfig),):   # an option without a default is required
+            defaults = {f.name: f.default for f in fields(cls)}
+            flags = [replace(f, required=defaults[f.path[1]] is MISSING) for f in flags]
+        if command == "compare" and root == "config":
+            flags = [f for f in flags if f.path[-1] in COMPARE_CONFIG]
+        out += flags
+    return out
+
+
+def api_flags(command: str) -> dict[str, Flagged]:
+    """The request keys the JSON API takes for a command (no paths on the server's disk)."""
+    return {f.key: f for f in command_flags(command) if f.decl.api}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """One question: the command, the values given (request key -> plain value), and a
+    pasted Hugging Face config.json (the web page's; the CLI names a file instead)."""
+    command: str
+    values: dict = field(default_factory=dict)
+    hf_text: str | None = None
+    hf_name: str = "hf-model"
+
+    def get(self, key: str, default=None):
+        value = self.values.get(key)
+        return default if value is None else value
+
+
+def options(cls, request: Request):
+    """An option class filled from the request, its declared defaults where nothing was given."""
+    return cls(**{f.path[1]: checked(f, request.values[f.key]) for f in flagged(cls, "x")
+                  if request.values.get(f.key) is not None})
+
+
+def checked(f: Flagged, value):
+    """A request value within its declared choices and range, else a SpecError naming the
+    flag: the one check the command line and the JSON API share."""
+    d = f.decl
+    if d.kind in ("enum", "choice") and value not in d.choice_values:
+        raise SpecError(f"{f.flag}: invalid choice {value!r}; choose from {', '.join(map(str, d.choice_values))}")
+    for item in (value if d.kind == "ints" else (value,)):
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            if d.lo is not None and item < d.lo:
+                raise SpecError(f"{f.flag} must be >= {_num(d.lo)}, got {_num(item)}")
+            if d.hi is not None and item > d.hi:
+                raise SpecError(f"{f.flag} = {_num(item)} is out of range; give {_num(d.lo)} to {_num(d.hi)}")
+    return value
+
+
+def _num(x) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def decl_for(command: str, key: str) -> Decl:
+    return next(f.decl for f in command_flags(command) if f.key == key)

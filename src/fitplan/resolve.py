@@ -1,0 +1,267 @@
+"""A Request's values become specs. Shared by every front end; raises SpecError.
+
+Where a value comes from, highest first: a flag (or a request field); a spec file (--spec,
+TOML or JSON); a Hugging Face config (--hf-config, or pasted on the page) or a model preset
+(--preset); built-in defaults. Which flag sets which field, and how its value is read, is
+each field's declaration (fitplan.specs.declare); this module holds only the rules that
+tie fields together (a custom shape's defaults, kv heads that follow heads, a changed
+shape dropping the published count).
+
+This module reads the files a request names, so it sits outside the pure core.
+"""
+from dataclasses import dataclass, replace
+
+from fitplan import presets
+from fitplan.errors import SpecError
+from fitplan.memory.breakdown import Setup
+from fitplan.presets.recipes import DEFAULT_RECIPE
+from fitplan.request import ModelSource, Request, SearchOptions, checked, command_flags, options
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
+from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
+from fitplan.specs.parallel import Recompute, ZeroStage
+from fitplan.units import parse_bytes, parse_rate, parse_seconds
+
+DEFAULT_GPU = "h100-80gb"
+SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "max_seq_len",
+         "mlp", "norm", "position", "tied_embeddings", "linear_bias", "qkv_bias", "head_dim", "published_params")
+AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The specs a request names: the setup, the requested micro-batch, the configuration
+    fields given (field -> typed value), and the search's options."""
+    setup: Setup
+    micro_batch: int
+    config: dict
+    search: SearchOptions
+
+
+def given(request: Request, root: str) -> dict:
+    """The request's values for one root, as typed field values keyed by their path below it
+    (('moe', 'num_experts'), ('intra_node', 'bytes_per_s'), ...)."""
+    out = {}
+    for f in command_flags(request.command):
+        if f.path[0] == root and request.values.get(f.key) is not None:
+            out[f.path[1:]] = typed(f, request.values[f.key])
+    return out
+
+
+def typed(f, value):
+    """A request's plain value as its field holds it, read by the field's declaration."""
+    kind, d = f.decl.kind, f.decl
+    value = checked(f, value)
+    if kind == "enum":
+        return d.enum(value)
+    parse = {"size": parse_bytes, "rate": parse_rate, "seconds": parse_seconds}.get(kind)
+    if parse is not None:
+        return parse(value, f.flag)
+    if kind == "recipe":
+        return presets.recipe(value)
+    if kind == "gpu":
+        return presets.gpu(value)
+    if kind == "moments":
+        return (("optimizer", _whole(value)),)
+    if kind == "number" and f.path[-1].endswith("_bytes"):
+        return _whole(value)
+    return value
+
+
+def _whole(value):
+    return int(value) if float(value).is_integer() else value
+
+
+def _spec_file(request: Request):
+    path = request.get("spec")
+    if not path:
+        return None
+    from fitplan.files.load import load_specs
+    return load_specs(path)
+
+
+def _base_model(request: Request, spec) -> tuple[ModelSpec | None, object]:
+    source = options(ModelSource, request)
+    hf = source.hf_config is not None or request.hf_text is not None
+    sources = [name for name, present in (("--preset", source.preset), ("--hf-config", hf),
+                                          ("--spec [model]", spec is not None and spec.model is not None)) if present]
+    if len(sources) > 1:
+        raise SpecError(f"{sources[1]}: the model is already given by {sources[0]}; give one model source")
+    if source.preset:
+        preset = presets.model(source.preset)
+        return preset.model, preset
+    if request.hf_text is not None:
+        from fitplan.files.hf import model_from_hf_text
+        return model_from_hf_text(request.hf_text, where=f"{request.hf_name}/config.json", name=request.hf_name), None
+    if source.hf_config is not None:
+        from fitplan.files.hf import model_from_hf_config
+        return model_from_hf_config(source.hf_config), None
+    return (spec.model if spec is not None else None), None
+
+
+def _custom_model(request: Request, values: dict) -> ModelSpec:
+    """A model from shape flags alone: GPT-like (LayerNorm, learned positions, biases, tied)
+    for a GeLU MLP, Llama-like otherwise; any flag overrides those defaults."""
+    missing = [f"--{flag}" for flag, name in (("layers", "num_layers"), ("hidden", "hidden_size"),
+                                              ("heads", "num_heads"), ("vocab", "vocab_size")) if (name,) not in values]
+    if missing:
+        raise SpecError(f"--preset: no model given; name a preset, --hf-config, --spec, or a custom shape "
+                        f"({', '.join(missing)} missing)")
+    seq_len = request.get("seq_len")
+    if seq_len is None:
+        raise SpecError("--seq-len: a custom model needs a sequence length, e.g. --seq-len 2048")
+    mlp = values.get(("mlp",), Mlp.GELU)
+    if ("ffn_hidden_size",) not in values and mlp is Mlp.SWIGLU:
+        raise SpecError("--ffn: a swiglu MLP has no conventional size; give --ffn")
+    gpt = mlp is Mlp.GELU
+    hidden, heads = values[("hidden_size",)], values[("num_heads",)]
+    shape = dict(num_kv_heads=heads, ffn_hidden_size=4 * hidden, max_seq_len=seq_len, mlp=mlp,
+                 norm=Norm.LAYERNORM if gpt else Norm.RMSNORM, position=Position.LEARNED if gpt else Position.ROPE,
+                 tied_embeddings=gpt, linear_bias=gpt)
+    shape.update({path[0]: v for path, v in values.items() if len(path) == 1})
+    return ModelSpec(name="custom", source="custom shape from flags", **shape)
+
+
+def _model(request: Request, spec) -> tuple[ModelSpec, object]:
+    model, preset = _base_model(request, spec)
+    values = given(request, "model")
+    if model is None:
+        model = _custom_model(request, values)
+    else:
+        changes = {path[0]: v for path, v in values.items() if len(path) == 1}
+        if changes:
+            if "num_heads" in changes and "num_kv_heads" not in changes and model.num_kv_heads == model.num_heads:
+                changes["num_kv_heads"] = changes["num_heads"]   # multi-head attention stays multi-head
+            changes.setdefault("published_params", None)        # a changed shape invalidates the published count
+            model = replace(model, name=_modified(model.name), **changes)
+    return _with_tables(model, values), preset
+
+
+def _modified(name: str) -> str:
+    return name if name.endswith("(modified)") or name == "custom" else name + " (modified)"
+
+
+def _with_tables(model: ModelSpec, values: dict) -> ModelSpec:
+    """--experts and friends add or change the [model.moe] table, --kv-lora-rank and friends
+    the [model.mla] table."""
+    for table, cls, needed, defaults in (
+            ("moe", MoeSpec, ("num_experts", "experts_per_token"), {"expert_ffn_size": model.ffn_hidden_size}),
+            ("mla", MlaSpec, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+             {"q_lora_rank": 0})):
+        given_here = {path[1]: v for path, v in values.items() if path[0] == table}
+        if not given_here:
+            continue
+        current = getattr(model, table)
+        if current is None:
+            absent = [n for n in needed if n not in given_here]
+            if absent:
+                flags = {f.path[-1]: f.flag for f in command_flags("plan") if f.path[:2] == ("model", table)}
+                raise SpecError(f"{flags[absent[0]]}: a {'mixture-of-experts' if table == 'moe' else 'latent-attention'}"
+                                f" model needs {' and '.join(flags[n] for n in needed)}")
+            current = cls(**{**defaults, **given_here})
+        model = replace(model, **{table: replace(current, **given_here)}, published_params=None,
+                        name=_modified(model.name))
+    return model
+
+
+def _recipe(request: Request, base):
+    values = given(request, "training")
+    recipe = values.get(("recipe",), base)
+    custom = {path[1]: v for path, v in values.items() if path[0] == "recipe" and len(path) == 2}
+    if custom:
+        recipe = replace(recipe, name=recipe.name + " (custom)", **custom)
+    return recipe
+
+
+def _training(request: Request, spec, preset, model) -> TrainingSpec:
+    base = spec.training if spec is not None and spec.training is not None else None
+    values = {path[0]: v for path, v in given(request, "training").items() if len(path) == 1 and path[0] != "recipe"}
+    seq_len = values.get("seq_len", base.seq_len if base else preset.seq_len if preset else None)
+    if seq_len is None:
+        raise SpecError(f"--seq-len: give the training sequence length (the model allows up to {model.max_seq_len})")
+    start = base or TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE),
+                                 global_batch=preset.global_batch if preset else None)
+    return replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+
+
+def _gpu(request: Request, spec, preset):
+    from_file = spec.cluster if spec is not None else None
+    values = given(request, "cluster")
+    if ("gpu",) in values:
+        gpu = values[("gpu",)]
+    elif from_file is not None:
+        gpu = from_file.gpu
+    elif spec is not None and spec.gpu is not None:
+        gpu = spec.gpu
+    else:
+        gpu = presets.gpu(preset.gpu if preset else DEFAULT_GPU)
+    changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
+    if changes:
+        what = "custom memory" if set(changes) == {"memory_bytes"} else "custom"
+        gpu = replace(gpu, name=f"{gpu.name} ({what})", **changes)
+    for tier in ("intra_node", "inter_node"):
+        link = {path[2]: v for path, v in values.items() if path[:2] == ("gpu", tier)}
+        if link:
+            old = getattr(gpu, tier)
+            name = old.name + (f" at {link['bytes_per_s'] / 1e9:g} GB/s" if "bytes_per_s" in link else "") + (
+                f" with {link['latency_s'] * 1e6:g} us latency" if "latency_s" in link else "")
+            gpu = replace(gpu, **{tier: replace(old, name=name, **link)})
+    return gpu
+
+
+def _cluster(request: Request, spec, preset) -> ClusterSpec:
+    from_file = spec.cluster if spec is not None else None
+    values = {path[0]: v for path, v in given(request, "cluster").items() if len(path) == 1 and path[0] != "gpu"}
+    gpu = _gpu(request, spec, preset)
+    if "reserve_bytes" not in values:
+        values["reserve_bytes"] = (from_file.reserve_bytes if from_file is not None and request.get("gpu") is None
+                                   else gpu.default_reserve_bytes)
+    if "num_gpus" not in values:
+        if from_file is None:
+            raise SpecError("--gpus: say how many GPUs, e.g. --gpus 8")
+        values["num_gpus"] = from_file.num_gpus
+    values.setdefault("gpus_per_node", from_file.gpus_per_node if from_file is not None else gpu.gpus_per_node)
+    return ClusterSpec(gpu=gpu, **values)
+
+
+def resolve(request: Request) -> Resolved:
+    """The Setup, the requested micro-batch, the configuration fields given and the search options."""
+    spec = _spec_file(request)
+    model, preset = _model(request, spec)
+    setup = Setup(model, _training(request, spec, preset, model), _cluster(request, spec, preset))
+    config = {path[0]: v for path, v in given(request, "config").items()}
+    micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)
+    if "zero" in config:
+        config["zero"] = ZeroStage(config["zero"])
+    if not config.get("sequence_parallel", True):
+        del config["sequence_parallel"]   # off is the default: it fixes nothing
+    return Resolved(setup=setup, micro_batch=micro_batch, config=config, search=options(SearchOptions, request))
+
+
+def explicit_config(resolved: Resolved) -> bool:
+    return bool(resolved.config)
+
+
+def config_of(resolved: Resolved) -> ParallelConfig:
+    """The one configuration the flags describe; dp defaults to the GPUs the others leave."""
+    c, setup = resolved.config, resolved.setup
+    tp, pp, cp = c.get("tp", 1), c.get("pp", 1), c.get("cp", 1)
+    n = setup.cluster.num_gpus
+    dp = c.get("dp")
+    if dp is None:
+        if n % (tp * pp * cp):
+            raise SpecError(f"--gpus {n} is not divisible by tp x pp x cp = {tp * pp * cp}; change the degrees")
+        dp = n // (tp * pp * cp)
+    config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=c.get("zero", ZeroStage.NONE),
+                            sequence_parallel=bool(c.get("sequence_parallel", False)),
+                            recompute=c.get("recompute", Recompute.NONE), micro_batch=resolved.micro_batch,
+                            virtual_stages=c.get("virtual_stages", 1), ep=c.get("ep", 1))
+    compat.require(setup.model, setup.training, setup.cluster, config,
+                   allow_cross_node_tp=resolved.search.allow_cross_node_tp)
+    return config
+
+
+def fixed_axes(resolved: Resolved) -> dict:
+    """With --suggest, each configuration flag given fixes that axis of the search."""
+    if "dp" in resolved.config:
+        raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
+    return {axis: resolved.config[axis] for axis in AXES if axis in resolved.config}

@@ -1,0 +1,97 @@
+"""One request path: a Request in, the answer and its rendered text out.
+
+The command line and the web server both call `respond`; neither parses the other's
+output. The reply's text is exactly what the CLI prints on stdout (and the API returns
+as its body), its exit code the CLI's: 0 fits (or the export was written), 1 the analysis
+ran and nothing asked about fits (or the framework cannot express the plan). Bad input
+raises SpecError (the CLI's exit 2, the API's 400).
+"""
+from dataclasses import dataclass
+
+from fitplan import answers
+from fitplan.errors import SpecError
+from fitplan.report import document, jsonout, sweep as sweep_report
+from fitplan.report.render import render_markdown, render_text
+from fitplan.request import ExportOptions, PlanOptions, Request, SweepOptions, options
+from fitplan.resolve import Resolved, config_of, explicit_config, fixed_axes, resolve
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    exit_code: int
+    text: str                        # stdout of the CLI, the body of the API
+    notes: tuple[str, ...] = ()      # remarks beside the text (an export's notes: the CLI's stderr)
+    answer: object = None            # what the text renders, for the CLI's plots
+    resolved: Resolved | None = None
+
+
+def respond(request: Request) -> Reply:
+    if request.command not in _COMMANDS:
+        raise SpecError(f"unknown command {request.command!r}; use plan, search, export, sweep or compare")
+    resolved = resolve(request)
+    return _COMMANDS[request.command](request, resolved)
+
+
+def _render(fmt: str, as_json, as_blocks, *data) -> str:
+    if fmt == "json":
+        return as_json(*data)
+    return (render_markdown if fmt == "markdown" else render_text)(as_blocks(*data))
+
+
+def _plan(request: Request, r: Resolved) -> Reply:
+    opts = options(PlanOptions, request)
+    suggesting = opts.suggest or request.command == "search"
+    config = None
+    if suggesting:
+        fixed = fixed_axes(r)
+    else:
+        fixed = {}
+        if explicit_config(r):
+            config = config_of(r)
+    answer = answers.plan(r.setup, r.micro_batch, config=config, suggesting=suggesting, opts=r.search, fixed=fixed)
+    if answer.search is not None:
+        s = answer.search
+        text = _render(opts.format, jsonout.search, document.search, r.setup, s.result, s.bound, s.smallest)
+    elif answer.breakdown is not None:
+        text = _render(opts.format, jsonout.breakdown, document.breakdown, r.setup, answer.breakdown)
+    else:
+        text = _render(opts.format, jsonout.seed, document.seed, answer.seed)
+    return Reply(0 if answer.fits else 1, text, answer=answer, resolved=r)
+
+
+def _compare(request: Request, r: Resolved) -> Reply:
+    from fitplan.compare import compare
+    from fitplan.request import CompareOptions
+    fmt = options(CompareOptions, request).format
+    result = compare(r.setup, micro_batch=r.micro_batch)
+    return Reply(0 if result.preferred else 1, _render(fmt, jsonout.compare, document.compare, r.setup, result),
+                 answer=result, resolved=r)
+
+
+def _sweep(request: Request, r: Resolved) -> Reply:
+    opts = options(SweepOptions, request)
+    answer = answers.sweep(r.setup, r.micro_batch, over=opts.over, values=opts.values, opts=r.search,
+                           fixed=fixed_axes(r))
+    text = sweep_report.as_json(answer) if opts.format == "json" else render_text(sweep_report.blocks(answer))
+    return Reply(0 if answer.fitting else 1, text, answer=answer, resolved=r)
+
+
+def _export(request: Request, r: Resolved) -> Reply:
+    from fitplan.export import export, make_plan
+    fmt = options(ExportOptions, request).format
+    given = config_of(r) if explicit_config(r) else None
+    config = answers.chosen_config(r.setup, r.micro_batch, config=given, opts=r.search,
+                                   fixed={} if given else fixed_axes(r))
+    if config is None:
+        return Reply(1, f"nothing fits on {r.setup.cluster.num_gpus} GPUs, so there is no configuration to export; "
+                        f"run 'fitplan plan ... --suggest' for the proof and the smallest GPU count\n", resolved=r)
+    result = export(fmt, make_plan(model=r.setup.model, training=r.setup.training, parallel=config,
+                                   global_batch=answers.export_global_batch(r.setup, config),
+                                   num_gpus=r.setup.cluster.num_gpus))
+    if not result.ok:
+        return Reply(1, result.message + "\n", answer=result, resolved=r)
+    text = result.text if result.text.endswith("\n") else result.text + "\n"
+    return Reply(0, text, notes=tuple(result.notes), answer=result, resolved=r)
+
+
+_COMMANDS = {"plan": _plan, "search": _plan, "compare": _compare, "sweep": _sweep, "export": _export}

@@ -1,0 +1,118 @@
+"""One declaration per field.
+
+Every field a user can set is declared once, on its dataclass field, as metadata: its kind
+(how a value is read and written), its CLI flag, its spec-file key, unit, range, help text
+and an example value. Everything that reads or writes a field is generated from that one
+declaration:
+
+  - the command line's flags (fitplan.cli),
+  - the spec-file reader and writer (fitplan.files.load), `presets show --toml` included,
+  - the web API's request schema and validation, and the form schema the page reads
+    (fitplan.web.server, GET /api/fields),
+
+and tests/unit/test_fields.py walks every declared field through all three.
+
+A flag's request key, the name the JSON API uses, is the flag without its dashes, with
+'-' turned into '_' (--kv-heads -> kv_heads). A field without a flag says why (`file_only`).
+"""
+from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
+
+# How a value is read (from a spec file, a flag or a JSON request) and written back.
+KINDS = ("int", "number", "str", "bool", "enum", "choice", "size", "rate", "seconds", "table", "moments",
+         "recipe", "gpu", "ints")
+UNIT_KINDS = {"size": "B", "rate": "B/s", "seconds": "s"}   # strings with a unit: "80 GiB", "450 GB/s", "3 us"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decl:
+    kind: str
+    help: str = ""
+    flag: str | None = None        # the CLI flag; None: spec files only (file_only says why)
+    off_flag: str | None = None    # bool: the flag that sets it false (--untied-embeddings)
+    key: str | None = None         # the spec-file key; default: the field's name
+    group: str = ""                # the CLI help group and the page's form section
+    unit: str = ""                 # for numbers whose unit is not in their kind (FLOP/s, tokens)
+    lo: float | None = None        # the outer range a request may give (the spec checks the meaning)
+    hi: float | None = None
+    choices: tuple = ()            # kind choice: the allowed values
+    enum: type | None = None       # kind enum: the Enum class
+    table: type | None = None      # kind table (and recipe, gpu): the nested dataclass
+    prefix: str = ""               # kind table: put before the nested fields' flags (intra-node-)
+    example: object = None         # a valid, non-default value: the round-trip test and the page's hint
+    omitted: str = ""              # the writer's comment when an optional value is absent
+    file_only: str = ""            # why this field has no flag
+    api: bool = True               # False: the command line only (a path on this machine)
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, self.kind
+        assert self.flag is None or self.flag.startswith("--"), self.flag
+        assert self.kind != "enum" or self.enum is not None
+        assert (self.kind in ("table", "recipe", "gpu")) == (self.table is not None)
+
+    @property
+    def choice_values(self) -> tuple:
+        if self.kind == "enum":
+            return tuple(e.value for e in self.enum)
+        return self.choices
+
+
+def declared(kind: str, *, default=MISSING, **kw):
+    """A dataclass field carrying its declaration: `num_layers: int = declared("int", flag=...)`."""
+    return field(default=default, metadata={"decl": Decl(kind=kind, **kw)})
+
+
+def decl_of(f) -> Decl:
+    return f.metadata["decl"]
+
+
+def spec_fields(cls):
+    """(dataclass field, Decl) for every declared field of cls, in declaration order."""
+    return [(f, decl_of(f)) for f in fields(cls) if "decl" in f.metadata]
+
+
+def file_key(f) -> str:
+    return decl_of(f).key or f.name
+
+
+def default_of(f):
+    return f.default if f.default is not MISSING else MISSING
+
+
+def request_key(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class Flagged:
+    """One flag: where its value lands (a path of field names from a root spec), its
+    declaration and the flag as the CLI spells it (a nested table's prefix applied)."""
+    path: tuple[str, ...]
+    decl: Decl
+    flag: str
+    off_flag: str | None
+    required: bool = False     # an option without a default (export's --format); spec fields never are
+
+    @property
+    def key(self) -> str:
+        return request_key(self.flag)
+
+    @property
+    def off_key(self) -> str | None:
+        return None if self.off_flag is None else request_key(self.off_flag)
+
+
+def flagged(cls, root: str, *, prefix: str = "", path: tuple[str, ...] = ()) -> list[Flagged]:
+    """Every flag that sets a field of cls or of its nested tables, in declaration order."""
+    out = []
+    for f, d in spec_fields(cls):
+        here = path + (f.name,)
+        if d.flag is not None:
+            out.append(Flagged((root, *here), d, "--" + prefix + d.flag[2:], d.off_flag))
+        if d.table is not None:   # a nested table, or a preset name whose fields can be set one by one
+            out += flagged(d.table, root, prefix=prefix + d.prefix, path=here)
+    return out
+
+
+def enum_value(value):
+    return value.value if isinstance(value, Enum) else value
