@@ -1,11 +1,13 @@
-"""The core (specs, counts, memory, timing, search, explain, units, arith) is pure: no print,
-open, input or exit, and no import of torch, the CLI or the reports."""
+"""The core (specs, counts, memory, timing, search, explain, units, arith, the answers and the
+request with its declarations) is pure: no print, open, input or exit, and no import of torch,
+the CLI or the reports. The web server reaches fitplan through the request path only: it
+imports neither argparse nor the CLI."""
 import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fitplan"
 CORE = ["specs", "counts", "memory", "timing", "search.py", "explain.py", "units.py", "arith.py", "sources.py",
-        "analysis.py", "presets"]
+        "analysis.py", "presets", "answers.py", "request.py"]
 FORBIDDEN_CALLS = {"print", "open", "input", "exit", "quit"}
 FORBIDDEN_IMPORTS = ("torch", "fitplan.cli", "fitplan.report", "fitplan.validate", "fitplan.web", "matplotlib", "sys")
 
@@ -28,3 +30,10 @@ def test_core_is_pure():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.startswith(FORBIDDEN_IMPORTS), f"{path} imports {name}"
+
+
+def test_the_server_does_not_go_through_the_command_line():
+    tree = ast.parse((SRC / "web" / "server.py").read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {"argparse", "fitplan.cli", "tempfile", "subprocess"} & names, names

@@ -1,23 +1,12 @@
 """Spec files: model, training, GPU and cluster in TOML or JSON, and back to TOML.
 
-The one layout (a file may hold any of these tables; JSON nests the same way):
-
-  [model]                    ModelSpec fields by name: counts are bare integers; mlp, norm
-                             and position are strings; head_dim, published_params optional
-  [training]                 seq_len, global_batch (optional), act_bytes, dropout, and
-                             recipe = "mixed-adam" (a preset name) or a [training.recipe] table
-  [training.recipe]          name, weights_bytes, grads_bytes, master_bytes, compute,
-                             description, source
-  [training.recipe.moments]  one key per optimizer moment, in bytes per parameter
-  [recipe]                   a recipe on its own, same keys (and [recipe.moments])
-  [gpu]                      name, memory = "80 GiB", peak_bf16_flops_per_s = 989e12,
-                             peak_fp8_flops_per_s (omit: none), efficiency, efficiency_h0
-                             (omit: 0, constant efficiency), gpus_per_node,
-                             default_reserve = "5 GiB", source
-  [gpu.intra_node], [gpu.inter_node]   name, bandwidth = "450 GB/s", latency = "3 us"
-  [cluster]                  gpu = "h100-80gb" (a preset; omit it to use this file's [gpu]),
-                             num_gpus, gpus_per_node (omit: the GPU's), reserve = "5 GiB"
-                             (omit: the GPU's default_reserve)
+A file may hold any of the tables [model] (with [model.moe], [model.mla]), [training]
+(with [training.recipe] and [training.recipe.moments], or recipe = "a preset name"),
+[recipe], [gpu] (with [gpu.intra_node], [gpu.inter_node]) and [cluster] (gpu = "a preset
+name", or the file's own [gpu] table); JSON nests the same way. Every key is a declared
+field (fitplan.specs.declare): this module reads and writes each as its declaration says,
+and docs/spec-files.md, every key with its kind, unit, default and flag, is generated from
+the same declarations (`reference_markdown`, checked by tests/unit/test_fields.py).
 
 Units: sizes, bandwidths and latencies are strings with a unit, parsed by fitplan.units; a
 bare number is rejected. Keys ending in _bytes are bytes per element or per parameter
@@ -457,3 +446,49 @@ def dump_toml(*specs) -> str:
         if isinstance(spec, ClusterSpec):
             parts.append(spec_toml(spec.gpu, "gpu"))
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- the reference page
+
+_KIND_TEXT = {"int": "whole number", "number": "number", "str": "string", "bool": "true / false",
+              "size": 'size string ("80 GiB")', "rate": 'rate string ("450 GB/s")', "seconds": 'time string ("3 us")',
+              "moments": "table: moment name -> bytes per parameter", "recipe": "preset name or table",
+              "gpu": "GPU preset name (or the file's [gpu] table)", "table": "table"}
+
+
+def _rows(cls, header: str, prefix: str = ""):
+    out, nested = [], []
+    for f, d in spec_fields(cls):
+        key = file_key(f)
+        if d.kind in ("table", "recipe"):
+            nested.append((d.table, f"{header}.{key}", prefix + d.prefix))
+            if d.kind == "table":
+                continue
+        kind = ("one of " + ", ".join(f"`{c}`" for c in d.choice_values)) if d.kind in ("enum", "choice") \
+            else _KIND_TEXT[d.kind]
+        default = default_of(f)
+        default_text = "required" if default is MISSING else (
+            f"omitted: {d.omitted}" if default is None else f"`{toml_text.value(enum_value(default))}`")
+        flag = f"`--{prefix}{d.flag[2:]}`" + (f" / `{d.off_flag}`" if d.off_flag else "") if d.flag else \
+            f"none: {d.file_only}"
+        out.append(f"| `{key}` | {kind} | {default_text} | {flag} | {d.help} |")
+    blocks = [f"## [{header}]", "", "| key | value | default | flag | meaning |", "|---|---|---|---|---|", *out, ""]
+    for table, name, p in nested:
+        blocks += _rows(table, name, p)
+    return blocks
+
+
+def reference_markdown() -> str:
+    """docs/spec-files.md: every key of every table, generated from the declarations."""
+    lines = ["# Spec files", "",
+             "Generated from the field declarations (`src/fitplan/specs/declare.py`) by "
+             "`python tools/spec_reference.py`; `tests/unit/test_fields.py` fails when it is out of date.", "",
+             "A spec file is TOML (or JSON with the same nesting) holding any of the tables below. "
+             "`fitplan presets show NAME --toml` prints a complete example that loads back equal. "
+             "Load one with `--spec FILE`; a flag overrides the file, and the file overrides a preset. "
+             "Keys are strict: an unknown key is an error that names the closest known one. "
+             "A `[cluster]` names its GPU with `gpu = \"preset\"` or uses the file's own `[gpu]` table; "
+             "its `gpus_per_node` and `reserve` default to the GPU's.", ""]
+    for cls, header in ((ModelSpec, "model"), (TrainingSpec, "training"), (GpuSpec, "gpu"), (ClusterSpec, "cluster")):
+        lines += _rows(cls, header)
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -69,15 +69,15 @@ class MlaSpec:
     decompressed, so activations are stored like multi-head attention with query/key head
     size qk_nope + qk_rope and value head size v_head_dim, plus the latents."""
 
-    q_lora_rank: int = declared("int", flag="--q-lora-rank", group=MLA, lo=0, example=1536,
+    q_lora_rank: int = declared("int", flag="--q-lora-rank", group=MLA, lo=0, example=768,
                                 help="the query latent's rank (0: queries are not compressed)")
-    kv_lora_rank: int = declared("int", flag="--kv-lora-rank", group=MLA, lo=1, example=512,
+    kv_lora_rank: int = declared("int", flag="--kv-lora-rank", group=MLA, lo=1, example=256,
                                  help="the key/value latent's rank (makes the attention MLA)")
-    qk_nope_head_dim: int = declared("int", flag="--qk-nope-head-dim", group=MLA, lo=1, example=128,
+    qk_nope_head_dim: int = declared("int", flag="--qk-nope-head-dim", group=MLA, lo=1, example=64,
                                      help="per-head query/key width without rotary embedding")
-    qk_rope_head_dim: int = declared("int", flag="--qk-rope-head-dim", group=MLA, lo=1, example=64,
+    qk_rope_head_dim: int = declared("int", flag="--qk-rope-head-dim", group=MLA, lo=1, example=32,
                                      help="per-head query/key width with rotary embedding")
-    v_head_dim: int = declared("int", flag="--v-head-dim", group=MLA, lo=1, example=128, help="per-head value width")
+    v_head_dim: int = declared("int", flag="--v-head-dim", group=MLA, lo=1, example=64, help="per-head value width")
 
     def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):

@@ -1,0 +1,13 @@
+#!/usr/bin/env python3
+"""Write docs/spec-files.md from the field declarations (fitplan.files.load.reference_markdown)."""
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from fitplan.files.load import reference_markdown  # noqa: E402
+
+if __name__ == "__main__":
+    (ROOT / "docs" / "spec-files.md").write_text(reference_markdown())
+    print("wrote docs/spec-files.md")
