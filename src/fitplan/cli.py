@@ -33,6 +33,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 _TYPES = {"int": int, "number": float, "moments": float, "ints": _ints}
+_METAVARS = {"int": "N", "number": "X", "moments": "BYTES", "size": "SIZE", "rate": "RATE", "seconds": "TIME",
+             "ints": "N,N,..."}
 
 
 def add_declared(parser, command: str) -> None:
@@ -51,6 +53,8 @@ def add_declared(parser, command: str) -> None:
                                    help=f"the opposite of {f.flag}")
             continue
         kw = dict(dest=f.key, help=d.help, type=_TYPES.get(d.kind, str))
+        if d.kind in _METAVARS:
+            kw["metavar"] = _METAVARS[d.kind]
         if d.kind in ("enum", "choice"):   # checked with the API's message (fitplan.request.checked)
             kw["metavar"] = "{" + ",".join(map(str, d.choice_values)) + "}"
             if all(isinstance(c, int) for c in d.choice_values):
