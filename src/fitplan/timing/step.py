@@ -23,7 +23,7 @@ from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, config_kwargs, stage_expert_psi, stage_psi
 from fitplan.specs.parallel import Recompute
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
@@ -52,18 +52,18 @@ def _flops(ev, prefix, *, setup, B, L, sh, V, recompute, n_dense=None, rho=1):
     the caller times a stage."""
     model = setup.model
     if model.moe is None:
-        lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh["s"],
+        lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh.s,
                  P=P.layer_matmul_params(model, moe_layer=False))
     else:
-        dense = ev(F.matmul_flops, key=f"{prefix}/dense_layer_linear", B=B, s=sh["s"],
+        dense = ev(F.matmul_flops, key=f"{prefix}/dense_layer_linear", B=B, s=sh.s,
                    P=P.layer_matmul_params(model, moe_layer=False))
-        moe = ev(F.matmul_flops, key=f"{prefix}/moe_layer_linear", B=B, s=sh["s"],
+        moe = ev(F.matmul_flops, key=f"{prefix}/moe_layer_linear", B=B, s=sh.s,
                  P=P.layer_matmul_params(model, moe_layer=True, rho=rho))
         lin = ev(average_layer_flops, key=f"{prefix}/layer_linear", F_dense=dense, F_moe=moe, n_dense=n_dense, L=L)
     v_heads = model.kv_size if model.mla is not None else None
-    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh["s"], q=sh["q"],
+    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh.s, q=sh.q,
               **({} if v_heads is None else {"v": v_heads}))
-    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh["s"], h=sh["h"], V=V)
+    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh.s, h=sh.h, V=V)
     fwd = ev(F.forward_flops, key=f"{prefix}/forward", L=L, F_linear=lin, F_core=core, F_logits=logits)
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute)
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
@@ -97,16 +97,16 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep
     model, training, cluster = setup.model, setup.training, setup.cluster
     gpu, recipe = cluster.gpu, training.recipe
     peak = C.peak_flops_per_s(gpu, recipe.compute)
-    sh = shape_inputs(setup)
-    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh["h"], h0=gpu.efficiency_h0)
-    s, h, e, L = sh["s"], sh["h"], sh["e"], model.num_layers // pp
+    sh = Shapes.of(setup)
+    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
+    s, h, e, L = sh.s, sh.h, sh.e, model.num_layers // pp
     m = ev(PL.num_microbatches, B=training.global_batch, b=b, d=dp, p=pp)
     out = {"pipeline/microbatches": m}
 
     moe = model.moe
     n_dense = None if moe is None else ev(P.dense_layers_on_stage, key="params/dense_layers_last", L=model.num_layers,
                                           L_d=moe.first_dense_layers, p=pp, is_first=False)
-    rho = 1 if moe is None else moe_inputs(setup)["rho"]
+    rho = 1 if moe is None else sh.moe.rho
 
     # compute: one micro-batch through the busiest (last) stage, split over tp and cp
     mb = _flops(ev, "flops/microbatch", setup=setup, B=b, L=L, sh=sh, V=model.vocab_size, recompute=recompute,
@@ -140,9 +140,8 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep
                                     T_tail=0)
         out["link/ep_intra"] = out["comm/ep_bytes"] == 0
     else:
-        mk = moe_inputs(setup)
         intra["ep"] = out["link/ep_intra"] = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=ep, G=G)
-        S_ep = ev(moe_a2a_bytes, e=e, k=mk["k"], rho=rho, s=s, b=b, h=h, t=tp, c=cp)
+        S_ep = ev(moe_a2a_bytes, e=e, k=sh.moe.k, rho=rho, s=s, b=b, h=h, t=tp, c=cp)
         n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=recompute)
         ep_s = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=ep, S=S_ep, kind="all_to_all",
                   **CM.link_inputs(intra["ep"], gpu))
@@ -151,7 +150,7 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep
 
     # context parallel: ring exchange of K/V, hidden behind the attention core
     passes = ev(T.attention_core_passes, recompute=recompute)
-    S_cp = ev(T.cp_message_bytes, b=b, s=s, kv=sh["kv"], e=e, t=tp, c=cp)
+    S_cp = ev(T.cp_message_bytes, b=b, s=s, kv=sh.kv, e=e, t=tp, c=cp)
     n_cp = ev(T.cp_ring_steps, m=m, L=L, c=cp, passes=passes)
     cp_s = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **link["cp"])
     out["comm/cp_bytes"] = ev(CM.p2p_wire_bytes, key="comm/cp_bytes", count=n_cp, S=S_cp)

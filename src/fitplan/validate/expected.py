@@ -8,7 +8,7 @@ Pure Python (no torch): the figures here are predictions, made before anything r
 from fitplan.arith import ceil_div
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
-from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_memory
+from fitplan.memory.breakdown import Setup, Shapes, config_kwargs, stage_memory
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Norm, Position
@@ -30,11 +30,11 @@ def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1)
 
 def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
                         recompute: Recompute, t: int = 1, sp: bool = False, moe_layer: bool = False) -> int:
-    """fitplan.memory.activations.per_layer_bytes with breakdown.shape_inputs' keywords (and
-    breakdown.moe_inputs' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
-    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t)
-    moe = moe_inputs(setup) if moe_layer else {}
-    value = A.per_layer_bytes(**shape_inputs(setup), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+    """fitplan.memory.activations.per_layer_bytes with breakdown.Shapes' keywords (and its
+    MoeShapes' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
+    sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
+    moe = sh.moe.kw() if moe_layer else {}
+    value = A.per_layer_bytes(**sh.kw(), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
     return int(value) if float(value).is_integer() else value   # rho (a float) makes a whole float
 
 
@@ -118,10 +118,9 @@ def moe_extras(model: ModelSpec, *, tokens: int) -> tuple[Extra, ...]:
 def planner_outside_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
     """Embedding (dropout mask, token ids) + output (final-norm input, head input, fp32
     logits) for one micro-batch, pp = tp = 1: activations.embedding_bytes + output_bytes."""
-    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=act_bytes))
-    s, h, b = shapes["s"], shapes["h"], micro_batch
-    emb = A.embedding_bytes(s=s, b=b, h=h, M=shapes["M"], D=shapes["D"], t=1, c=1, sp=False, n_mb=1)
-    out = A.output_bytes(s=s, b=b, h=h, V=model.vocab_size, e=shapes["e"], t=1, c=1, sp=False)
+    sh, b = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes)), micro_batch
+    emb = A.embedding_bytes(s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=1, c=1, sp=False, n_mb=1)
+    out = A.output_bytes(s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=1, c=1, sp=False)
     return emb + out
 
 
@@ -148,10 +147,10 @@ def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute
     from fitplan.counts import flops as F   # imported here: the FLOPs model is newer than this module
     from fitplan.counts.params import layer_matmul_params
 
-    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=2))
-    B, s, h = micro_batch, shapes["s"], shapes["h"]
+    sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=2))
+    B, s, h = micro_batch, sh.s, sh.h
     linear = F.matmul_flops(B=B, s=s, P=layer_matmul_params(model, moe_layer=False))
-    core = F.attention_core_flops(B=B, s=s, q=shapes["q"])
+    core = F.attention_core_flops(B=B, s=s, q=sh.q)
     logits = F.logits_flops(B=B, s=s, h=h, V=model.vocab_size)
     if model.moe is not None:   # dense and MoE layers apart, as timing.step._flops (rho = 1: FLOPs of the model)
         return _moe_model_flops(model, B=B, s=s, core=core, logits=logits, recompute=recompute)
