@@ -114,15 +114,15 @@ def in_flight_bytes(*, A_stage, v, chunks):
     return ceil_div(A_stage * (chunks - v), v)
 
 
-def stage_psi(ev, setup: Setup, *, tp, pp, first: bool, key: str | None = None, n_dense=None):
+def stage_psi(ev, setup: Setup, c, *, first: bool, key: str | None = None, n_dense=None):
     """Parameters one GPU of the first (or last) pipeline stage holds before ZeRO, routed
-    experts excluded (stage_expert_psi)."""
+    experts excluded (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
     model = setup.model
     moe = {} if model.moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
-             N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=tp, p=pp,
+             N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
              is_first=first, **moe)
     return _published(ev, setup, psi, key)
 
@@ -135,32 +135,36 @@ def _published(ev, setup: Setup, psi, key):
               derived=P.shape_params(model))
 
 
-def stage_expert_psi(ev, setup: Setup, *, pp, ep, n_dense, key: str | None = None):
+def stage_expert_psi(ev, setup: Setup, c, *, n_dense, key: str | None = None):
     """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
     model = setup.model
-    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=pp, n_dense=n_dense,
-               X=P.expert_params(model), ep=ep)
+    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=c.pp, n_dense=n_dense,
+               X=P.expert_params(model), ep=c.ep)
     return _published(ev, setup, psi_e, key and key + "_experts")
 
 
-def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool, ep=1) -> dict:
-    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
+def stage_memory(ev, setup: Setup, c, *, first: bool) -> dict:
+    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage.
+    c: a ParallelConfig, or the search's grid (the same attribute names; its degrees,
+    micro-batch and virtual stages are arrays, its zero, sequence_parallel and recompute
+    scalars)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
+    tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
     moe = model.moe
     n_dense = None if moe is None else ev(P.dense_layers_on_stage, L=model.num_layers, L_d=moe.first_dense_layers,
                                           p=pp, is_first=first)
-    psi = stage_psi(ev, setup, tp=tp, pp=pp, first=first, n_dense=n_dense)
-    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, pp=pp, ep=ep, n_dense=n_dense),
-                                          n_ed=tp * dp * cp // ep)
-    n_d = dp * cp
+    psi = stage_psi(ev, setup, c, first=first, n_dense=n_dense)
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, n_dense=n_dense),
+                                          n_ed=tp * dp * cp // c.ep)
+    n_d, zero = dp * cp, c.zero
     out = {
         "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
         "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
         "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
         "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero, **experts),
     }
-    sh = Shapes.of(setup)
-    layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=recompute)
+    sh, sp = Shapes.of(setup), c.sequence_parallel
+    layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
     a_layer = ev(A.per_layer_bytes, **layer)
     chunks = ev(A.chunks_in_flight, p=pp, v=v, r=0 if first else pp - 1, m=m)
@@ -231,19 +235,13 @@ class Breakdown:
         return self.per_gpu_bytes <= self.usable_bytes
 
 
-def config_kwargs(config: ParallelConfig) -> dict:
-    return dict(tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, b=config.micro_batch,
-                v=config.virtual_stages, zero=config.zero, sp=config.sequence_parallel,
-                recompute=config.recompute, ep=config.ep)
-
-
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation."""
     stages = [True] if config.pp == 1 else [True, False]
     best = None
     for first in stages:
         trace = Trace()
-        parts = stage_memory(trace, setup, first=first, **config_kwargs(config))
+        parts = stage_memory(trace, setup, config, first=first)
         if best is None or total(parts) > total(best[1]):
             best = (first, parts, trace)
     first, parts, trace = best
@@ -252,8 +250,8 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
                      usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes)
 
 
-def busiest_total(setup: Setup, **kw):
+def busiest_total(setup: Setup, c):
     """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path)."""
-    first = total(stage_memory(RAW, setup, first=True, **kw))
-    last = total(stage_memory(RAW, setup, first=False, **kw))
+    first = total(stage_memory(RAW, setup, c, first=True))
+    last = total(stage_memory(RAW, setup, c, first=False))
     return maximum(first, last)   # equal when pp = 1: the one stage holds both ends

@@ -23,7 +23,7 @@ from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, Shapes, config_kwargs, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
 from fitplan.specs.parallel import Recompute
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
@@ -91,9 +91,12 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c):
     return e * k * rho * s * b * h / (t * c)
 
 
-def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep=1,
-              dp_overlap: DpOverlap = DpOverlap.BACKWARD, bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
-    """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them."""
+def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD,
+              bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
+    """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them.
+    c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory)."""
+    tp, pp, dp, cp, ep, b, v = c.tp, c.pp, c.dp, c.cp, c.ep, c.micro_batch, c.virtual_stages
+    zero, sp, recompute = c.zero, c.sequence_parallel, c.recompute
     model, training, cluster = setup.model, setup.training, setup.cluster
     gpu, recipe = cluster.gpu, training.recipe
     peak = C.peak_flops_per_s(gpu, recipe.compute)
@@ -175,8 +178,8 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep
     out["time/bubble"] = ev(PL.bubble_s, fraction=frac, T_busy=busy)
 
     # data parallel over dp x cp: gradient reduction and parameter gathers of the larger stage
-    psi = maximum(stage_psi(ev, setup, tp=tp, pp=pp, first=True, key="params/stage_first"),
-                  stage_psi(ev, setup, tp=tp, pp=pp, first=False, key="params/stage_last"))
+    psi = maximum(stage_psi(ev, setup, c, first=True, key="params/stage_first"),
+                  stage_psi(ev, setup, c, first=False, key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
     n_dp, dl = dp * cp, link["dp"]
@@ -185,7 +188,7 @@ def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m)
     groups = [("", S_g, S_w, n_dp)]
     if moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
-        psi_e = maximum(*(stage_expert_psi(ev, setup, pp=pp, ep=ep, key=f"params/stage_{'first' if f else 'last'}_experts",
+        psi_e = maximum(*(stage_expert_psi(ev, setup, c, key=f"params/stage_{'first' if f else 'last'}_experts",
                                            n_dense=ev(P.dense_layers_on_stage, key="params/dense_layers_"
                                                       + ("first" if f else "last"), L=model.num_layers,
                                                       L_d=moe.first_dense_layers, p=pp, is_first=f))
@@ -271,7 +274,7 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
                   bucket_bytes: int = DDP_BUCKET_BYTES) -> StepBreakdown:
     """The step time of one configuration, with its explanation."""
     trace = Trace()
-    out = step_time(trace, setup, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes, **config_kwargs(config))
+    out = step_time(trace, setup, config, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
@@ -285,6 +288,6 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
                          bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap)
 
 
-def step_seconds(setup: Setup, **kw):
+def step_seconds(setup: Setup, c):
     """Step seconds over arrays of candidates (the search's path)."""
-    return step_time(RAW, setup, **kw)["time/step"]
+    return step_time(RAW, setup, c)["time/step"]

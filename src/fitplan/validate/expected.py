@@ -8,7 +8,7 @@ Pure Python (no torch): the figures here are predictions, made before anything r
 from fitplan.arith import ceil_div
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
-from fitplan.memory.breakdown import Setup, Shapes, config_kwargs, stage_memory
+from fitplan.memory.breakdown import Setup, Shapes, stage_memory
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Norm, Position
@@ -191,7 +191,7 @@ def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute:
 def planner_states(model: ModelSpec, *, seq_len: int, config: ParallelConfig, first: bool = True) -> dict:
     """The planner's states/* bytes for one GPU of the first (or last) pipeline stage."""
     setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=config.world_size)
-    parts = stage_memory(RAW, setup, first=first, **config_kwargs(config))
+    parts = stage_memory(RAW, setup, config, first=first)
     return {"params": parts["states/weights"], "grads": parts["states/grads"],
             "optimizer": parts["states/master"] + parts["states/optimizer"]}
 
