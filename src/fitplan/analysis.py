@@ -10,7 +10,7 @@ from fitplan.explain import Term, formula
 from fitplan.memory import activations as A
 from fitplan.memory import buffers
 from fitplan.memory import states as S
-from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
+from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
@@ -99,10 +99,9 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     recipe = training.recipe
     n = P.num_params(model)
     total_state = int(S.unsharded_state_bytes(psi=n, B=recipe.total_bytes))
-    shapes = dict(shape_inputs(setup), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
-    per_layer = A.per_layer_bytes.term(**shapes)
-    factor = attention_factor.term(a=shapes["a"], s=shapes["s"], h=shapes["h"], e=shapes["e"], D=shapes["D"],
-                                   M=shapes["M"])
+    sh = Shapes.of(setup)
+    per_layer = A.per_layer_bytes.term(**sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    factor = attention_factor.term(a=sh.a, s=sh.s, h=sh.h, e=sh.e, D=sh.D, M=sh.M)
     strategies = []
     for name, zero in STRATEGIES:
         bd = evaluate(setup, ParallelConfig(dp=cluster.num_gpus, zero=zero, micro_batch=micro_batch))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from fitplan import presets
 from fitplan.counts import flops as F
-from fitplan.memory.breakdown import PARTS, STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
+from fitplan.memory.breakdown import PARTS, STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute
 from fitplan.timing import compute as C
@@ -145,11 +145,11 @@ def monitor(setup: Setup, l: Layout) -> tuple:
     """Metrics that expose a pipeline-stage synchronisation bottleneck, with expected values."""
     st, c = l.step, l.config
     terms = {t.key: t.value for t in st.terms}
-    sh = shape_inputs(setup)
+    sh = Shapes.of(setup)
     peak = C.peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)
-    logits = F.logits_flops(B=c.micro_batch, s=sh["s"], h=sh["h"], V=setup.model.vocab_size)
+    logits = F.logits_flops(B=c.micro_batch, s=sh.s, h=sh.h, V=setup.model.vocab_size)
     gpu = setup.cluster.gpu
-    eff = C.gemm_efficiency(eff_max=gpu.efficiency, h=sh["h"], h0=gpu.efficiency_h0)
+    eff = C.gemm_efficiency(eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=peak, eff=eff)
     sends = max(1, 2 * st.num_microbatches * c.virtual_stages)
     return (

@@ -7,7 +7,7 @@ arrays, and the same formula functions that explain one configuration evaluate t
 at once (fitplan.memory.breakdown.stage_memory with the RAW evaluator). What the search
 returns is re-evaluated exactly, one configuration at a time, before it is shown.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 import numpy as np
@@ -71,7 +71,10 @@ def default_space(num_gpus: int, *, micro_batch: int = 1, max_cp: int = 8, max_v
 
 @dataclass(frozen=True)
 class _Grid:
-    """Numeric axes of every candidate, as int64 arrays with ParallelConfig's attribute names."""
+    """Candidates with ParallelConfig's attribute names: the numeric axes as arrays (int64
+    when enumerated, float64 views of a group's legal ones for evaluation, see `take`), the
+    discrete modes as the group's scalars. stage_memory and step_time read it as they read
+    one ParallelConfig."""
     tp: np.ndarray
     pp: np.ndarray
     dp: np.ndarray
@@ -79,10 +82,18 @@ class _Grid:
     micro_batch: np.ndarray
     virtual_stages: np.ndarray
     ep: np.ndarray
+    zero: ZeroStage = ZeroStage.NONE
     sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
 
     def __len__(self) -> int:
         return len(self.tp)
+
+    def take(self, idx: np.ndarray) -> "_Grid":
+        """The candidates at idx, numeric axes as float64 (the screening pass's dtype)."""
+        f = lambda a: a[idx].astype(np.float64)
+        return _Grid(f(self.tp), f(self.pp), f(self.dp), f(self.cp), f(self.micro_batch), f(self.virtual_stages),
+                     f(self.ep), self.zero, self.sequence_parallel, self.recompute)
 
 
 def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
@@ -153,12 +164,11 @@ def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, tota
             tp, pp, ep, cp, v, total)
 
 
-def _rank_keys(grid: _Grid, idx: np.ndarray, zero: int, sp: bool, rc: Recompute, totals: np.ndarray,
-               requested_mb: int) -> np.ndarray:
+def _rank_keys(grid: _Grid, idx: np.ndarray, totals: np.ndarray, requested_mb: int) -> np.ndarray:
     """One row per fitting candidate; lexicographic order = RANK_ORDER."""
-    key = rank_key(cp=grid.cp[idx], recompute_level=rc.level, zero=int(zero), tp=grid.tp[idx], pp=grid.pp[idx],
-                   v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb, sp=int(sp),
-                   total=totals, ep=grid.ep[idx])
+    key = rank_key(cp=grid.cp[idx], recompute_level=grid.recompute.level, zero=int(grid.zero), tp=grid.tp[idx],
+                   pp=grid.pp[idx], v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb,
+                   sp=int(grid.sequence_parallel), total=totals, ep=grid.ep[idx])
     return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
 
 
@@ -170,6 +180,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     """rank: 'disturbance' (RANK_ORDER) or 'throughput' (THROUGHPUT_ORDER)."""
     if rank == "throughput":
         from fitplan.timing.compute import peak_flops_per_s
+        from fitplan.timing.step import step_seconds
         peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)   # a SpecError for fp8 on an fp8-less GPU
     num_gpus = setup.cluster.num_gpus
     size = space_size(num_gpus, space)
@@ -182,12 +193,11 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     keys, members, closest = [], [], None
     legal_by_sp = {}
     for sp in space.sequence_parallel:
-        grid = _Grid(base.tp, base.pp, base.dp, base.cp, base.micro_batch, base.virtual_stages, base.ep, sp)
         per_group: dict = {}
-        legal = _legal(setup, grid, space, per_group)
-        legal_by_sp[sp] = (grid, legal, per_group)
+        legal_by_sp[sp] = (_legal(setup, replace(base, sequence_parallel=sp), space, per_group), per_group)
     for zero, sp, rc in _groups(space):
-        grid, legal, per_group = legal_by_sp[sp]
+        grid = replace(base, zero=zero, sequence_parallel=sp, recompute=rc)
+        legal, per_group = legal_by_sp[sp]
         for rule, count in per_group.items():
             rejected[rule] = rejected.get(rule, 0) + count
         if zero > 0:   # ZeRO over one rank shards nothing: the same candidate as ZeRO-0
@@ -197,21 +207,18 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         idx = np.flatnonzero(legal)
         if len(idx) == 0:
             continue
-        f = lambda a: a[idx].astype(np.float64)
-        totals = busiest_total(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp),
-                               b=f(grid.micro_batch), v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc,
-                               ep=f(grid.ep))
+        totals = busiest_total(setup, grid.take(idx))
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
         low = int(np.argmin(totals))
         if closest is None or totals[low] < closest[0]:
-            closest = (totals[low], _config(grid, idx[low], zero, sp, rc))
+            closest = (totals[low], _config(grid, idx[low]))
         if fits.any():
-            key = _rank_keys(grid, idx[fits], zero, sp, rc, totals[fits], space.requested_micro_batch)
+            key = _rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch)
             if rank == "throughput":
-                key = np.column_stack([_step_seconds(setup, grid, idx[fits], zero, sp, rc), key])
+                key = np.column_stack([step_seconds(setup, grid.take(idx[fits])), key])
             keys.append(key)
-            members.append(((grid, zero, sp, rc), idx[fits]))
+            members.append((grid, idx[fits]))
     fit = sum(len(i) for _, i in members)
     suggestions = []
     if fit:
@@ -222,8 +229,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         for pos in order:
             if len(suggestions) == max(top, RANKED_DEPTH):
                 break
-            (grid, zero, sp, rc), i = members[group_of[pos]][0], index_of[pos]
-            config = _config(grid, i, zero, sp, rc)
+            config = _config(members[group_of[pos]][0], index_of[pos])
             exact = evaluate(setup, config)
             if exact.fits:   # float screening can misjudge a candidate within a byte of the limit
                 reason = rank_reason(config, space.requested_micro_batch)
@@ -236,16 +242,10 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                         rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER)
 
 
-def _step_seconds(setup, grid, idx, zero, sp, rc):
-    from fitplan.timing.step import step_seconds
-    f = lambda a: a[idx].astype(np.float64)
-    return step_seconds(setup, tp=f(grid.tp), pp=f(grid.pp), dp=f(grid.dp), cp=f(grid.cp), b=f(grid.micro_batch),
-                        v=f(grid.virtual_stages), zero=zero, sp=sp, recompute=rc, ep=f(grid.ep))
-
-
-def _config(grid: _Grid, i: int, zero, sp: bool, rc: Recompute) -> ParallelConfig:
+def _config(grid: _Grid, i: int) -> ParallelConfig:
     return ParallelConfig(tp=int(grid.tp[i]), pp=int(grid.pp[i]), dp=int(grid.dp[i]), cp=int(grid.cp[i]),
-                          zero=ZeroStage(zero), sequence_parallel=bool(sp), recompute=rc,
+                          zero=ZeroStage(grid.zero), sequence_parallel=bool(grid.sequence_parallel),
+                          recompute=grid.recompute,
                           micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]),
                           ep=int(grid.ep[i]))
 

@@ -10,7 +10,7 @@ Parameters (meta device) = counts.params.shape_params, exactly:
   embedding and head 2*512*64 + final norm 64: 219,712 (active, 2 of 4 experts: 182,848).
 
 Bytes the MoE layer saves for backward, s = 64, b = 2 (T = 128 tokens), bf16 (e = 2), dropout on:
-  planner, activations.per_layer_bytes with breakdown.moe_inputs (k = 2, rho = 1, f_e = f_s = 96, E = 4):
+  planner, activations.per_layer_bytes with breakdown.MoeShapes (k = 2, rho = 1, f_e = f_s = 96, E = 4):
     R = s*b*h*(4e + 2DM)                                        = 128*64*10            =  81,920
     T = s*b*(e*(2q + 2kv) + n*e*f_s + k*rho*e*(2h + n*f_e) + 8E) = 128*(384+576+1664+32) = 339,968
     S = a*s^2*b*(e + D*(e + M))                                  = 4*4096*2*5            = 163,840

@@ -11,7 +11,7 @@ Last stage: 1 micro-batch; 2*e*sbh + 4sbV/t = 32768 + 256000.
 """
 
 from fitplan.explain import RAW
-from fitplan.memory.breakdown import Setup, busiest_total, config_kwargs, evaluate, stage_memory, total
+from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_memory, total
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.units import GiB
@@ -35,7 +35,7 @@ def test_first_stage_by_hand():
 
 
 def test_last_stage_by_hand():
-    last = stage_memory(RAW, SETUP, first=False, **config_kwargs(CONFIG))
+    last = stage_memory(RAW, SETUP, CONFIG, first=False)
     assert sum(last[k] for k in ("states/weights", "states/grads", "states/master", "states/optimizer")) == 16 * 82496
     assert last["activations/pipeline_in_flight"] == 0
     assert last["activations/output"] == 32768 + 256000
@@ -43,9 +43,14 @@ def test_last_stage_by_hand():
 
 
 def test_vectorized_equals_scalar():
-    """The search's NumPy path gives the same numbers as the exact path (float64, here exact)."""
+    """The search's NumPy path gives the same numbers as the exact path (float64, here exact):
+    the candidates are read by ParallelConfig's attribute names, degrees as arrays."""
+    from types import SimpleNamespace
+
     import numpy as np
     configs = [ParallelConfig(tp=t, pp=p, dp=4 // (t * p)) for t, p in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1))]
-    arrays = {k: np.array([config_kwargs(c)[k] for c in configs], dtype=np.float64) for k in ("tp", "pp", "dp", "cp", "b", "v")}
-    got = busiest_total(SETUP, **arrays, zero=0, sp=False, recompute=CONFIG.recompute)
+    arrays = {k: np.array([getattr(c, k) for c in configs], dtype=np.float64)
+              for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "virtual_stages")}
+    grid = SimpleNamespace(**arrays, zero=CONFIG.zero, sequence_parallel=False, recompute=CONFIG.recompute)
+    got = busiest_total(SETUP, grid)
     assert list(got) == [evaluate(SETUP, c).per_gpu_bytes for c in configs]

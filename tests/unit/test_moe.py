@@ -105,8 +105,8 @@ def test_mla_stores_decompressed_heads_and_latents():
     m = MODELS["deepseek-v3"].model
     assert (m.q_size, m.kv_size) == (24576, 16384)
     s = make_setup("deepseek-v3", 8)
-    from fitplan.memory.breakdown import shape_inputs
-    assert shape_inputs(s)["r_extra"] == 2 * (1536 + 512 + 64)
+    from fitplan.memory.breakdown import Shapes
+    assert Shapes.of(s).r_extra == Shapes.of(s).kw()["r_extra"] == 2 * (1536 + 512 + 64)
 
 
 def test_biased_experts_count_their_down_projection_bias():

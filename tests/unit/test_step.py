@@ -1,6 +1,7 @@
 """fitplan.timing.step: the assembler, scalar (Trace) and vectorized (RAW) paths agree;
 parts add up; hand-derived single-GPU case; fp8 peak; link tiers; monotonicity."""
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -36,9 +37,8 @@ CONFIGS = [dict(tp=1, pp=1, dp=64, cp=1, micro_batch=1, virtual_stages=1),
 def test_raw_arrays_equal_scalar_evaluation(zero, recompute, overlap):
     setup = _setup()
     arrays = {k: np.array([c[k] for c in CONFIGS]) for k in CONFIGS[0]}
-    out = step_time(RAW, setup, tp=arrays["tp"], pp=arrays["pp"], dp=arrays["dp"], cp=arrays["cp"],
-                    b=arrays["micro_batch"], v=arrays["virtual_stages"], zero=zero, sp=True, recompute=recompute,
-                    dp_overlap=overlap)
+    grid = SimpleNamespace(**arrays, ep=1, zero=zero, sequence_parallel=True, recompute=recompute)
+    out = step_time(RAW, setup, grid, dp_overlap=overlap)
     for i, c in enumerate(CONFIGS):
         one = evaluate_step(setup, ParallelConfig(zero=zero, recompute=recompute, sequence_parallel=True, **c),
                             dp_overlap=overlap)

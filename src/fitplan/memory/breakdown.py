@@ -39,25 +39,61 @@ class Setup:
                             f"({m.max_seq_len}); use --seq-len <= {m.max_seq_len} or a RoPE model")
 
 
-def shape_inputs(setup: Setup) -> dict:
-    """The per-layer activation symbols of fitplan.memory.activations, from the specs."""
-    m, tr = setup.model, setup.training
-    out = dict(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size,
-               f=m.ffn_hidden_size, n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes,
-               M=1, D=1 if tr.dropout else 0)
-    if m.mla is not None:   # the latents and their norms' outputs, replicated over tp
-        out["r_extra"] = 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
-    if tr.attention_kernel != "eager":
-        out["kernel"] = tr.attention_kernel
-    return out
+@dataclass(frozen=True, slots=True)
+class MoeShapes:
+    """The MoE-layer symbols of fitplan.memory.activations: top-k, rho (capacity factor, or
+    the dropless load imbalance), expert and shared-expert widths, experts."""
+    k: int
+    rho: float
+    f_e: int
+    f_s: int
+    E: int
+
+    def kw(self) -> dict:
+        """The keywords these symbols add to a formula call for an MoE layer."""
+        return dict(k=self.k, rho=self.rho, f_e=self.f_e, f_s=self.f_s, E=self.E)
 
 
-def moe_inputs(setup: Setup) -> dict:
-    """The MoE-layer symbols: top-k, rho (capacity factor, or the dropless load imbalance),
-    expert and shared-expert widths, experts."""
-    e, tr = setup.model.moe, setup.training
-    return dict(k=e.experts_per_token, rho=e.capacity_factor if e.capacity_factor is not None else tr.moe_imbalance,
-                f_e=e.expert_ffn_size, f_s=e.num_shared_experts * e.expert_ffn_size, E=e.num_experts)
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """The per-layer activation symbols of fitplan.memory.activations, from the specs; moe
+    is None for a dense model."""
+    s: int
+    h: int
+    a: int
+    q: int
+    kv: int
+    f: int
+    n: int
+    e: int
+    M: int
+    D: int
+    r_extra: int = 0          # MLA: the latents and their norms' outputs, replicated over tp
+    kernel: str = "eager"
+    moe: MoeShapes | None = None
+
+    @classmethod
+    def of(cls, setup: Setup) -> "Shapes":
+        m, tr = setup.model, setup.training
+        moe = None if m.moe is None else MoeShapes(
+            k=m.moe.experts_per_token,
+            rho=m.moe.capacity_factor if m.moe.capacity_factor is not None else tr.moe_imbalance,
+            f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts)
+        r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+        return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
+                   n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
+                   r_extra=r_extra, kernel=tr.attention_kernel, moe=moe)
+
+    def kw(self) -> dict:
+        """The keywords of a per-layer formula call (activations.per_layer_bytes and its kin);
+        r_extra and kernel only where they differ from the formulas' defaults."""
+        out = dict(s=self.s, h=self.h, a=self.a, q=self.q, kv=self.kv, f=self.f, n=self.n, e=self.e, M=self.M,
+                   D=self.D)
+        if self.r_extra:
+            out["r_extra"] = self.r_extra
+        if self.kernel != "eager":
+            out["kernel"] = self.kernel
+        return out
 
 
 def _stage_layers_text(*, n_dense=None, **_):
@@ -78,15 +114,15 @@ def in_flight_bytes(*, A_stage, v, chunks):
     return ceil_div(A_stage * (chunks - v), v)
 
 
-def stage_psi(ev, setup: Setup, *, tp, pp, first: bool, key: str | None = None, n_dense=None):
+def stage_psi(ev, setup: Setup, c, *, first: bool, key: str | None = None, n_dense=None):
     """Parameters one GPU of the first (or last) pipeline stage holds before ZeRO, routed
-    experts excluded (stage_expert_psi)."""
+    experts excluded (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
     model = setup.model
     moe = {} if model.moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
-             N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=tp, p=pp,
+             N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
              is_first=first, **moe)
     return _published(ev, setup, psi, key)
 
@@ -99,55 +135,59 @@ def _published(ev, setup: Setup, psi, key):
               derived=P.shape_params(model))
 
 
-def stage_expert_psi(ev, setup: Setup, *, pp, ep, n_dense, key: str | None = None):
+def stage_expert_psi(ev, setup: Setup, c, *, n_dense, key: str | None = None):
     """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
     model = setup.model
-    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=pp, n_dense=n_dense,
-               X=P.expert_params(model), ep=ep)
+    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=c.pp, n_dense=n_dense,
+               X=P.expert_params(model), ep=c.ep)
     return _published(ev, setup, psi_e, key and key + "_experts")
 
 
-def stage_memory(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, first: bool, ep=1) -> dict:
-    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage."""
+def stage_memory(ev, setup: Setup, c, *, first: bool) -> dict:
+    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage.
+    c: a ParallelConfig, or the search's grid (the same attribute names; its degrees,
+    micro-batch and virtual stages are arrays, its zero, sequence_parallel and recompute
+    scalars)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
+    tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
     moe = model.moe
     n_dense = None if moe is None else ev(P.dense_layers_on_stage, L=model.num_layers, L_d=moe.first_dense_layers,
                                           p=pp, is_first=first)
-    psi = stage_psi(ev, setup, tp=tp, pp=pp, first=first, n_dense=n_dense)
-    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, pp=pp, ep=ep, n_dense=n_dense),
-                                          n_ed=tp * dp * cp // ep)
-    n_d = dp * cp
+    psi = stage_psi(ev, setup, c, first=first, n_dense=n_dense)
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, n_dense=n_dense),
+                                          n_ed=tp * dp * cp // c.ep)
+    n_d, zero = dp * cp, c.zero
     out = {
         "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
         "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
         "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
         "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero, **experts),
     }
-    shapes = dict(shape_inputs(setup), b=b, t=tp, c=cp, sp=sp, recompute=recompute)
+    sh, sp = Shapes.of(setup), c.sequence_parallel
+    layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
-    a_layer = ev(A.per_layer_bytes, **shapes)
+    a_layer = ev(A.per_layer_bytes, **layer)
     chunks = ev(A.chunks_in_flight, p=pp, v=v, r=0 if first else pp - 1, m=m)
     if moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp)
-        workspace = ev(A.recompute_workspace_bytes, **shapes)
+        workspace = ev(A.recompute_workspace_bytes, **layer)
         buffers = 0 * a_layer
     else:
-        mk = moe_inputs(setup)
-        a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **shapes, **mk)
+        mk = sh.moe
+        moe_layer = dict(layer, **mk.kw())
+        a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **moe_layer)
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp, n_dense=n_dense, A_moe=a_moe)
-        workspace = maximum(ev(A.recompute_workspace_bytes, **shapes),
-                            ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **shapes, **mk))
-        buffers = ev(A.moe_buffers_bytes, s=shapes["s"], b=b, h=shapes["h"], e=shapes["e"], k=mk["k"],
-                     rho=mk["rho"], t=tp, c=cp) * select(model.num_layers // pp - n_dense > 0, 1, 0)
+        workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
+                            ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp) * select(
+            model.num_layers // pp - n_dense > 0, 1, 0)
     out["activations/layers"] = a_stage
     out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v, chunks=chunks)
     n_mb = lambda: ev(A.embedding_microbatches, p=pp, v=v, m=m)
     out["activations/embedding"] = _held(select(pp == 1, True, first), lambda: ev(
-        A.embedding_bytes, s=shapes["s"], b=b, h=shapes["h"], M=shapes["M"], D=shapes["D"], t=tp, c=cp, sp=sp,
-        n_mb=n_mb()), a_layer)
+        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb()), a_layer)
     out["activations/output"] = _held(select(pp == 1, True, not first), lambda: ev(
-        A.output_bytes, s=shapes["s"], b=b, h=shapes["h"], V=model.vocab_size, e=shapes["e"], t=tp, c=cp, sp=sp),
-        a_layer)
+        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp), a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
     return out
@@ -195,19 +235,13 @@ class Breakdown:
         return self.per_gpu_bytes <= self.usable_bytes
 
 
-def config_kwargs(config: ParallelConfig) -> dict:
-    return dict(tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, b=config.micro_batch,
-                v=config.virtual_stages, zero=config.zero, sp=config.sequence_parallel,
-                recompute=config.recompute, ep=config.ep)
-
-
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation."""
     stages = [True] if config.pp == 1 else [True, False]
     best = None
     for first in stages:
         trace = Trace()
-        parts = stage_memory(trace, setup, first=first, **config_kwargs(config))
+        parts = stage_memory(trace, setup, config, first=first)
         if best is None or total(parts) > total(best[1]):
             best = (first, parts, trace)
     first, parts, trace = best
@@ -216,8 +250,8 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
                      usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes)
 
 
-def busiest_total(setup: Setup, **kw):
+def busiest_total(setup: Setup, c):
     """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path)."""
-    first = total(stage_memory(RAW, setup, first=True, **kw))
-    last = total(stage_memory(RAW, setup, first=False, **kw))
+    first = total(stage_memory(RAW, setup, c, first=True))
+    last = total(stage_memory(RAW, setup, c, first=False))
     return maximum(first, last)   # equal when pp = 1: the one stage holds both ends

@@ -23,7 +23,7 @@ from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
 from fitplan.specs.parallel import Recompute
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
@@ -45,25 +45,25 @@ def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_afte
     return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after
 
 
-def _flops(ev, prefix, *, setup, B, L, sh, V, recompute, n_dense=None, rho=1):
+def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1) -> dict:
     """Forward, backward (with recompute) FLOPs of B sequences through L layers and the
-    logits. MoE models: n_dense of the L layers are dense; the linear FLOPs are the layers'
-    average, with the routed experts' share scaled by rho (the busiest rank's load) when
-    the caller times a stage."""
-    model = setup.model
+    logits, keyed "core", "forward", "backward"; each Term under prefix. MoE models: n_dense
+    of the L layers are dense; the linear FLOPs are the layers' average, with the routed
+    experts' share scaled by rho (the busiest rank's load) when the caller times a stage."""
+    model, sh = setup.model, Shapes.of(setup)
     if model.moe is None:
-        lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh["s"],
+        lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh.s,
                  P=P.layer_matmul_params(model, moe_layer=False))
     else:
-        dense = ev(F.matmul_flops, key=f"{prefix}/dense_layer_linear", B=B, s=sh["s"],
+        dense = ev(F.matmul_flops, key=f"{prefix}/dense_layer_linear", B=B, s=sh.s,
                    P=P.layer_matmul_params(model, moe_layer=False))
-        moe = ev(F.matmul_flops, key=f"{prefix}/moe_layer_linear", B=B, s=sh["s"],
+        moe = ev(F.matmul_flops, key=f"{prefix}/moe_layer_linear", B=B, s=sh.s,
                  P=P.layer_matmul_params(model, moe_layer=True, rho=rho))
         lin = ev(average_layer_flops, key=f"{prefix}/layer_linear", F_dense=dense, F_moe=moe, n_dense=n_dense, L=L)
     v_heads = model.kv_size if model.mla is not None else None
-    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh["s"], q=sh["q"],
+    core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh.s, q=sh.q,
               **({} if v_heads is None else {"v": v_heads}))
-    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh["s"], h=sh["h"], V=V)
+    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh.s, h=sh.h, V=model.vocab_size)
     fwd = ev(F.forward_flops, key=f"{prefix}/forward", L=L, F_linear=lin, F_core=core, F_logits=logits)
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute)
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
@@ -91,144 +91,184 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c):
     return e * k * rho * s * b * h / (t * c)
 
 
-def step_time(ev, setup: Setup, *, tp, pp, dp, cp, b, v, zero, sp, recompute, ep=1,
-              dp_overlap: DpOverlap = DpOverlap.BACKWARD, bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
-    """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them."""
-    model, training, cluster = setup.model, setup.training, setup.cluster
-    gpu, recipe = cluster.gpu, training.recipe
-    peak = C.peak_flops_per_s(gpu, recipe.compute)
-    sh = shape_inputs(setup)
-    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh["h"], h0=gpu.efficiency_h0)
-    s, h, e, L = sh["s"], sh["h"], sh["e"], model.num_layers // pp
-    m = ev(PL.num_microbatches, B=training.global_batch, b=b, d=dp, p=pp)
-    out = {"pipeline/microbatches": m}
+@dataclass(frozen=True, slots=True)
+class AxisTime:
+    """One parallel axis's traffic on the busiest GPU per step: the wire bytes it sends, the
+    seconds of it left on the critical path, and whether its group stays inside a node.
+    Scalars for one configuration, arrays over the search's candidates."""
+    bytes: object
+    exposed_s: object
+    intra: object
 
-    moe = model.moe
-    n_dense = None if moe is None else ev(P.dense_layers_on_stage, key="params/dense_layers_last", L=model.num_layers,
-                                          L_d=moe.first_dense_layers, p=pp, is_first=False)
-    rho = 1 if moe is None else moe_inputs(setup)["rho"]
 
-    # compute: one micro-batch through the busiest (last) stage, split over tp and cp
-    mb = _flops(ev, "flops/microbatch", setup=setup, B=b, L=L, sh=sh, V=model.vocab_size, recompute=recompute,
-                n_dense=n_dense, rho=rho)
+def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD,
+              bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
+    """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them.
+    c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory)."""
+    model, gpu = setup.model, setup.cluster.gpu
+    sh = Shapes.of(setup)
+    peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
+    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
+    m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
+    L = model.num_layers // c.pp   # layers on the busiest (last) stage
+    n_dense = None if model.moe is None else ev(P.dense_layers_on_stage, key="params/dense_layers_last",
+                                                L=model.num_layers, L_d=model.moe.first_dense_layers, p=c.pp,
+                                                is_first=False)
+    mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
+                    rho=1 if sh.moe is None else sh.moe.rho)
+    T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=peak, eff=eff)
+    intra = _intra_node(ev, setup, c)
+    axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, intra=intra["tp"])}
+    axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s)
+    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, intra=intra["cp"], F_core=mb["core"], peak=peak, eff=eff)
+    axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=intra["pp"])
+    fraction, bubble = _bubble_s(ev, c, m=m, T_busy=compute + axes["tp"].exposed_s + axes["ep"].exposed_s
+                                 + axes["cp"].exposed_s + axes["pp"].exposed_s)
+    axes["dp"], after_step = _dp_time(ev, setup, c, m=m, intra=intra["dp"], T_f=T_f, T_b=T_b,
+                                      dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
+
+    parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
+             **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
+    out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, **{k: parts[k] for k in PARTS}}
+    for axis in AXES:
+        out[f"comm/{axis}_bytes"] = axes[axis].bytes
+        out[f"link/{axis}_intra"] = axes[axis].intra
+    out["time/step"] = ev(step_total_s, **dict(zip(
+        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
+    out.update(_rates(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
+    return out
+
+
+def _compute_s(ev, c, *, m, flops, peak, eff):
+    """One micro-batch's forward and backward through the busiest stage, split over tp and
+    cp, and all m of them."""
     T_f = ev(C.compute_s, key="time/forward_microbatch", peak=peak, eff=eff,
-             F=ev(C.per_gpu_flops, key="flops/forward_per_gpu", F=mb["forward"], t=tp, c=cp))
+             F=ev(C.per_gpu_flops, key="flops/forward_per_gpu", F=flops["forward"], t=c.tp, c=c.cp))
     T_b = ev(C.compute_s, key="time/backward_microbatch", peak=peak, eff=eff,
-             F=ev(C.per_gpu_flops, key="flops/backward_per_gpu", F=mb["backward"], t=tp, c=cp))
-    out["time/compute"] = ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
+             F=ev(C.per_gpu_flops, key="flops/backward_per_gpu", F=flops["backward"], t=c.tp, c=c.cp))
+    return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
-    # which link each axis's group crosses
-    strides, G = CM.rank_strides(tp=tp, cp=cp, pp=pp), cluster.gpus_per_node
+
+def _intra_node(ev, setup: Setup, c) -> dict:
+    """Whether each axis's group stays inside a node (rank order tp-cp-pp-dp)."""
+    strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, pp=c.pp), setup.cluster.gpus_per_node
     intra = {axis: ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=strides[axis], n=n, G=G)
-             for axis, n in (("tp", tp), ("cp", cp), ("pp", pp))}
+             for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp))}
     intra["dp"] = ev(CM.dp_cp_group_is_intra_node, cp_intra=intra["cp"], dp_intra=ev(
-        CM.group_is_intra_node, key="link/dp_group_intra", stride=strides["dp"], n=dp, G=G))
-    link = {axis: CM.link_inputs(intra[axis], gpu) for axis in ("tp", "cp", "pp", "dp")}
-    out.update({f"link/{axis}_intra": intra[axis] for axis in ("tp", "cp", "pp", "dp")})
+        CM.group_is_intra_node, key="link/dp_group_intra", stride=strides["dp"], n=c.dp, G=G))
+    return intra
 
-    # tensor parallel: activation all-reduces (RS + AG under SP), exposed
-    S_tp = ev(T.tp_message_bytes, b=b, s=s, h=h, e=e, c=cp)
-    n_tp = ev(T.tp_collectives, m=m, L=L, recompute=recompute, sp=sp)
-    tp_s = ev(CM.ring_collective_s, key="comm/tp_s", count=n_tp, n=tp, S=S_tp, kind="all_reduce", **link["tp"])
-    out["comm/tp_bytes"] = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=tp, S=S_tp, kind="all_reduce")
-    out["time/tp_exposed"] = ev(T.exposed_s, key="time/tp_exposed", T_comm=tp_s, T_window=0, T_tail=0)
 
-    # expert parallel: all-to-all dispatch and combine per MoE layer, exposed
-    if moe is None:   # no experts: nothing to dispatch (still a Term, so every part is explained)
-        out["comm/ep_bytes"] = 0 * out["time/tp_exposed"]
-        out["time/ep_exposed"] = ev(T.exposed_s, key="time/ep_exposed", T_comm=out["comm/ep_bytes"], T_window=0,
-                                    T_tail=0)
-        out["link/ep_intra"] = out["comm/ep_bytes"] == 0
-    else:
-        mk = moe_inputs(setup)
-        intra["ep"] = out["link/ep_intra"] = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=ep, G=G)
-        S_ep = ev(moe_a2a_bytes, e=e, k=mk["k"], rho=rho, s=s, b=b, h=h, t=tp, c=cp)
-        n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=recompute)
-        ep_s = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=ep, S=S_ep, kind="all_to_all",
-                  **CM.link_inputs(intra["ep"], gpu))
-        out["comm/ep_bytes"] = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=ep, S=S_ep, kind="all_to_all")
-        out["time/ep_exposed"] = ev(T.exposed_s, key="time/ep_exposed", T_comm=ep_s, T_window=0, T_tail=0)
+def _tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra) -> AxisTime:
+    """Tensor parallel: activation all-reduces (RS + AG under SP), exposed."""
+    S_tp = ev(T.tp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, c=c.cp)
+    n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=c.sequence_parallel)
+    secs = ev(CM.ring_collective_s, key="comm/tp_s", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce",
+              **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce")
+    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
 
-    # context parallel: ring exchange of K/V, hidden behind the attention core
-    passes = ev(T.attention_core_passes, recompute=recompute)
-    S_cp = ev(T.cp_message_bytes, b=b, s=s, kv=sh["kv"], e=e, t=tp, c=cp)
-    n_cp = ev(T.cp_ring_steps, m=m, L=L, c=cp, passes=passes)
-    cp_s = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **link["cp"])
-    out["comm/cp_bytes"] = ev(CM.p2p_wire_bytes, key="comm/cp_bytes", count=n_cp, S=S_cp)
-    cp_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=mb["core"])
-    cp_window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
-                   F=ev(C.per_gpu_flops, key="flops/cp_window_per_gpu", F=cp_flops, t=tp, c=cp))
-    out["time/cp_exposed"] = ev(T.exposed_s, key="time/cp_exposed", T_comm=cp_s, T_window=cp_window,
-                                T_tail=0)
 
-    # pipeline parallel: activation and gradient sends between stages, exposed
-    S_pp = ev(T.pp_message_bytes, b=b, s=s, h=h, e=e, t=tp, c=cp)
-    n_pp = ev(T.pp_sends, m=m, v=v, p=pp)
-    pp_s = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **link["pp"])
-    out["comm/pp_bytes"] = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
-    out["time/pp_exposed"] = ev(T.exposed_s, key="time/pp_exposed", T_comm=pp_s, T_window=0, T_tail=0)
+def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTime:
+    """Expert parallel: all-to-all dispatch and combine per MoE layer, exposed. A dense model
+    has nothing to dispatch: zero (shaped like `like`), still a Term so every part is explained."""
+    if sh.moe is None:
+        zero = 0 * like
+        return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0)
+    intra = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=c.ep, G=setup.cluster.gpus_per_node)
+    S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp)
+    n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=c.recompute)
+    secs = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all",
+              **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all")
+    return AxisTime(wire, ev(T.exposed_s, key="time/ep_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
 
-    # bubble: (p - 1)/(v*m) of the pipelined work
-    busy = (out["time/compute"] + out["time/tp_exposed"] + out["time/ep_exposed"] + out["time/cp_exposed"]
-            + out["time/pp_exposed"])
-    frac = ev(PL.bubble_fraction_interleaved, p=pp, m=m, v=v)
-    out["pipeline/bubble_fraction"] = frac
-    out["time/bubble"] = ev(PL.bubble_s, fraction=frac, T_busy=busy)
 
-    # data parallel over dp x cp: gradient reduction and parameter gathers of the larger stage
-    psi = maximum(stage_psi(ev, setup, tp=tp, pp=pp, first=True, key="params/stage_first"),
-                  stage_psi(ev, setup, tp=tp, pp=pp, first=False, key="params/stage_last"))
+def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra, F_core, peak, eff) -> AxisTime:
+    """Context parallel: ring exchange of K/V, hidden behind the attention core it feeds."""
+    passes = ev(T.attention_core_passes, recompute=c.recompute)
+    S_cp = ev(T.cp_message_bytes, b=c.micro_batch, s=sh.s, kv=sh.kv, e=sh.e, t=c.tp, c=c.cp)
+    n_cp = ev(T.cp_ring_steps, m=m, L=L, c=c.cp, passes=passes)
+    secs = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.p2p_wire_bytes, key="comm/cp_bytes", count=n_cp, S=S_cp)
+    window_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=F_core)
+    window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
+                F=ev(C.per_gpu_flops, key="flops/cp_window_per_gpu", F=window_flops, t=c.tp, c=c.cp))
+    return AxisTime(wire, ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0), intra)
+
+
+def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
+    """Pipeline parallel: activation and gradient sends between stages, exposed."""
+    S_pp = ev(T.pp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, t=c.tp, c=c.cp)
+    n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
+    secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
+    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
+
+
+def _bubble_s(ev, c, *, m, T_busy):
+    """The bubble fraction (p - 1)/(v*m), and that share of the pipelined work."""
+    fraction = ev(PL.bubble_fraction_interleaved, p=c.pp, m=m, v=c.virtual_stages)
+    return fraction, ev(PL.bubble_s, fraction=fraction, T_busy=T_busy)
+
+
+def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_bytes):
+    """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
+    stage (routed experts over their expert-data-parallel group). Returns the axis and the
+    seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
+    model, recipe, zero = setup.model, setup.training.recipe, c.zero
+    psi = maximum(stage_psi(ev, setup, c, first=True, key="params/stage_first"),
+                  stage_psi(ev, setup, c, first=False, key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
-    n_dp, dl = dp * cp, link["dp"]
+    n_dp, link = c.dp * c.cp, CM.link_inputs(intra, setup.cluster.gpu)
     rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m)
     groups = [("", S_g, S_w, n_dp)]
-    if moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
-        psi_e = maximum(*(stage_expert_psi(ev, setup, pp=pp, ep=ep, key=f"params/stage_{'first' if f else 'last'}_experts",
-                                           n_dense=ev(P.dense_layers_on_stage, key="params/dense_layers_"
-                                                      + ("first" if f else "last"), L=model.num_layers,
-                                                      L_d=moe.first_dense_layers, p=pp, is_first=f))
-                          for f in (True, False)))
+    if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
+        psi_e = maximum(*(stage_expert_psi(ev, setup, c, key=f"params/stage_{stage}_experts", n_dense=ev(
+            P.dense_layers_on_stage, key=f"params/dense_layers_{stage}", L=model.num_layers,
+            L_d=model.moe.first_dense_layers, p=c.pp, is_first=stage == "first")) for stage in ("first", "last")))
         groups.append(("expert_",
-                       ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1, zero=0),
-                       ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes, n_d=1,
-                          zero=0), tp * dp * cp // ep))
-    grad_s = param_s = out["comm/dp_bytes"] = 0
+                       ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1,
+                          zero=0),
+                       ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes,
+                          n_d=1, zero=0), c.tp * c.dp * c.cp // c.ep))
+    grad_s = param_s = wire = 0
     for tag, Sg, Sw, n in groups:
         grad_s = grad_s + (
-            ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_rs_s", count=rs, n=n, S=Sg, kind="reduce_scatter", **dl)
-            + ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_ag_s", count=ag_g, n=n, S=Sg, kind="all_gather", **dl))
+            ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_rs_s", count=rs, n=n, S=Sg, kind="reduce_scatter", **link)
+            + ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_ag_s", count=ag_g, n=n, S=Sg, kind="all_gather",
+                 **link))
         param_s = param_s + ev(CM.ring_collective_s, key=f"comm/dp_{tag}param_ag_s", count=ag_w, n=n, S=Sw,
-                               kind="all_gather", **dl)
-        out["comm/dp_bytes"] = out["comm/dp_bytes"] + (
+                               kind="all_gather", **link)
+        wire = wire + (
             ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_rs_bytes", count=rs, n=n, S=Sg, kind="reduce_scatter")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_ag_bytes", count=ag_g, n=n, S=Sg, kind="all_gather")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}param_ag_bytes", count=ag_w, n=n, S=Sw, kind="all_gather"))
-    tail = ev(CM.ring_collective_s, key="comm/dp_tail_s", count=1, n=n_dp, **dl,
+    tail = ev(CM.ring_collective_s, key="comm/dp_tail_s", count=1, n=n_dp, **link,
               S=ev(T.dp_tail_bytes, S=S_g, bucket=bucket_bytes), kind="all_reduce" if zero == 0 else "reduce_scatter")
     window = ev(T.dp_window_s, zero=zero, m=m, T_f=T_f, T_b=T_b, overlap=dp_overlap)
-    out["time/dp_exposed"] = ev(T.exposed_s, key="time/dp_exposed", T_window=window, T_tail=tail,
-                                T_comm=ev(T.dp_overlapped_s, T_grad=grad_s, T_param=param_s, zero=zero))
-    out["time/dp_after_step"] = ev(T.dp_after_step_s, T_param=param_s, zero=zero)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_window=window, T_tail=tail,
+                 T_comm=ev(T.dp_overlapped_s, T_grad=grad_s, T_param=param_s, zero=zero))
+    return AxisTime(wire, exposed, intra), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
 
-    step = out["time/step"] = ev(step_total_s, **dict(zip(
-        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
 
-    # rates: the whole step's model and hardware FLOPs over all N GPUs
-    B = dp * m * b
-    whole = _flops(ev, "flops/step", setup=setup, B=B, L=model.num_layers, sh=sh, V=model.vocab_size,
-                   recompute=recompute, n_dense=None if moe is None else moe.first_dense_layers)
-    model_f = out["flops/model_step"] = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
-    hw_f = out["flops/hardware_step"] = ev(F.hardware_flops, key="flops/hardware_step", F_forward=whole["forward"],
-                                           F_backward=whole["backward"])
-    N = tp * pp * dp * cp
-    out["ratio/mfu"] = ev(C.flops_utilisation, key="ratio/mfu", F=model_f, T_step=step, N=N, peak=peak)
-    out["ratio/hfu"] = ev(C.flops_utilisation, key="ratio/hfu", F=hw_f, T_step=step, N=N, peak=peak)
-    out["rate/flops_per_gpu"] = ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=step, N=N)
-    out["rate/tokens"] = ev(C.tokens_per_s, B=B, s=s, T_step=step)
-    return out
+def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
+    """The whole step's model and hardware FLOPs over all N GPUs, and the tokens per second."""
+    model = setup.model
+    B = c.dp * m * c.micro_batch
+    whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers, recompute=c.recompute,
+                       n_dense=None if model.moe is None else model.moe.first_dense_layers)
+    model_f = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
+    hw_f = ev(F.hardware_flops, key="flops/hardware_step", F_forward=whole["forward"], F_backward=whole["backward"])
+    N = c.tp * c.pp * c.dp * c.cp
+    return {"flops/model_step": model_f, "flops/hardware_step": hw_f,
+            "ratio/mfu": ev(C.flops_utilisation, key="ratio/mfu", F=model_f, T_step=T_step, N=N, peak=peak),
+            "ratio/hfu": ev(C.flops_utilisation, key="ratio/hfu", F=hw_f, T_step=T_step, N=N, peak=peak),
+            "rate/flops_per_gpu": ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=T_step, N=N),
+            "rate/tokens": ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +312,7 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
                   bucket_bytes: int = DDP_BUCKET_BYTES) -> StepBreakdown:
     """The step time of one configuration, with its explanation."""
     trace = Trace()
-    out = step_time(trace, setup, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes, **config_kwargs(config))
+    out = step_time(trace, setup, config, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
@@ -286,6 +326,6 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
                          bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap)
 
 
-def step_seconds(setup: Setup, **kw):
+def step_seconds(setup: Setup, c):
     """Step seconds over arrays of candidates (the search's path)."""
-    return step_time(RAW, setup, **kw)["time/step"]
+    return step_time(RAW, setup, c)["time/step"]

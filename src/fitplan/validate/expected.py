@@ -6,12 +6,14 @@ Pure Python (no torch): the figures here are predictions, made before anything r
 2.13 on CPU (section 1a activations, 1b ZeRO/FSDP, 1c DTensor TP, 1d pipelining).
 """
 from fitplan.arith import ceil_div
+from fitplan.counts import flops as F
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
-from fitplan.memory.breakdown import Setup, config_kwargs, moe_inputs, shape_inputs, stage_memory
+from fitplan.memory.breakdown import Setup, Shapes, stage_memory
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Norm, Position
+from fitplan.timing.step import step_flops
 from fitplan.validate.report import Extra
 
 RECIPE = "fp32-adam"         # the distributed checks train fp32 weights with torch.optim.Adam
@@ -30,11 +32,11 @@ def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1)
 
 def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
                         recompute: Recompute, t: int = 1, sp: bool = False, moe_layer: bool = False) -> int:
-    """fitplan.memory.activations.per_layer_bytes with breakdown.shape_inputs' keywords (and
-    breakdown.moe_inputs' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
-    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t)
-    moe = moe_inputs(setup) if moe_layer else {}
-    value = A.per_layer_bytes(**shape_inputs(setup), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+    """fitplan.memory.activations.per_layer_bytes with breakdown.Shapes' keywords (and its
+    MoeShapes' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
+    sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
+    moe = sh.moe.kw() if moe_layer else {}
+    value = A.per_layer_bytes(**sh.kw(), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
     return int(value) if float(value).is_integer() else value   # rho (a float) makes a whole float
 
 
@@ -118,10 +120,9 @@ def moe_extras(model: ModelSpec, *, tokens: int) -> tuple[Extra, ...]:
 def planner_outside_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
     """Embedding (dropout mask, token ids) + output (final-norm input, head input, fp32
     logits) for one micro-batch, pp = tp = 1: activations.embedding_bytes + output_bytes."""
-    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=act_bytes))
-    s, h, b = shapes["s"], shapes["h"], micro_batch
-    emb = A.embedding_bytes(s=s, b=b, h=h, M=shapes["M"], D=shapes["D"], t=1, c=1, sp=False, n_mb=1)
-    out = A.output_bytes(s=s, b=b, h=h, V=model.vocab_size, e=shapes["e"], t=1, c=1, sp=False)
+    sh, b = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes)), micro_batch
+    emb = A.embedding_bytes(s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=1, c=1, sp=False, n_mb=1)
+    out = A.output_bytes(s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=1, c=1, sp=False)
     return emb + out
 
 
@@ -144,36 +145,13 @@ def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_byte
 
 def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> int:
     """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
-    (recompute included), from the planner's per-layer pieces."""
-    from fitplan.counts import flops as F   # imported here: the FLOPs model is newer than this module
-    from fitplan.counts.params import layer_matmul_params
-
-    shapes = shape_inputs(setup_for(model, seq_len=seq_len, act_bytes=2))
-    B, s, h = micro_batch, shapes["s"], shapes["h"]
-    linear = F.matmul_flops(B=B, s=s, P=layer_matmul_params(model, moe_layer=False))
-    core = F.attention_core_flops(B=B, s=s, q=shapes["q"])
-    logits = F.logits_flops(B=B, s=s, h=h, V=model.vocab_size)
-    if model.moe is not None:   # dense and MoE layers apart, as timing.step._flops (rho = 1: FLOPs of the model)
-        return _moe_model_flops(model, B=B, s=s, core=core, logits=logits, recompute=recompute)
-    fwd = F.forward_flops(L=model.num_layers, F_linear=linear, F_core=core, F_logits=logits)
-    rerun = F.recompute_flops(L=model.num_layers, F_linear=linear, F_core=core, recompute=recompute)
-    return F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rerun))
-
-
-def _moe_model_flops(model: ModelSpec, *, B, s, core, logits, recompute) -> int:
-    """flops.matmul_flops of each layer kind's counts.params.layer_matmul_params (an MoE
-    layer: attention, router h*E, shared experts and k routed experts per token), summed
-    over the L_d dense and L - L_d MoE layers with the planner's forward/recompute/backward."""
-    from fitplan.counts import flops as F
-    from fitplan.counts.params import layer_matmul_params, num_moe_layers
-
-    L_moe = num_moe_layers(model)
-    fwd = rerun = 0
-    for L, moe_layer, out in ((model.num_layers - L_moe, False, logits), (L_moe, True, 0)):
-        linear = F.matmul_flops(B=B, s=s, P=layer_matmul_params(model, moe_layer=moe_layer))
-        fwd += F.forward_flops(L=L, F_linear=linear, F_core=core, F_logits=out)
-        rerun += F.recompute_flops(L=L, F_linear=linear, F_core=core, recompute=recompute)
-    return F.hardware_flops(F_forward=fwd, F_backward=F.backward_flops(F_forward=fwd, F_recompute=rerun))
+    (recompute included) through the whole model: timing.step.step_flops, the assembly the
+    step time uses (MoE: the dense and MoE layers' average, rho = 1, the model's FLOPs)."""
+    f = step_flops(RAW, setup_for(model, seq_len=seq_len, act_bytes=2), "flops/microbatch", B=micro_batch,
+                   L=model.num_layers, recompute=recompute,
+                   n_dense=None if model.moe is None else model.moe.first_dense_layers)
+    value = F.hardware_flops(F_forward=f["forward"], F_backward=f["backward"])
+    return int(value) if float(value).is_integer() else value   # the MoE average makes a whole float
 
 
 def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> tuple[Extra, ...]:
@@ -192,7 +170,7 @@ def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute:
 def planner_states(model: ModelSpec, *, seq_len: int, config: ParallelConfig, first: bool = True) -> dict:
     """The planner's states/* bytes for one GPU of the first (or last) pipeline stage."""
     setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=config.world_size)
-    parts = stage_memory(RAW, setup, first=first, **config_kwargs(config))
+    parts = stage_memory(RAW, setup, config, first=first)
     return {"params": parts["states/weights"], "grads": parts["states/grads"],
             "optimizer": parts["states/master"] + parts["states/optimizer"]}
 

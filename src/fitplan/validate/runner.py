@@ -31,7 +31,7 @@ def _layer_kinds(model: ModelSpec) -> list[tuple[str, bool, list[int]]]:
 def _moe_note(model: ModelSpec, got, layers: list[int]) -> str:
     loads = [got.expert_tokens[i] for i in layers]
     rho = max(max(t) * len(t) / sum(t) for t in loads)
-    return (f"activations.per_layer_bytes with breakdown.moe_inputs (k={model.moe.experts_per_token}, rho=1, "
+    return (f"activations.per_layer_bytes with breakdown.MoeShapes (k={model.moe.experts_per_token}, rho=1, "
             "dropless). "
             f"Tokens per expert {'; '.join(', '.join(map(str, t)) for t in loads)}: busiest/mean {rho:.3f}. On one "
             "rank holding every expert each of the k*s*b routed copies is stored once wherever it goes, so the "
