@@ -64,7 +64,7 @@ def typed(f, value):
         return (("optimizer", _whole(value)),)
     if kind == "number" and f.path[-1].endswith("_bytes"):
         return _whole(value)
-    return value
+    return value * d.scale if d.scale != 1 else value
 
 
 def _whole(value):

@@ -469,8 +469,8 @@ def _rows(cls, header: str, prefix: str = ""):
         default = default_of(f)
         default_text = "required" if default is MISSING else (
             f"omitted: {d.omitted}" if default is None else f"`{toml_text.value(enum_value(default))}`")
-        flag = f"`--{prefix}{d.flag[2:]}`" + (f" / `{d.off_flag}`" if d.off_flag else "") if d.flag else \
-            f"none: {d.file_only}"
+        flag = f"`--{prefix}{d.flag[2:]}`" + (f" / `{d.off_flag}`" if d.off_flag else "") + (
+            f" (in {d.unit}: x {d.scale:g})" if d.scale != 1 else "") if d.flag else f"none: {d.file_only}"
         out.append(f"| `{key}` | {kind} | {default_text} | {flag} | {d.help} |")
     blocks = [f"## [{header}]", "", "| key | value | default | flag | meaning |", "|---|---|---|---|---|", *out, ""]
     for table, name, p in nested:

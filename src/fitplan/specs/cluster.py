@@ -32,13 +32,13 @@ class GpuSpec:
     name: str = declared("str", file_only="a preset's name; a changed memory or link appends it")
     memory_bytes: int = declared("size", key="memory", flag="--gpu-memory", group="cluster", example="96 GiB",
                                  help='memory per GPU, e.g. "192 GiB"')
-    peak_bf16_flops_per_s: float = declared("number", flag="--peak-bf16-flops", group="cluster", lo=1e9, hi=1e18,
-                                            unit="FLOP/s", example=500e12,
-                                            help="dense bf16 peak of one GPU, FLOP/s (e.g. 989e12)")
-    peak_fp8_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp8-flops", group="cluster", lo=1e9,
-                                                  hi=1e18, unit="FLOP/s", example=1000e12,
+    peak_bf16_flops_per_s: float = declared("number", flag="--peak-tflops", scale=1e12, group="cluster", lo=0.001,
+                                            hi=1e6, unit="TFLOP/s", example=500,
+                                            help="dense bf16 peak of one GPU in TFLOP/s (H100 SXM: 989)")
+    peak_fp8_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp8-tflops", scale=1e12,
+                                                  group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
-                                                  help="dense fp8 peak of one GPU, FLOP/s")
+                                                  help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0, hi=1, example=0.6,
                                  help="the sustained fraction of peak at large hidden sizes (calibrated: "
                                       "bench/calibrate.py)")

@@ -32,7 +32,8 @@ class Decl:
     off_flag: str | None = None    # bool: the flag that sets it false (--untied-embeddings)
     key: str | None = None         # the spec-file key; default: the field's name
     group: str = ""                # the CLI help group and the page's form section
-    unit: str = ""                 # for numbers whose unit is not in their kind (FLOP/s, tokens)
+    unit: str = ""                 # for numbers whose unit is not in their kind (TFLOP/s, tokens)
+    scale: float = 1               # the field holds the flag's value times this (--peak-tflops 989 -> 989e12)
     lo: float | None = None        # the outer range a request may give (the spec checks the meaning)
     hi: float | None = None
     choices: tuple = ()            # kind choice: the allowed values
