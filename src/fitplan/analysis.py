@@ -11,13 +11,12 @@ from fitplan.memory import activations as A
 from fitplan.memory import buffers
 from fitplan.memory import states as S
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
+from fitplan.parts import label
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
 STRATEGIES = (("ddp", ZeroStage.NONE), ("zero1", ZeroStage.OS), ("zero2", ZeroStage.OS_G), ("zero3", ZeroStage.OS_G_P))
 DTYPE_NAMES = {1: "8-bit", 2: "bf16", 4: "fp32"}
-_STATE_NAMES = {"states/weights": "weights", "states/grads": "grads", "states/master": "master weights",
-                "states/optimizer": "optimizer moments"}
 _SHARD_STAGE = {"states/weights": 3, "states/grads": 2, "states/master": 1, "states/optimizer": 1}
 
 
@@ -81,7 +80,7 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
         keys = [k for k in STATE_PARTS if sizes[k] and (zero >= _SHARD_STAGE[k]) == sharded]
         if keys:
             names = ("model state" if len(keys) == sum(1 for k in STATE_PARTS if sizes[k])
-                     else " + ".join(_STATE_NAMES[k] for k in keys))
+                     else " + ".join(label(k) for k in keys))
             dtypes = {sizes[k] for k in keys}
             only_16bit_copies = set(keys) <= {"states/weights", "states/grads"} and len(dtypes) == 1
             prefix = (DTYPE_NAMES.get(dtypes.pop(), "") + " ") if only_16bit_copies else ""

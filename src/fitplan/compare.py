@@ -16,15 +16,12 @@ from dataclasses import dataclass, replace
 from fitplan import presets
 from fitplan.counts import flops as F
 from fitplan.memory.breakdown import PARTS, STATE_PARTS, Breakdown, Setup, evaluate, shape_inputs
+from fitplan.parts import label
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute
 from fitplan.timing import compute as C
 from fitplan.timing.step import StepBreakdown, evaluate_step
 
-PART_NAMES = {"time/compute": "compute (recompute included)", "time/tp_exposed": "exposed tp traffic",
-              "time/cp_exposed": "exposed cp traffic", "time/pp_exposed": "exposed pp traffic",
-              "time/bubble": "the pipeline bubble", "time/dp_exposed": "exposed dp traffic",
-              "time/dp_after_step": "the dp weight all-gather after the step"}
 STORED = [k for k in PARTS if k.startswith("activations/") and k != "activations/recompute_workspace"]
 PATTERN = {"tp": "all-reduce (RS + AG with SP)", "cp": "ring point-to-point", "pp": "point-to-point",
            "dp": "all-reduce / reduce-scatter + all-gather"}
@@ -126,7 +123,7 @@ def compare(setup: Setup, *, micro_batch: int = 1) -> Comparison:
             part, extra = max(((k, l.step.parts[k] - preferred.step.parts[k]) for k in l.step.parts),
                               key=lambda kv: kv[1])
             reasons.append(f"{l.name}: {l.step.step_time_s - preferred.step.step_time_s:+,.3g} s per step "
-                           f"({l.step.step_time_s / preferred.step.step_time_s:.3f}x), mostly {PART_NAMES[part]} "
+                           f"({l.step.step_time_s / preferred.step.step_time_s:.3f}x), mostly {label(part)} "
                            f"({extra:+,.3g} s); its largest cost is {what}: {secs:,.3g} s")
     if preferred is not None:
         what, secs = _overhead(preferred)

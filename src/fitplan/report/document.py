@@ -3,16 +3,10 @@ One unit per column: GiB = 2**30 bytes."""
 from fitplan import presets
 from fitplan.counts.params import shape_params
 from fitplan.memory.breakdown import PARTS
+from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
 from fitplan.units import GiB
 
-LABELS = {
-    "states/weights": "weights", "states/grads": "grads", "states/master": "master weights",
-    "states/optimizer": "optimizer", "activations/layers": "activations",
-    "activations/pipeline_in_flight": "pipeline extras (in flight)", "activations/embedding": "embedding extras",
-    "activations/output": "output-layer extras", "activations/recompute_workspace": "recompute workspace",
-    "activations/moe_buffers": "MoE all-to-all buffers",
-}
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
 STRATEGY_FORMULAS = {"ddp": "(w+g+m+K)*psi", "zero1": "(w+g)*psi + (m+K)*psi/N_d",
                      "zero2": "w*psi + (g+m+K)*psi/N_d", "zero3": "(w+g+m+K)*psi/N_d"}
@@ -100,7 +94,7 @@ def breakdown(setup, b) -> list:
         if key == "activations/moe_buffers" and setup.model.moe is None:
             continue
         term = by_key.get(key)
-        rows.append((LABELS[key], gib(b.parts[key]), term.formula if term else "not held on this stage",
+        rows.append((label(key), gib(b.parts[key]), term.formula if term else "not held on this stage",
                      str(term.cite) if term else ""))
     rows += [("total", gib(b.per_gpu_bytes), "sum of the above", ""),
              ("usable", gib(b.usable_bytes), f"capacity {gib(setup.cluster.gpu.memory_bytes)} - reserve "

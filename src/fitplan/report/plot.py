@@ -1,7 +1,8 @@
 """Pictures of per-GPU memory, written as PNG files with matplotlib's Agg backend.
 
   plot_breakdowns  one stacked bar per configuration: the busiest GPU's bytes by term
-                   (fitplan.memory.breakdown.PARTS), against the usable-memory line
+                   (fitplan.memory.breakdown.PARTS), against the usable-memory line; labels and
+                   colours from the table of parts, fitplan.parts
   plot_sweep       per-GPU memory against GPU count (or sequence length), with the
                    capacity line and the smallest (or largest) x that fits marked
 
@@ -14,20 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fitplan.memory.breakdown import PARTS
+from fitplan import parts
 from fitplan.units import GiB
 
-# Term key -> legend label; states in blues, activations in warm colours, so the two
-# groups read as blocks.
-LABELS = {"states/weights": "weights", "states/grads": "gradients", "states/master": "master weights",
-          "states/optimizer": "optimizer moments", "activations/layers": "activations: layers",
-          "activations/pipeline_in_flight": "activations: other micro-batches in flight",
-          "activations/embedding": "activations: embedding", "activations/output": "activations: output + logits",
-          "activations/recompute_workspace": "recompute workspace", "activations/moe_buffers": "MoE all-to-all buffers"}
-COLORS = {"states/weights": "#08519c", "states/grads": "#3182bd", "states/master": "#6baed6",
-          "states/optimizer": "#bdd7e7", "activations/layers": "#a63603",
-          "activations/pipeline_in_flight": "#e6550d", "activations/embedding": "#fd8d3c",
-          "activations/output": "#fdae6b", "activations/recompute_workspace": "#969696",
-          "activations/moe_buffers": "#54278f"}
 DPI = 100
 
 
@@ -53,7 +43,7 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     bottoms = [0.0] * len(breakdowns)
     for key in keys:
         heights = [b.parts[key] / GiB for b in breakdowns]
-        ax.bar(xs, heights, 0.6, bottom=bottoms, color=COLORS[key], label=LABELS[key], edgecolor="white",
+        ax.bar(xs, heights, 0.6, bottom=bottoms, color=parts.color(key), label=parts.label(key), edgecolor="white",
                linewidth=0.5)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
     usable = {b.usable_bytes for b in breakdowns}
