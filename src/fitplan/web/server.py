@@ -354,7 +354,7 @@ def _one_line(stderr: str) -> str:
 
 
 def presets_payload() -> dict:
-    from fitplan import __version__, presets
+    from fitplan import __version__, parts, presets
     from fitplan.presets.recipes import DEFAULT_RECIPE
     models = {name: {"num_layers": p.model.num_layers, "hidden_size": p.model.hidden_size,
                      "num_heads": p.model.num_heads, "num_kv_heads": p.model.num_kv_heads,
@@ -369,7 +369,8 @@ def presets_payload() -> dict:
     return {"fitplan_version": __version__, "models": models, "gpus": gpus, "recipes": recipes,
             "default_recipe": DEFAULT_RECIPE, "default_gpu": "h100-80gb",
             "features": {"compare": subcommand_parser("compare") is not None},
-            "limits": {"max_body_bytes": MAX_BODY_BYTES}}
+            "limits": {"max_body_bytes": MAX_BODY_BYTES},
+            "parts": parts.payload()}
 
 
 def analysis_response(kind: str, body) -> Response:
