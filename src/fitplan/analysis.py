@@ -17,7 +17,6 @@ from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
 STRATEGIES = (("ddp", ZeroStage.NONE), ("zero1", ZeroStage.OS), ("zero2", ZeroStage.OS_G), ("zero3", ZeroStage.OS_G_P))
 DTYPE_NAMES = {1: "8-bit", 2: "bf16", 4: "fp32"}
-_SHARD_STAGE = {"states/weights": 3, "states/grads": 2, "states/master": 1, "states/optimizer": 1}
 
 
 @formula("activations/attention_factor", lambda *, e, D, M, **_: "5as/h" if (e, D, M) == (2, 1, 1)
@@ -77,7 +76,7 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
              "states/master": recipe.master_bytes, "states/optimizer": recipe.optimizer_bytes}
     groups = []
     for sharded in (False, True):
-        keys = [k for k in STATE_PARTS if sizes[k] and (zero >= _SHARD_STAGE[k]) == sharded]
+        keys = [k for k in STATE_PARTS if sizes[k] and S.is_sharded(k, zero) == sharded]
         if keys:
             names = ("model state" if len(keys) == sum(1 for k in STATE_PARTS if sizes[k])
                      else " + ".join(label(k) for k in keys))
@@ -87,7 +86,7 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
             b = sum(sizes[k] for k in keys)
             groups.append(BlockingTerm(("sharded " if sharded else "replicated ") + prefix + names,
                                        sum(breakdown.parts[k] for k in keys),
-                                       f"{b:g}*psi/N_d" if sharded else f"{b:g}*psi", False))
+                                       S.per_gpu_text(f"{b:g}", sharded), False))
     groups.append(BlockingTerm("activations", breakdown.activation_bytes, "see activations", False))
     worst = max(groups, key=lambda g: g.bytes)
     return BlockingTerm(worst.name, worst.bytes, worst.formula, worst.bytes > breakdown.usable_bytes)

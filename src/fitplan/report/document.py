@@ -2,14 +2,12 @@
 One unit per column: GiB = 2**30 bytes."""
 from fitplan import presets
 from fitplan.counts.params import shape_params
-from fitplan.memory.breakdown import PARTS
+from fitplan.memory.breakdown import PARTS, STATE_PARTS
 from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
 from fitplan.units import GiB
 
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
-STRATEGY_FORMULAS = {"ddp": "(w+g+m+K)*psi", "zero1": "(w+g)*psi + (m+K)*psi/N_d",
-                     "zero2": "w*psi + (g+m+K)*psi/N_d", "zero3": "(w+g+m+K)*psi/N_d"}
 
 
 def gib(num_bytes) -> str:
@@ -35,6 +33,12 @@ def header(setup) -> list:
 
 def _inputs(term) -> str:
     return ", ".join(f"{k}={v}" for k, v in term.inputs)
+
+
+def state_formula(b) -> str:
+    """The sum of the state terms' own formulas, as the breakdown evaluated them."""
+    by_key = {t.key: t for t in b.terms}
+    return " + ".join(by_key[k].formula for k in STATE_PARTS)
 
 
 def seed(a) -> list:
@@ -65,7 +69,7 @@ def seed(a) -> list:
         b = s.breakdown
         why = "-" if s.blocking is None else (f"{s.blocking.name}, {s.blocking.formula} = {gib(s.blocking.bytes)} GiB"
                                               + ("" if s.blocking.alone_exceeds else " (only the sum exceeds)"))
-        rows.append((STRATEGY_NAMES[s.name], STRATEGY_FORMULAS[s.name], gib(b.state_bytes), gib(b.activation_bytes),
+        rows.append((STRATEGY_NAMES[s.name], state_formula(b), gib(b.state_bytes), gib(b.activation_bytes),
                      gib(b.per_gpu_bytes), "yes" if b.fits else "no", why))
     blocks.append(Table(("strategy", "state formula", "state GiB", "activ. GiB", "total GiB", "fits", "too big"),
                         tuple(rows), align="llrrrll",
