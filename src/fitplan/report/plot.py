@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fitplan.memory.breakdown import PARTS
 from fitplan import parts
-from fitplan.units import GiB
+from fitplan.units import to_gib
 
 DPI = 100
 
@@ -42,18 +42,18 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     xs = range(len(breakdowns))
     bottoms = [0.0] * len(breakdowns)
     for key in keys:
-        heights = [b.parts[key] / GiB for b in breakdowns]
+        heights = [to_gib(b.parts[key]) for b in breakdowns]
         ax.bar(xs, heights, 0.6, bottom=bottoms, color=parts.color(key), label=parts.label(key), edgecolor="white",
                linewidth=0.5)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
     usable = {b.usable_bytes for b in breakdowns}
-    line_top = max(usable) / GiB
+    line_top = to_gib(max(usable))
     # A bar far over the line would flatten the others: cut the axis at twice the line and
     # write the off-scale totals at the top instead.
     clipped = max(bottoms) > 2.5 * line_top
     top = 2 * line_top if clipped else max(max(bottoms), line_top) * 1.15
     for b_i, b in enumerate(breakdowns):
-        total = b.per_gpu_bytes / GiB
+        total = to_gib(b.per_gpu_bytes)
         text = f"{total:.1f}" + ("" if b.fits else "\nover")
         color = "black" if b.fits else "#b30000"
         if total > top:
@@ -64,7 +64,7 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
             ax.annotate(text, (b_i, total), ha="center", va="bottom", fontsize=9, color=color, xytext=(0, 3),
                         textcoords="offset points")
         if len(usable) > 1:
-            ax.hlines(b.usable_bytes / GiB, b_i - 0.4, b_i + 0.4, colors="black", linestyles="--")
+            ax.hlines(to_gib(b.usable_bytes), b_i - 0.4, b_i + 0.4, colors="black", linestyles="--")
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
@@ -104,8 +104,8 @@ def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "s
         raise ValueError("nothing to plot: no points")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.0), dpi=DPI)
-    shown = [(x, used / GiB) for x, used in points if used is not None]
-    capacity = capacity_bytes / GiB
+    shown = [(x, to_gib(used)) for x, used in points if used is not None]
+    capacity = to_gib(capacity_bytes)
     if shown:
         ax.plot([x for x, _ in shown], [y for _, y in shown], marker="o", color="#08519c",
                 label="per-GPU memory")
@@ -117,7 +117,7 @@ def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "s
     ax.axhline(capacity, color="black", linestyle="--", linewidth=1.2, label=f"capacity ({capacity:.1f} GiB)")
     best = fitting_x(points, capacity_bytes, mark=mark)
     if best is not None:
-        y = dict(points)[best] / GiB
+        y = to_gib(dict(points)[best])
         ax.axvline(best, color="#31a354", linestyle=":", linewidth=1.2)
         ax.scatter([best], [y], s=160, facecolors="none", edgecolors="#31a354", linewidths=2, zorder=4,
                    label=f"{mark} that fits: {best:g}")
