@@ -3,11 +3,16 @@
 Everything here is wording over fitplan.timing.step.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
-from fitplan.analysis import caveat
+from fitplan.analysis import largest_unmodelled
 from fitplan.errors import SpecError
 from fitplan.report.render import Table
 from fitplan.units import fmt_gb, fmt_gib
 
+UNMODELLED = {
+    "buffers/zero3_gather": "ZeRO-3's gathered-layer buffers (DeepSpeed budgets 4 B x the largest layer's parameters)",
+    "buffers/logits_grad": "the fp32 logits' gradient in the cross-entropy backward",
+    "buffers/p2p": "pipeline send/receive buffers",
+}
 
 
 def steps(setup, suggestions):
@@ -78,3 +83,21 @@ def advice(setup, result, step_list) -> tuple[str, ...]:
         lines.append("no other layout fits: every other fitting candidate differs only in interleaving or micro-batch")
     lines.append(caveat(setup, best.breakdown))
     return tuple(lines)
+
+
+def caveat(setup, b) -> str:
+    """One sentence on what the analytic total leaves out that matters most for this answer."""
+    gib = lambda x: f"{fmt_gib(x)} GiB"
+    term = largest_unmodelled(setup, b)
+    size, what = (term.value, UNMODELLED[term.key]) if term else (0, "")
+    if size > b.headroom_bytes:
+        return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
+                f"check it on the real engine or pick a configuration with more headroom.")
+    if b.headroom_bytes < 0.05 * b.usable_bytes:
+        return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
+                f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
+                f"reports out-of-memory errors with over 30% free in extreme cases).")
+    if what:
+        return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
+                f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
+    return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."

@@ -5,6 +5,7 @@ from fitplan.counts.params import shape_params
 from fitplan.memory.breakdown import PARTS, STATE_PARTS
 from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
+from fitplan.report.sentences import inequality
 from fitplan.units import fmt_gb, fmt_gib, fmt_ms
 
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
@@ -125,7 +126,7 @@ def search(setup, r, bound, smallest) -> list:
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
         Lines(("rejected, by the first rule broken: " + "; ".join(f"{k} {v:,}" for k, v in r.rejected_by_reason.items()),)),
         Heading("Lower bound, for every configuration  [docs/formulas.md#lower-bound]"),
-        Lines((bound.inequality,
+        Lines((inequality(bound),
                f"so N >= {bound.min_gpus} GPUs in general, {bound.min_gpus_power_of_two} as a power of two")),
     ]
     if not r.feasible:
