@@ -1,12 +1,12 @@
 """The core (specs, counts, memory, timing, search, explain, units, arith, sources, analysis,
-presets, parts) is pure: no print, open, input or exit, and no import of torch, the CLI or
+presets, parts, compare) is pure: no print, open, input or exit, and no import of torch, the CLI or
 the reports."""
 import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fitplan"
 CORE = ["specs", "counts", "memory", "timing", "search.py", "explain.py", "units.py", "arith.py", "sources.py",
-        "analysis.py", "presets", "parts.py"]
+        "analysis.py", "presets", "parts.py", "compare.py"]
 FORBIDDEN_CALLS = {"print", "open", "input", "exit", "quit"}
 FORBIDDEN_IMPORTS = ("torch", "fitplan.cli", "fitplan.report", "fitplan.validate", "fitplan.web", "matplotlib", "sys")
 

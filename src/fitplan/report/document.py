@@ -5,7 +5,7 @@ from fitplan.counts.params import shape_params
 from fitplan.memory.breakdown import PARTS, STATE_PARTS
 from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
-from fitplan.report.sentences import inequality
+from fitplan.report.sentences import PATTERN, inequality, monitor, reasons
 from fitplan.units import fmt_gb, fmt_gib, fmt_ms
 
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
@@ -177,7 +177,6 @@ def preset_list() -> list:
 
 
 def compare(setup, cmp) -> list:
-    from fitplan.compare import PATTERN
     rows, comm_rows = [], []
     for l in cmp.layouts:
         c = l.config
@@ -204,11 +203,11 @@ def compare(setup, cmp) -> list:
         Heading("Communication per step, per GPU"),
         Table(("layout", "axis", "degree", "pattern", "GB/step", "link", "exposed s"), tuple(comm_rows),
               align="llrlrlr") if comm_rows else Lines(("no communication",)),
-        Heading("Proposal"), Lines(cmp.reasons or ("nothing fits on these GPUs",)),
+        Heading("Proposal"), Lines(reasons(cmp) or ("nothing fits on these GPUs",)),
     ]
     if cmp.monitor:
         blocks += [Heading(f"What to monitor on the {cmp.preferred.name} run (pipeline-stage synchronisation)"),
                    Table(("metric", "expected", "what it catches"),
                          tuple((m, f"{fmt_ms(v)} ms" if unit == "s" else f"{v:g} {unit}", why)
-                               for m, v, unit, why in cmp.monitor), align="lrl")]
+                               for m, v, unit, why in monitor(cmp)), align="lrl")]
     return blocks

@@ -5,7 +5,7 @@ import json
 from fitplan import __version__
 from fitplan.counts.params import num_params, shape_params
 from fitplan.memory.breakdown import PARTS
-from fitplan.report.sentences import inequality
+from fitplan.report.sentences import inequality, monitor, reasons
 
 
 def _dump(obj) -> str:
@@ -77,8 +77,8 @@ def compare(setup, cmp) -> str:
                         comm=comm_dict(l.step))
         layouts.append(item)
     return _dump({**_common(setup), "layouts": layouts,
-                  "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(cmp.reasons),
-                  "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in cmp.monitor]})
+                  "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(reasons(cmp)),
+                  "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in monitor(cmp)]})
 
 
 def time_dict(st) -> dict:
