@@ -1,5 +1,6 @@
 """The seed questions, answered from the core: how big is the state, how big are the
-activations, and do the cheap options (DDP, ZeRO-1/2/3 over all GPUs) fit?
+activations, and do the cheap options (DDP, ZeRO-1/2/3 over all GPUs) fit? And, for any
+answer, the largest buffer its total leaves out.
 
 Pure: returns dataclasses; fitplan.report renders them.
 """
@@ -11,14 +12,12 @@ from fitplan.memory import activations as A
 from fitplan.memory import buffers
 from fitplan.memory import states as S
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
+from fitplan.parts import label
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
 STRATEGIES = (("ddp", ZeroStage.NONE), ("zero1", ZeroStage.OS), ("zero2", ZeroStage.OS_G), ("zero3", ZeroStage.OS_G_P))
 DTYPE_NAMES = {1: "8-bit", 2: "bf16", 4: "fp32"}
-_STATE_NAMES = {"states/weights": "weights", "states/grads": "grads", "states/master": "master weights",
-                "states/optimizer": "optimizer moments"}
-_SHARD_STAGE = {"states/weights": 3, "states/grads": 2, "states/master": 1, "states/optimizer": 1}
 
 
 @formula("activations/attention_factor", lambda *, e, D, M, **_: "5as/h" if (e, D, M) == (2, 1, 1)
@@ -78,17 +77,17 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
              "states/master": recipe.master_bytes, "states/optimizer": recipe.optimizer_bytes}
     groups = []
     for sharded in (False, True):
-        keys = [k for k in STATE_PARTS if sizes[k] and (zero >= _SHARD_STAGE[k]) == sharded]
+        keys = [k for k in STATE_PARTS if sizes[k] and S.is_sharded(k, zero) == sharded]
         if keys:
             names = ("model state" if len(keys) == sum(1 for k in STATE_PARTS if sizes[k])
-                     else " + ".join(_STATE_NAMES[k] for k in keys))
+                     else " + ".join(label(k) for k in keys))
             dtypes = {sizes[k] for k in keys}
             only_16bit_copies = set(keys) <= {"states/weights", "states/grads"} and len(dtypes) == 1
             prefix = (DTYPE_NAMES.get(dtypes.pop(), "") + " ") if only_16bit_copies else ""
             b = sum(sizes[k] for k in keys)
             groups.append(BlockingTerm(("sharded " if sharded else "replicated ") + prefix + names,
                                        sum(breakdown.parts[k] for k in keys),
-                                       f"{b:g}*psi/N_d" if sharded else f"{b:g}*psi", False))
+                                       S.per_gpu_text(f"{b:g}", sharded), False))
     groups.append(BlockingTerm("activations", breakdown.activation_bytes, "see activations", False))
     worst = max(groups, key=lambda g: g.bytes)
     return BlockingTerm(worst.name, worst.bytes, worst.formula, worst.bytes > breakdown.usable_bytes)
@@ -113,30 +112,17 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
                       strategies=tuple(strategies))
 
 
-def caveat(setup: Setup, b: Breakdown) -> str:
-    """One sentence on what the analytic total leaves out that matters most for this answer."""
+def largest_unmodelled(setup: Setup, b: Breakdown) -> Term | None:
+    """The largest buffer the analytic total leaves out for this answer (fitplan.memory.buffers),
+    as a Term; None when none applies. The report weighs it against the headroom."""
     m, tr, c = setup.model, setup.training, b.config
-    gib = lambda x: f"{x / 2**30:,.2f} GiB"
     items = []
     if c.zero >= ZeroStage.OS_G_P:
         largest = max(P.layer_sharded_params(m) + P.layer_replicated_params(m), P.embedding_params(m))
-        items.append((buffers.zero3_gather_bytes(P_layer=largest, t=c.tp),
-                      "ZeRO-3's gathered-layer buffers (DeepSpeed budgets 4 B x the largest layer's parameters)"))
+        items.append(buffers.zero3_gather_bytes.term(P_layer=largest, t=c.tp))
     if c.pp == 1 or b.stage == "last":
-        items.append((buffers.logits_grad_bytes(s=tr.seq_len, b=c.micro_batch, V=m.vocab_size, t=c.tp, c=c.cp),
-                      "the fp32 logits' gradient in the cross-entropy backward"))
+        items.append(buffers.logits_grad_bytes.term(s=tr.seq_len, b=c.micro_batch, V=m.vocab_size, t=c.tp, c=c.cp))
     if c.pp > 1:
-        items.append((buffers.p2p_bytes(e=tr.act_bytes, s=tr.seq_len, b=c.micro_batch, h=m.hidden_size, t=c.tp,
-                                        c=c.cp, sp=c.sequence_parallel), "pipeline send/receive buffers"))
-    size, what = max(items, key=lambda x: x[0]) if items else (0, "")
-    if size > b.headroom_bytes:
-        return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
-                f"check it on the real engine or pick a configuration with more headroom.")
-    if b.headroom_bytes < 0.05 * b.usable_bytes:
-        return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
-                f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
-                f"reports out-of-memory errors with over 30% free in extreme cases).")
-    if what:
-        return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
-                f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
-    return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."
+        items.append(buffers.p2p_bytes.term(e=tr.act_bytes, s=tr.seq_len, b=c.micro_batch, h=m.hidden_size, t=c.tp,
+                                            c=c.cp, sp=c.sequence_parallel))
+    return max(items, key=lambda t: t.value) if items else None

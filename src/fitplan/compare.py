@@ -1,33 +1,30 @@
 """Pure tensor parallelism, pure pipeline parallelism and hybrids, side by side.
 
-Hybrids keep tp inside a node (the largest legal tp <= GPUs per node) and split the rest
-between pp (across nodes) and dp (outermost), one row per split; rows are ranked by step
-time among those that fit, so a what-if (a slower inter-node link, fp8) shows how the
-ranking moves.
+Hybrids keep tp inside a node and split the rest between pp (across nodes) and dp
+(outermost), one row per split: tp is the largest for which some split is legal by
+fitplan.specs.compat's rules whatever the global batch, and a split the global batch rules
+out is still shown, with its problem. Rows are ranked by step time among those that fit,
+so a what-if (a slower inter-node link, fp8) shows how the ranking moves.
 
 The seed's second exercise: for one model and N GPUs, what each layout costs in memory
 (the simplified 10 B/param budget, then the full recipe, then activations by recompute
-mode), in communication (pattern, bytes per step per GPU, link), in bubble and in step
-time; which one to use and why; and what to watch on the real run. Pure: returns
-dataclasses built from fitplan.memory.breakdown.evaluate and fitplan.timing.step.evaluate_step.
+mode), in communication (bytes per step per GPU, link), in bubble and in step time; which
+one to use and why; and what to watch on the real run. Pure: returns dataclasses built from
+fitplan.memory.breakdown.evaluate and fitplan.timing.step.evaluate_step; fitplan.report
+words them.
 """
 from dataclasses import dataclass, replace
 
 from fitplan import presets
 from fitplan.counts import flops as F
-from fitplan.memory.breakdown import PARTS, STATE_PARTS, Breakdown, Setup, Shapes, evaluate
+from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
+from fitplan.parts import ACTIVATIONS, part_keys
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute
 from fitplan.timing import compute as C
 from fitplan.timing.step import StepBreakdown, evaluate_step
 
-PART_NAMES = {"time/compute": "compute (recompute included)", "time/tp_exposed": "exposed tp traffic",
-              "time/cp_exposed": "exposed cp traffic", "time/pp_exposed": "exposed pp traffic",
-              "time/bubble": "the pipeline bubble", "time/dp_exposed": "exposed dp traffic",
-              "time/dp_after_step": "the dp weight all-gather after the step"}
-STORED = [k for k in PARTS if k.startswith("activations/") and k != "activations/recompute_workspace"]
-PATTERN = {"tp": "all-reduce (RS + AG with SP)", "cp": "ring point-to-point", "pp": "point-to-point",
-           "dp": "all-reduce / reduce-scatter + all-gather"}
+STORED = [k for k in part_keys(ACTIVATIONS) if k != "activations/recompute_workspace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,23 +44,57 @@ class Layout:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """A layout's largest cost besides compute."""
+    kind: str          # an axis ("tp", "cp", "pp", "dp": its exposed traffic), "bubble" or "recompute"
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a layout is or is not the one to use. verdict: "preferred", "cannot_build" (its
+    Layout.problem says why), "does_not_fit" (even with full recompute) or "slower" (it fits;
+    against the preferred layout it is slower_s seconds per step slower, ratio times the
+    step, mostly in the time part `mostly`, by mostly_s seconds)."""
+    verdict: str
+    layout: Layout
+    cost: Cost | None = None       # preferred and slower layouts
+    slower_s: float = 0.0
+    ratio: float = 1.0
+    mostly: str = ""               # a fitplan.timing.step.PARTS key
+    mostly_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A quantity to watch on the real run, with its expected value."""
+    key: str       # "forward", "backward", "receive_wait", "bubble" or "stage_gap"
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     layouts: tuple[Layout, ...]
     preferred: Layout | None
-    reasons: tuple[str, ...]
-    monitor: tuple[tuple[str, float, str, str], ...]   # (metric, expected value, unit, what it catches)
+    reasons: tuple[Reason, ...]    # the preferred layout's first, then the others' in layout order
+    monitor: tuple[Metric, ...]    # for the preferred layout
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _candidates(setup: Setup, micro_batch: int) -> list[tuple[str, ParallelConfig]]:
-    n, g, L = setup.cluster.num_gpus, setup.cluster.gpus_per_node, setup.model.num_layers
+    n = setup.cluster.num_gpus
     out = [("pure TP", ParallelConfig(tp=n, sequence_parallel=n > 1, micro_batch=micro_batch)),
            ("pure PP", ParallelConfig(pp=n, micro_batch=micro_batch))]
-    tp = max([t for t in range(1, min(g, n) + 1) if n % t == 0 and setup.model.num_kv_heads % t == 0
-              and setup.model.ffn_hidden_size % t == 0], default=1)
-    rest = n // tp
-    pps = [p for p in range(1, rest + 1) if rest % p == 0 and L % p == 0]
-    hybrids = [ParallelConfig(tp=tp, pp=p, dp=rest // p, sequence_parallel=tp > 1, micro_batch=micro_batch)
-               for p in pps if p > 1 or rest == 1]
+    splits = [ParallelConfig(tp=t, pp=p, dp=n // (t * p), sequence_parallel=t > 1, micro_batch=micro_batch)
+              for t in _divisors(n) for p in _divisors(n // t)]
+    any_batch = replace(setup.training, global_batch=None)   # a split the batch rules out is shown with its problem
+    legal = [c for c in splits if not compat.check(setup.model, any_batch, setup.cluster, c)]
+    tp = max((c.tp for c in legal), default=None)
+    hybrids = [c for c in legal if c.tp == tp and (c.pp > 1 or c.dp == 1)]
     return out + [(f"hybrid pp{c.pp} x dp{c.dp}", c) for c in hybrids]
 
 
@@ -95,54 +126,46 @@ def layout(setup: Setup, name: str, config: ParallelConfig) -> Layout:
                   memory=memory, step=evaluate_step(setup, chosen))
 
 
-def _overhead(l: Layout) -> tuple[str, float]:
-    """The layout's largest cost besides compute: an axis's exposed traffic or the bubble."""
+def largest_cost(l: Layout) -> Cost:
+    """The layout's largest cost besides compute: an axis's exposed traffic, the bubble or
+    the recompute FLOPs (the first of equal costs, in that order)."""
     st = l.step
-    costs = {f"{a} traffic ({PATTERN[a]}, {'inside a node' if c.intra_node else 'across nodes'} over {c.link})":
-             c.exposed_s for a, c in st.comm.items() if c.degree > 1}
-    costs[f"pipeline bubble ({st.bubble_fraction:.1%} of the pipelined work)"] = st.parts["time/bubble"]
-    costs[f"{l.config.recompute.value} recompute ({st.hfu / st.mfu - 1:+.1%} FLOPs)"] = \
-        st.parts["time/compute"] * (1 - st.mfu / st.hfu)
-    return max(costs.items(), key=lambda kv: kv[1])
+    costs = [Cost(a, c.exposed_s) for a, c in st.comm.items() if c.degree > 1]
+    costs.append(Cost("bubble", st.parts["time/bubble"]))
+    costs.append(Cost("recompute", st.parts["time/compute"] * (1 - st.mfu / st.hfu)))
+    return max(costs, key=lambda c: c.seconds)
+
+
+def _against(l: Layout, preferred: Layout) -> Reason:
+    part, extra = max(((k, l.step.parts[k] - preferred.step.parts[k]) for k in l.step.parts), key=lambda kv: kv[1])
+    return Reason("slower", l, cost=largest_cost(l), slower_s=l.step.step_time_s - preferred.step.step_time_s,
+                  ratio=l.step.step_time_s / preferred.step.step_time_s, mostly=part, mostly_s=extra)
 
 
 def compare(setup: Setup, *, micro_batch: int = 1) -> Comparison:
     layouts = tuple(layout(setup, name, c) for name, c in _candidates(setup, micro_batch))
     layouts = tuple(sorted(layouts, key=lambda l: (not l.fits, l.step.step_time_s if l.step else float("inf"))))
-    built = [l for l in layouts if not l.problem]
-    fitting = [l for l in built if l.fits]
+    fitting = [l for l in layouts if not l.problem and l.fits]
     preferred = min(fitting, key=lambda l: l.step.step_time_s) if fitting else None
-    reasons = []
+    reasons = [] if preferred is None else [Reason("preferred", preferred, cost=largest_cost(preferred))]
     for l in layouts:
         if l is preferred:
             continue
         if l.problem:
-            reasons.append(f"{l.name}: cannot be built here: {l.problem}")
+            reasons.append(Reason("cannot_build", l))
         elif not l.fits:
-            reasons.append(f"{l.name}: does not fit even with full recompute "
-                           f"({l.memory.per_gpu_bytes / 2**30:,.2f} GiB > {l.memory.usable_bytes / 2**30:,.2f} GiB)")
+            reasons.append(Reason("does_not_fit", l))
         elif preferred is not None:
-            what, secs = _overhead(l)
-            part, extra = max(((k, l.step.parts[k] - preferred.step.parts[k]) for k in l.step.parts),
-                              key=lambda kv: kv[1])
-            reasons.append(f"{l.name}: {l.step.step_time_s - preferred.step.step_time_s:+,.3g} s per step "
-                           f"({l.step.step_time_s / preferred.step.step_time_s:.3f}x), mostly {PART_NAMES[part]} "
-                           f"({extra:+,.3g} s); its largest cost is {what}: {secs:,.3g} s")
-    if preferred is not None:
-        what, secs = _overhead(preferred)
-        reasons.insert(0, f"{preferred.name} ({_short(preferred.config)}) is the fastest layout that fits: "
-                          f"{preferred.step.step_time_s:,.3f} s per step, MFU {preferred.step.mfu:.1%}; "
-                          f"its largest cost is {what}: {secs:,.3g} s")
+            reasons.append(_against(l, preferred))
     return Comparison(layouts=layouts, preferred=preferred, reasons=tuple(reasons),
                       monitor=monitor(setup, preferred) if preferred else ())
 
 
-def _short(c: ParallelConfig) -> str:
-    return f"tp={c.tp} pp={c.pp} dp={c.dp}, recompute {c.recompute.value}"
-
-
-def monitor(setup: Setup, l: Layout) -> tuple:
-    """Metrics that expose a pipeline-stage synchronisation bottleneck, with expected values."""
+def monitor(setup: Setup, l: Layout) -> tuple[Metric, ...]:
+    """Metrics that expose a pipeline-stage synchronisation bottleneck, with expected values:
+    forward and backward time per micro-batch per stage, the point-to-point receive wait per
+    micro-batch, the bubble per step, and the slowest minus the fastest stage per micro-batch
+    (the last stage's output layer and loss, 3 x 2bshV/t FLOPs)."""
     st, c = l.step, l.config
     terms = {t.key: t.value for t in st.terms}
     sh = Shapes.of(setup)
@@ -152,15 +175,8 @@ def monitor(setup: Setup, l: Layout) -> tuple:
     eff = C.gemm_efficiency(eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=peak, eff=eff)
     sends = max(1, 2 * st.num_microbatches * c.virtual_stages)
-    return (
-        ("forward time per micro-batch, per stage", terms["time/forward_microbatch"], "s",
-         "a stage much slower than this is the straggler every other stage waits on"),
-        ("backward time per micro-batch, per stage", terms["time/backward_microbatch"], "s",
-         "about 2x forward (3x under full recompute); more points at recompute or a slow stage"),
-        ("point-to-point receive wait per micro-batch", st.parts["time/pp_exposed"] / sends, "s",
-         "waits well above one send's transfer time mean the upstream stage is late"),
-        ("bubble time per step", st.parts["time/bubble"], "s",
-         f"(p - 1)/(v*m) = {st.bubble_fraction:.2%} of the pipelined work; more means stages drift"),
-        ("slowest minus fastest stage, per micro-batch", gap, "s",
-         "the last stage's output layer and loss (3 x 2bshV/t FLOPs); a larger gap is an imbalanced split"),
-    )
+    return (Metric("forward", terms["time/forward_microbatch"], "s"),
+            Metric("backward", terms["time/backward_microbatch"], "s"),
+            Metric("receive_wait", st.parts["time/pp_exposed"] / sends, "s"),
+            Metric("bubble", st.parts["time/bubble"], "s"),
+            Metric("stage_gap", gap, "s"))

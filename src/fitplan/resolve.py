@@ -19,7 +19,7 @@ from fitplan.request import ModelSource, Request, SearchOptions, checked, comman
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
 from fitplan.specs.parallel import Recompute, ZeroStage
-from fitplan.units import parse_bytes, parse_rate, parse_seconds
+from fitplan.units import fmt_rate, parse_bytes, parse_rate, parse_seconds
 
 DEFAULT_GPU = "h100-80gb"
 SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "max_seq_len",
@@ -202,7 +202,7 @@ def _gpu(request: Request, spec, preset):
         link = {path[2]: v for path, v in values.items() if path[:2] == ("gpu", tier)}
         if link:
             old = getattr(gpu, tier)
-            name = old.name + (f" at {link['bytes_per_s'] / 1e9:g} GB/s" if "bytes_per_s" in link else "") + (
+            name = old.name + (f" at {fmt_rate(link['bytes_per_s'])}" if "bytes_per_s" in link else "") + (
                 f" with {link['latency_s'] * 1e6:g} us latency" if "latency_s" in link else "")
             gpu = replace(gpu, **{tier: replace(old, name=name, **link)})
     return gpu

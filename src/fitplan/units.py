@@ -1,4 +1,4 @@
-"""The only module that parses and prints sizes and rates.
+"""The only module that parses and prints sizes, rates and times.
 
 Inside fitplan every quantity is a plain number in base units and its name says which
 (`_bytes`, `_s`, `_flops`, `_per_s`). Memory capacity uses binary prefixes (GiB = 2**30
@@ -61,3 +61,27 @@ def parse_seconds(text: str, field: str = "latency") -> float:
         raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use s, ms, us or ns")
     return float(number * scale)
 
+
+def to_gib(num_bytes) -> float:
+    """Bytes as GiB, a plain number (a chart's axis)."""
+    return num_bytes / GiB
+
+
+def fmt_gib(num_bytes) -> str:
+    """Bytes as GiB with two decimals and thousands separators: 1325604929536 -> '1,234.56'."""
+    return f"{num_bytes / GiB:,.2f}"
+
+
+def fmt_gb(num_bytes) -> str:
+    """Bytes as decimal GB (traffic, as link rates count it) with one decimal: 4.3e9 -> '4.3'."""
+    return f"{num_bytes / GB:,.1f}"
+
+
+def fmt_rate(bytes_per_s) -> str:
+    """A link rate in decimal GB/s, shortest form: 4.5e11 -> '450 GB/s'."""
+    return f"{bytes_per_s / GB:g} GB/s"
+
+
+def fmt_ms(seconds) -> str:
+    """Seconds as milliseconds with three decimals: 0.0263456 -> '26.346'."""
+    return f"{seconds * 1e3:,.3f}"

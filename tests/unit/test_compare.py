@@ -52,7 +52,19 @@ def test_preferred_is_a_hybrid_with_tp_inside_the_node(result):
     assert best.name.startswith("hybrid") and best.config.tp == 8
     assert best.step.comm["tp"].intra_node and not best.step.comm["pp"].intra_node
     assert best.step.step_time_s < by_name(result, "pure PP").step.step_time_s < by_name(result, "pure TP").step.step_time_s
-    assert len(result.monitor) == 5 and all(v > 0 for _, v, _, _ in result.monitor)
+    assert len(result.monitor) == 5 and all(m.value > 0 for m in result.monitor)
+
+
+def test_reasons_are_data_and_the_report_words_them(result):
+    """compare returns each layout's verdict with its numbers; report/sentences writes the sentence."""
+    from fitplan.report.sentences import reason
+    first, *rest = result.reasons
+    assert first.verdict == "preferred" and first.layout is result.preferred and first.cost.kind == "tp"
+    assert [r.layout.name for r in rest] == [l.name for l in result.layouts if l is not result.preferred]
+    pure_tp = next(r for r in rest if r.layout.name == "pure TP")
+    assert pure_tp.verdict == "slower" and pure_tp.mostly == "time/tp_exposed" and pure_tp.ratio > 20
+    assert reason(pure_tp).startswith("pure TP: +1.21e+03 s per step (23.894x), mostly exposed tp traffic")
+    assert next(r for r in rest if r.layout.name == "hybrid pp2 x dp4").verdict == "does_not_fit"
 
 
 def test_slow_inter_node_link_changes_the_ranking():

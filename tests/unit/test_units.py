@@ -1,8 +1,8 @@
-"""Unit parsing: binary and decimal prefixes differ (GiB = 2**30, GB = 1e9), exact ints."""
+"""Unit parsing: binary and decimal prefixes differ (GiB = 2**30, GB = 1e9), exact ints; and the formats."""
 import pytest
 
 from fitplan.errors import SpecError
-from fitplan.units import GB, GiB, parse_bytes, parse_rate, parse_seconds
+from fitplan.units import GB, GiB, fmt_gb, fmt_gib, fmt_ms, parse_bytes, parse_rate, parse_seconds, to_gib
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -25,3 +25,10 @@ def test_rates_and_times():
     assert parse_seconds("5 us") == pytest.approx(5e-6)
     with pytest.raises(SpecError):
         parse_rate("0 GB/s")
+
+
+def test_formats():
+    assert fmt_gib(1234.56 * 2**30) == "1,234.56" and fmt_gib(0) == "0.00"
+    assert fmt_gb(4.3e9) == "4.3" and fmt_gb(34_634.6e9) == "34,634.6"
+    assert fmt_ms(0.0263456) == "26.346"
+    assert to_gib(3 * 2**29) == 1.5

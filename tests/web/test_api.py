@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fitplan import parts
 from fitplan.web import server as web
 
 from .conftest import ROOT, cli
@@ -174,6 +175,8 @@ def test_presets(client):
     assert "h100-80gb" in p["gpus"] and "mixed-adam" in p["recipes"]
     assert p["limits"]["max_body_bytes"] == 256 * 1024
     assert p["features"]["compare"] is True
+    assert p["parts"] == parts.payload()      # the page's labels and colours: the reports' own table
+    assert {"activations/moe_buffers", "time/ep_exposed", "reserve"} <= {x["key"] for x in p["parts"]}
 
 
 # ---------------------------------------------------------------- request checks

@@ -171,3 +171,27 @@ def test_a_pasted_and_an_uploaded_hf_config(browser, server, shots):
     assert "hf-model on 8 ×" in page.inner_text("#verdict-detail")
     page.screenshot(path=str(shots / "fitplan-serve-hf.png"), full_page=False)
     page.close()
+
+
+def test_a_moe_bar_draws_every_term(browser, server):
+    """The page's terms are the server's table of parts (GET /api/presets -> parts): a Mixtral bar
+    has its MoE all-to-all buffers segment, and the step-time legend names every time part."""
+    from fitplan import parts
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server.url)
+    settle(page)
+    page.select_option("#preset", "mixtral-8x7b")
+    page.fill("#gpus", "16")
+    settle(page)
+    code, plan = cli_json("plan", "--preset", "mixtral-8x7b", "--gpus", "16", "--suggest", "--json")
+    assert code == 0 and plan["feasible"]
+    first = page.locator("#memory-chart svg g.bar").first
+    terms = [first.locator("rect.bar-seg").nth(i).get_attribute("data-term")
+             for i in range(first.locator("rect.bar-seg").count())]
+    assert "activations/moe_buffers" in terms
+    legend = page.inner_text("#memory-chart .legend")
+    assert parts.label("activations/moe_buffers") in legend and parts.label("reserve") in legend
+    page.wait_for_selector("#compare-table", timeout=TIMEOUT_MS)
+    shares = page.inner_text("#compare .legend")
+    assert all(parts.label(k) in shares for k in parts.part_keys(parts.TIME))
+    page.close()

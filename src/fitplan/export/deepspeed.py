@@ -18,11 +18,11 @@ deepspeed.checkpointing, which the model code must call; the notes say what to w
 import json
 
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.presets import recipes
 from fitplan.specs import Recompute, ZeroStage
 
 FORMAT = "deepspeed"
-ADAM = {"adam_m": 4, "adam_v": 4}
-SGD = {"momentum": 4}
+ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
 
 
 def to_deepspeed(plan: Plan) -> Exported | Unsupported:

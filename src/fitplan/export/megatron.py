@@ -30,11 +30,11 @@ import shlex
 
 from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, Recompute, ZeroStage
 
 FORMAT = "megatron"
-ADAM = {"adam_m": 4, "adam_v": 4}
-SGD = {"momentum": 4}
+ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
 FSDP_STRATEGY = {ZeroStage.OS_G: "optim_grads", ZeroStage.OS_G_P: "optim_grads_params"}
 VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
 

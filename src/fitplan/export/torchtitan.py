@@ -23,10 +23,11 @@ bf16 only as the gathered compute copy. So it expresses:
 """
 from fitplan import toml_text
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, Recompute, ZeroStage
 
 FORMAT, PYTHON_FORMAT = "torchtitan", "torchtitan-python"
-ADAM = {"adam_m": 4, "adam_v": 4}
+ADAM = dict(recipes.ADAM)
 
 
 def to_torchtitan(plan: Plan) -> Exported | Unsupported:

@@ -43,7 +43,7 @@ class LowerBound:
     usable_bytes: int
     num_gpus: int
     min_gpus: int
-    inequality: str
+    inputs: tuple[tuple[str, int | float], ...]   # (symbol, value): B, psi, e, s, b_min, h, L
 
     @property
     def excludes(self) -> bool:
@@ -57,9 +57,6 @@ class LowerBound:
 
 def lower_bound(*, B, psi: int, e: int, s: int, b_min: int, h: int, L: int, N: int, U: int) -> LowerBound:
     total = int(least_total_bytes(B=B, psi=psi, e=e, s=s, b_min=b_min, h=h, L=L))   # float B: whole bytes
-    per_gpu = least_per_gpu_bytes(total=total, N=N)
-    relation = ">" if per_gpu > U else "<="
-    text = (f"busiest GPU >= (B*psi + e*s*b*h*L)/N = ({B}*{psi:,} + {e}*{s}*{b_min}*{h}*{L})/{N} B"
-            f" = {per_gpu / 2**30:,.2f} GiB {relation} usable {U / 2**30:,.2f} GiB")
-    return LowerBound(total_bytes=total, per_gpu_bytes=per_gpu, usable_bytes=U, num_gpus=N,
-                      min_gpus=min_gpus(total=total, U=U), inequality=text)
+    return LowerBound(total_bytes=total, per_gpu_bytes=least_per_gpu_bytes(total=total, N=N), usable_bytes=U,
+                      num_gpus=N, min_gpus=min_gpus(total=total, U=U),
+                      inputs=(("B", B), ("psi", psi), ("e", e), ("s", s), ("b_min", b_min), ("h", h), ("L", L)))

@@ -12,14 +12,13 @@ from fitplan.counts import params as P
 from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
 from fitplan.memory import states as S
+from fitplan.parts import ACTIVATIONS, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
 from fitplan.specs.model import Mlp, Position
 
-PARTS = ("states/weights", "states/grads", "states/master", "states/optimizer",
-         "activations/layers", "activations/pipeline_in_flight", "activations/embedding",
-         "activations/output", "activations/recompute_workspace", "activations/moe_buffers")
+PARTS = part_keys(STATES, ACTIVATIONS)   # the table of parts, fitplan.parts
 STATE_PARTS = PARTS[:4]
 UNBOUNDED_MICROBATCHES = 2**40   # no global batch given: assume enough micro-batches to fill the pipeline
 STAGE = Cite("korthikanti", "Sec. 4.2.3")

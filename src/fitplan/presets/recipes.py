@@ -1,7 +1,9 @@
 """Precision recipes: bytes per parameter of each model-state component."""
 from fitplan.specs.training import Recipe
 
+# Optimizer moments, (name, bytes per parameter); the exporters recognise an optimizer by these.
 ADAM = (("adam_m", 4), ("adam_v", 4))
+SGD_MOMENTUM = (("momentum", 4),)
 
 RECIPES = {r.name: r for r in (
     Recipe(name="mixed-adam", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=ADAM,
@@ -19,7 +21,7 @@ RECIPES = {r.name: r for r in (
     Recipe(name="adam-8bit", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("adam_m", 1), ("adam_v", 1)),
            description="mixed precision with 8-bit Adam moments (10 B/param)",
            source="Dettmers et al. 2022; Transformer Math 101 (8-bit AdamW: 6 B/param of optimizer state)"),
-    Recipe(name="sgd-momentum", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("momentum", 4),),
+    Recipe(name="sgd-momentum", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=SGD_MOMENTUM,
            description="mixed precision SGD with fp32 momentum (12 B/param)",
            source="Transformer Math 101 (SGD with momentum: 8 B/param of optimizer state)"),
     Recipe(name="exercise-10", weights_bytes=2, grads_bytes=0, master_bytes=0, moments=ADAM,

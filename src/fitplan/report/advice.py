@@ -3,11 +3,16 @@
 Everything here is wording over fitplan.timing.step.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
-from fitplan.analysis import caveat
+from fitplan.analysis import largest_unmodelled
 from fitplan.errors import SpecError
 from fitplan.report.render import Table
-from fitplan.units import GB, GiB
+from fitplan.units import fmt_gb, fmt_gib
 
+UNMODELLED = {
+    "buffers/zero3_gather": "ZeRO-3's gathered-layer buffers (DeepSpeed budgets 4 B x the largest layer's parameters)",
+    "buffers/logits_grad": "the fp32 logits' gradient in the cross-entropy backward",
+    "buffers/p2p": "pipeline send/receive buffers",
+}
 
 
 def steps(setup, suggestions):
@@ -25,7 +30,7 @@ def _links(step) -> str:
     for axis, c in step.comm.items():
         if c.degree > 1:
             where = "inside a node" if c.intra_node else "across nodes"
-            parts.append(f"{axis} {c.degree} {where} over {c.link} ({c.bytes_per_step / GB:,.1f} GB/step/GPU, "
+            parts.append(f"{axis} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, "
                          f"{c.exposed_s:.3g} s exposed)")
     return "; ".join(parts) or "no model-parallel or data-parallel traffic"
 
@@ -35,7 +40,7 @@ def time_table(suggestions, step_list) -> Table:
     for i, (s, st) in enumerate(zip(suggestions, step_list), 1):
         sh = st.shares
         comm = sum(v for k, v in sh.items() if k not in ("time/compute", "time/bubble"))
-        moved = ", ".join(f"{a} {c.bytes_per_step / GB:,.1f} GB {'NVL' if c.intra_node else 'IB'}"
+        moved = ", ".join(f"{a} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
                           for a, c in st.comm.items() if c.degree > 1) or "-"
         rows.append((str(i), f"{st.step_time_s:,.3f}", f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
                      f"{sh['time/compute']:.1%}", f"{comm:.1%}", f"{sh['time/bubble']:.1%}", moved))
@@ -66,8 +71,8 @@ def advice(setup, result, step_list) -> tuple[str, ...]:
         alt = result.ranked[alt_i]
         a, b = best.breakdown, alt.breakdown
         line = (f"against the next-cheapest different layout (rank {alt_i + 1}: {alt.rank_reason}): "
-                f"{a.per_gpu_bytes / GiB:,.2f} vs {b.per_gpu_bytes / GiB:,.2f} GiB per GPU, "
-                f"headroom {a.headroom_bytes / GiB:,.2f} vs {b.headroom_bytes / GiB:,.2f} GiB")
+                f"{fmt_gib(a.per_gpu_bytes)} vs {fmt_gib(b.per_gpu_bytes)} GiB per GPU, "
+                f"headroom {fmt_gib(a.headroom_bytes)} vs {fmt_gib(b.headroom_bytes)} GiB")
         alt_steps = steps(setup, [alt]) if st is not None else None
         if alt_steps:
             t = alt_steps[0]
@@ -78,3 +83,21 @@ def advice(setup, result, step_list) -> tuple[str, ...]:
         lines.append("no other layout fits: every other fitting candidate differs only in interleaving or micro-batch")
     lines.append(caveat(setup, best.breakdown))
     return tuple(lines)
+
+
+def caveat(setup, b) -> str:
+    """One sentence on what the analytic total leaves out that matters most for this answer."""
+    gib = lambda x: f"{fmt_gib(x)} GiB"
+    term = largest_unmodelled(setup, b)
+    size, what = (term.value, UNMODELLED[term.key]) if term else (0, "")
+    if size > b.headroom_bytes:
+        return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
+                f"check it on the real engine or pick a configuration with more headroom.")
+    if b.headroom_bytes < 0.05 * b.usable_bytes:
+        return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
+                f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
+                f"reports out-of-memory errors with over 30% free in extreme cases).")
+    if what:
+        return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
+                f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
+    return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."

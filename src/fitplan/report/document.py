@@ -2,24 +2,13 @@
 One unit per column: GiB = 2**30 bytes."""
 from fitplan import presets
 from fitplan.counts.params import shape_params
-from fitplan.memory.breakdown import PARTS
+from fitplan.memory.breakdown import PARTS, STATE_PARTS
+from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
-from fitplan.units import GiB
+from fitplan.report.sentences import PATTERN, inequality, monitor, reasons
+from fitplan.units import fmt_gb, fmt_gib, fmt_ms
 
-LABELS = {
-    "states/weights": "weights", "states/grads": "grads", "states/master": "master weights",
-    "states/optimizer": "optimizer", "activations/layers": "activations",
-    "activations/pipeline_in_flight": "pipeline extras (in flight)", "activations/embedding": "embedding extras",
-    "activations/output": "output-layer extras", "activations/recompute_workspace": "recompute workspace",
-    "activations/moe_buffers": "MoE all-to-all buffers",
-}
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
-STRATEGY_FORMULAS = {"ddp": "(w+g+m+K)*psi", "zero1": "(w+g)*psi + (m+K)*psi/N_d",
-                     "zero2": "w*psi + (g+m+K)*psi/N_d", "zero3": "(w+g+m+K)*psi/N_d"}
-
-
-def gib(num_bytes) -> str:
-    return f"{num_bytes / GiB:,.2f}"
 
 
 def header(setup) -> list:
@@ -34,13 +23,19 @@ def header(setup) -> list:
         f"{'tied' if m.tied_embeddings else 'untied'} embeddings",
         f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
         f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}",
-        f"cluster  {gib(c.gpu.memory_bytes)} GiB per GPU, {gib(c.reserve_bytes)} GiB reserved, "
-        f"{gib(c.usable_bytes)} GiB usable; {c.gpus_per_node} GPUs per node",
+        f"cluster  {fmt_gib(c.gpu.memory_bytes)} GiB per GPU, {fmt_gib(c.reserve_bytes)} GiB reserved, "
+        f"{fmt_gib(c.usable_bytes)} GiB usable; {c.gpus_per_node} GPUs per node",
     ))]
 
 
 def _inputs(term) -> str:
     return ", ".join(f"{k}={v}" for k, v in term.inputs)
+
+
+def state_formula(b) -> str:
+    """The sum of the state terms' own formulas, as the breakdown evaluated them."""
+    by_key = {t.key: t for t in b.terms}
+    return " + ".join(by_key[k].formula for k in STATE_PARTS)
 
 
 def seed(a) -> list:
@@ -51,17 +46,18 @@ def seed(a) -> list:
     blocks = header(setup) + [
         Heading(f"(a) Model state  [ZeRO Sec. 3.1; recipe: {setup.training.recipe.source}]"),
         Lines((f"bytes per parameter: {bpp} = {total_bpp:g}",
-               f"total: {total_bpp:g} * {a.num_params:,} = {a.state_total_bytes:,} B = {gib(a.state_total_bytes)} GiB",
-               f"= {a.gpus_of_pure_state:.2f} GPUs of pure state ({gib(a.state_total_bytes)} GiB / "
-               f"{gib(setup.cluster.gpu.memory_bytes)} GiB per GPU)")),
+               f"total: {total_bpp:g} * {a.num_params:,} = {a.state_total_bytes:,} B = "
+               f"{fmt_gib(a.state_total_bytes)} GiB",
+               f"= {a.gpus_of_pure_state:.2f} GPUs of pure state ({fmt_gib(a.state_total_bytes)} GiB / "
+               f"{fmt_gib(setup.cluster.gpu.memory_bytes)} GiB per GPU)")),
         Heading(f"(b) Activations, one micro-batch, no parallelism  [{a.per_layer.cite}]"),
         Lines((f"attention factor {a.attention_factor.formula} with {_inputs(a.attention_factor)}: "
                f"{a.attention_factor.value:g}",
                f"one layer: {a.per_layer.formula}",
                f"   with {_inputs(a.per_layer)}",
-               f"   = {a.per_layer.value:,} B = {gib(a.per_layer.value)} GiB",
-               f"all {setup.model.num_layers} layers: {a.all_layers_bytes:,} B = {gib(a.all_layers_bytes)} GiB",
-               f"the bigger problem: {a.bigger_problem} ({gib(big)} GiB vs {gib(small)} GiB, "
+               f"   = {a.per_layer.value:,} B = {fmt_gib(a.per_layer.value)} GiB",
+               f"all {setup.model.num_layers} layers: {a.all_layers_bytes:,} B = {fmt_gib(a.all_layers_bytes)} GiB",
+               f"the bigger problem: {a.bigger_problem} ({fmt_gib(big)} GiB vs {fmt_gib(small)} GiB, "
                f"{big / max(1, small):.1f}x)")),
         Heading(f"(c) The cheap options on {setup.cluster.num_gpus} GPUs: dp={setup.cluster.num_gpus}, no tp/pp/cp, "
                 f"no recompute  [ZeRO Sec. 5, Fig. 1]"),
@@ -69,13 +65,14 @@ def seed(a) -> list:
     rows = []
     for s in a.strategies:
         b = s.breakdown
-        why = "-" if s.blocking is None else (f"{s.blocking.name}, {s.blocking.formula} = {gib(s.blocking.bytes)} GiB"
+        why = "-" if s.blocking is None else (f"{s.blocking.name}, {s.blocking.formula} = "
+                                              f"{fmt_gib(s.blocking.bytes)} GiB"
                                               + ("" if s.blocking.alone_exceeds else " (only the sum exceeds)"))
-        rows.append((STRATEGY_NAMES[s.name], STRATEGY_FORMULAS[s.name], gib(b.state_bytes), gib(b.activation_bytes),
-                     gib(b.per_gpu_bytes), "yes" if b.fits else "no", why))
+        rows.append((STRATEGY_NAMES[s.name], state_formula(b), fmt_gib(b.state_bytes), fmt_gib(b.activation_bytes),
+                     fmt_gib(b.per_gpu_bytes), "yes" if b.fits else "no", why))
     blocks.append(Table(("strategy", "state formula", "state GiB", "activ. GiB", "total GiB", "fits", "too big"),
                         tuple(rows), align="llrrrll",
-                        note=f"per GPU, against {gib(setup.cluster.usable_bytes)} GiB usable; activations include "
+                        note=f"per GPU, against {fmt_gib(setup.cluster.usable_bytes)} GiB usable; activations include "
                              f"the embedding and output-layer extras of Korthikanti Sec. 4.3"))
     blocks.append(Bullets("assumptions", a.per_layer.assumes))
     blocks.append(Lines(("", "next: --suggest searches tp, pp, cp, sequence parallel and recompute for a fit",)))
@@ -100,23 +97,23 @@ def breakdown(setup, b) -> list:
         if key == "activations/moe_buffers" and setup.model.moe is None:
             continue
         term = by_key.get(key)
-        rows.append((LABELS[key], gib(b.parts[key]), term.formula if term else "not held on this stage",
+        rows.append((label(key), fmt_gib(b.parts[key]), term.formula if term else "not held on this stage",
                      str(term.cite) if term else ""))
-    rows += [("total", gib(b.per_gpu_bytes), "sum of the above", ""),
-             ("usable", gib(b.usable_bytes), f"capacity {gib(setup.cluster.gpu.memory_bytes)} - reserve "
-                                             f"{gib(b.reserve_bytes)}", ""),
-             ("headroom", gib(b.headroom_bytes), "usable - total", "")]
+    rows += [("total", fmt_gib(b.per_gpu_bytes), "sum of the above", ""),
+             ("usable", fmt_gib(b.usable_bytes), f"capacity {fmt_gib(setup.cluster.gpu.memory_bytes)} - reserve "
+                                             f"{fmt_gib(b.reserve_bytes)}", ""),
+             ("headroom", fmt_gib(b.headroom_bytes), "usable - total", "")]
     verdict = "fits" if b.fits else "does not fit"
     where = []
     for t in b.terms:
-        value = f"{t.value:,} B = {gib(t.value)} GiB" if t.unit == "bytes" else f"{t.value:,}"
+        value = f"{t.value:,} B = {fmt_gib(t.value)} GiB" if t.unit == "bytes" else f"{t.value:,}"
         where += [f"{t.key} = {value}", f"    {t.formula}; {_inputs(t)}  [{t.cite}]"]
     return header(setup) + [
         Heading(f"Configuration: {config_line(b.config)}"),
         Lines((f"busiest GPU: {STAGE_NAMES[b.stage]}",)),
         Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
-        Lines(("", f"verdict: {verdict} ({gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
-                   f"{gib(b.usable_bytes)} GiB usable)")),
+        Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
+                   f"{fmt_gib(b.usable_bytes)} GiB usable)")),
         Heading("Where each number comes from"), Lines(tuple(where)),
         Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
     ]
@@ -129,7 +126,7 @@ def search(setup, r, bound, smallest) -> list:
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
         Lines(("rejected, by the first rule broken: " + "; ".join(f"{k} {v:,}" for k, v in r.rejected_by_reason.items()),)),
         Heading("Lower bound, for every configuration  [docs/formulas.md#lower-bound]"),
-        Lines((bound.inequality,
+        Lines((inequality(bound),
                f"so N >= {bound.min_gpus} GPUs in general, {bound.min_gpus_power_of_two} as a power of two")),
     ]
     if not r.feasible:
@@ -142,7 +139,8 @@ def search(setup, r, bound, smallest) -> list:
                    f"exceeds memory or breaks a rule (counts above).")
         lines = [why]
         if r.least_loaded is not None:
-            lines.append(f"least loaded: {config_line(r.least_loaded.config)} needs {gib(r.least_loaded.per_gpu_bytes)} GiB")
+            lines.append(f"least loaded: {config_line(r.least_loaded.config)} needs "
+                         f"{fmt_gib(r.least_loaded.per_gpu_bytes)} GiB")
         if smallest:
             def found(n):
                 return str(n) if n else f"none up to {smallest['searched_up_to']}"
@@ -151,7 +149,7 @@ def search(setup, r, bound, smallest) -> list:
         return blocks + [Heading("Verdict"), Lines(tuple(lines))]
     rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(int(c.zero)),
                   "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch), str(c.virtual_stages),
-                  gib(s.breakdown.per_gpu_bytes), gib(s.breakdown.headroom_bytes), s.rank_reason)
+                  fmt_gib(s.breakdown.per_gpu_bytes), fmt_gib(s.breakdown.headroom_bytes), s.rank_reason)
                  for i, s in enumerate(r.suggestions, 1) for c in [s.config])
     blocks += [Heading("Configurations that fit, least disturbance first"), Lines((f"ranked by {r.rank_order}",)),
                Table(("#", "dp", "tp", "pp", "cp", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
@@ -161,7 +159,8 @@ def search(setup, r, bound, smallest) -> list:
         blocks += [Heading("Estimated step time of each"), time_table(r.suggestions, step_list)]
     best = r.suggestions[0]
     lines = [f"#1: {config_line(best.config)}",
-             f"{gib(best.breakdown.per_gpu_bytes)} GiB per GPU, {gib(best.breakdown.headroom_bytes)} GiB headroom; "
+             f"{fmt_gib(best.breakdown.per_gpu_bytes)} GiB per GPU, "
+             f"{fmt_gib(best.breakdown.headroom_bytes)} GiB headroom; "
              f"recompute needed: {best.config.recompute.value}"]
     lines += list(advice(setup, r, step_list))
     return blocks + [Heading("Recommended"), Lines(tuple(lines))]
@@ -170,7 +169,7 @@ def search(setup, r, bound, smallest) -> list:
 def preset_list() -> list:
     models = tuple((n, str(p.model.num_layers), str(p.model.hidden_size), str(p.seq_len), p.model.source)
                    for n, p in presets.MODELS.items())
-    gpus = tuple((n, gib(g.memory_bytes), g.source) for n, g in presets.GPUS.items())
+    gpus = tuple((n, fmt_gib(g.memory_bytes), g.source) for n, g in presets.GPUS.items())
     recipes = tuple((n, f"{r.total_bytes:g}", r.description) for n, r in presets.RECIPES.items())
     return [Heading("models"), Table(("name", "L", "h", "s", "source"), models, align="lrrrl"),
             Heading("gpus"), Table(("name", "GiB", "source"), gpus, align="lrl"),
@@ -178,22 +177,21 @@ def preset_list() -> list:
 
 
 def compare(setup, cmp) -> list:
-    from fitplan.compare import PATTERN
     rows, comm_rows = [], []
     for l in cmp.layouts:
         c = l.config
         if l.problem:
             rows.append((l.name, f"{c.tp}/{c.pp}/{c.dp}", "-", "-", "-", "-", "-", "cannot be built: " + l.problem))
             continue
-        stored = " / ".join(gib(b) for _, b in l.stored_by_recompute)
+        stored = " / ".join(fmt_gib(b) for _, b in l.stored_by_recompute)
         st = l.step
-        rows.append((l.name, f"{c.tp}/{c.pp}/{c.dp}", gib(l.simplified_state_bytes), gib(l.state_bytes), stored,
-                     c.recompute.value, gib(l.memory.per_gpu_bytes),
+        rows.append((l.name, f"{c.tp}/{c.pp}/{c.dp}", fmt_gib(l.simplified_state_bytes), fmt_gib(l.state_bytes), stored,
+                     c.recompute.value, fmt_gib(l.memory.per_gpu_bytes),
                      ("fits" if l.fits else "does not fit") + f"; step {st.step_time_s:,.3f} s, MFU {st.mfu:.1%}, "
                      f"bubble {st.bubble_fraction:.1%}"))
         for axis, ac in st.comm.items():
             if ac.degree > 1:
-                comm_rows.append((l.name, axis, str(ac.degree), PATTERN[axis], f"{ac.bytes_per_step / 1e9:,.1f}",
+                comm_rows.append((l.name, axis, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
                                   ("inside a node, " if ac.intra_node else "across nodes, ") + ac.link,
                                   f"{ac.exposed_s:,.3g}"))
     blocks = header(setup) + [
@@ -205,11 +203,11 @@ def compare(setup, cmp) -> list:
         Heading("Communication per step, per GPU"),
         Table(("layout", "axis", "degree", "pattern", "GB/step", "link", "exposed s"), tuple(comm_rows),
               align="llrlrlr") if comm_rows else Lines(("no communication",)),
-        Heading("Proposal"), Lines(cmp.reasons or ("nothing fits on these GPUs",)),
+        Heading("Proposal"), Lines(reasons(cmp) or ("nothing fits on these GPUs",)),
     ]
     if cmp.monitor:
         blocks += [Heading(f"What to monitor on the {cmp.preferred.name} run (pipeline-stage synchronisation)"),
                    Table(("metric", "expected", "what it catches"),
-                         tuple((m, f"{v * 1e3:,.3f} ms" if unit == "s" else f"{v:g} {unit}", why)
-                               for m, v, unit, why in cmp.monitor), align="lrl")]
+                         tuple((m, f"{fmt_ms(v)} ms" if unit == "s" else f"{v:g} {unit}", why)
+                               for m, v, unit, why in monitor(cmp)), align="lrl")]
     return blocks

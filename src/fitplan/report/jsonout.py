@@ -5,6 +5,7 @@ import json
 from fitplan import __version__
 from fitplan.counts.params import num_params, shape_params
 from fitplan.memory.breakdown import PARTS
+from fitplan.report.sentences import inequality, monitor, reasons
 
 
 def _dump(obj) -> str:
@@ -76,8 +77,8 @@ def compare(setup, cmp) -> str:
                         comm=comm_dict(l.step))
         layouts.append(item)
     return _dump({**_common(setup), "layouts": layouts,
-                  "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(cmp.reasons),
-                  "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in cmp.monitor]})
+                  "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(reasons(cmp)),
+                  "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in monitor(cmp)]})
 
 
 def time_dict(st) -> dict:
@@ -103,7 +104,7 @@ def search(setup, r, bound, smallest) -> str:
                     "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
                    for s, st in zip(r.suggestions, step_list)]
     lower = {"min_gpus": bound.min_gpus, "min_gpus_power_of_two": bound.min_gpus_power_of_two,
-             "inequality": bound.inequality, "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}
+             "inequality": inequality(bound), "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}
     if smallest:
         lower["smallest_fitting_gpus"] = smallest["general"]
         lower["smallest_fitting_gpus_power_of_two"] = smallest["power_of_two"]

@@ -1,7 +1,8 @@
 """Pictures of per-GPU memory, written as PNG files with matplotlib's Agg backend.
 
   plot_breakdowns  one stacked bar per configuration: the busiest GPU's bytes by term
-                   (fitplan.memory.breakdown.PARTS), against the usable-memory line
+                   (fitplan.memory.breakdown.PARTS), against the usable-memory line; labels and
+                   colours from the table of parts, fitplan.parts
   plot_sweep       per-GPU memory against GPU count (or sequence length), with the
                    capacity line and the smallest (or largest) x that fits marked
 
@@ -14,20 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fitplan.memory.breakdown import PARTS
-from fitplan.units import GiB
+from fitplan import parts
+from fitplan.units import to_gib
 
-# Term key -> legend label; states in blues, activations in warm colours, so the two
-# groups read as blocks.
-LABELS = {"states/weights": "weights", "states/grads": "gradients", "states/master": "master weights",
-          "states/optimizer": "optimizer moments", "activations/layers": "activations: layers",
-          "activations/pipeline_in_flight": "activations: other micro-batches in flight",
-          "activations/embedding": "activations: embedding", "activations/output": "activations: output + logits",
-          "activations/recompute_workspace": "recompute workspace", "activations/moe_buffers": "MoE all-to-all buffers"}
-COLORS = {"states/weights": "#08519c", "states/grads": "#3182bd", "states/master": "#6baed6",
-          "states/optimizer": "#bdd7e7", "activations/layers": "#a63603",
-          "activations/pipeline_in_flight": "#e6550d", "activations/embedding": "#fd8d3c",
-          "activations/output": "#fdae6b", "activations/recompute_workspace": "#969696",
-          "activations/moe_buffers": "#54278f"}
 DPI = 100
 
 
@@ -52,18 +42,18 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     xs = range(len(breakdowns))
     bottoms = [0.0] * len(breakdowns)
     for key in keys:
-        heights = [b.parts[key] / GiB for b in breakdowns]
-        ax.bar(xs, heights, 0.6, bottom=bottoms, color=COLORS[key], label=LABELS[key], edgecolor="white",
+        heights = [to_gib(b.parts[key]) for b in breakdowns]
+        ax.bar(xs, heights, 0.6, bottom=bottoms, color=parts.color(key), label=parts.label(key), edgecolor="white",
                linewidth=0.5)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
     usable = {b.usable_bytes for b in breakdowns}
-    line_top = max(usable) / GiB
+    line_top = to_gib(max(usable))
     # A bar far over the line would flatten the others: cut the axis at twice the line and
     # write the off-scale totals at the top instead.
     clipped = max(bottoms) > 2.5 * line_top
     top = 2 * line_top if clipped else max(max(bottoms), line_top) * 1.15
     for b_i, b in enumerate(breakdowns):
-        total = b.per_gpu_bytes / GiB
+        total = to_gib(b.per_gpu_bytes)
         text = f"{total:.1f}" + ("" if b.fits else "\nover")
         color = "black" if b.fits else "#b30000"
         if total > top:
@@ -74,7 +64,7 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
             ax.annotate(text, (b_i, total), ha="center", va="bottom", fontsize=9, color=color, xytext=(0, 3),
                         textcoords="offset points")
         if len(usable) > 1:
-            ax.hlines(b.usable_bytes / GiB, b_i - 0.4, b_i + 0.4, colors="black", linestyles="--")
+            ax.hlines(to_gib(b.usable_bytes), b_i - 0.4, b_i + 0.4, colors="black", linestyles="--")
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
@@ -114,8 +104,8 @@ def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "s
         raise ValueError("nothing to plot: no points")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.0), dpi=DPI)
-    shown = [(x, used / GiB) for x, used in points if used is not None]
-    capacity = capacity_bytes / GiB
+    shown = [(x, to_gib(used)) for x, used in points if used is not None]
+    capacity = to_gib(capacity_bytes)
     if shown:
         ax.plot([x for x, _ in shown], [y for _, y in shown], marker="o", color="#08519c",
                 label="per-GPU memory")
@@ -127,7 +117,7 @@ def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "s
     ax.axhline(capacity, color="black", linestyle="--", linewidth=1.2, label=f"capacity ({capacity:.1f} GiB)")
     best = fitting_x(points, capacity_bytes, mark=mark)
     if best is not None:
-        y = dict(points)[best] / GiB
+        y = to_gib(dict(points)[best])
         ax.axvline(best, color="#31a354", linestyle=":", linewidth=1.2)
         ax.scatter([best], [y], s=160, facecolors="none", edgecolors="#31a354", linewidths=2, zorder=4,
                    label=f"{mark} that fits: {best:g}")

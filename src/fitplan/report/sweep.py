@@ -3,7 +3,7 @@ table or JSON (fitplan.answers.SweepAnswer)."""
 import json
 
 from fitplan.report.render import Table
-from fitplan.units import GiB
+from fitplan.units import fmt_gib
 
 
 def as_json(a) -> str:
@@ -24,8 +24,8 @@ def _config(b) -> str:
 
 def blocks(a) -> list:
     usable = a.usable_bytes
-    rows = tuple((str(p.x), "-" if p.per_gpu_bytes is None else f"{p.per_gpu_bytes / GiB:,.2f}",
+    rows = tuple((str(p.x), "-" if p.per_gpu_bytes is None else fmt_gib(p.per_gpu_bytes),
                   "yes" if p.fits(usable) else "no", _config(p.least)) for p in a.points)
     label = "GPUs" if a.over == "gpus" else "seq len"
     return [Table((label, "per-GPU GiB", "fits", "least-loaded configuration"), rows, align="rrll",
-                  note=f"usable {usable / GiB:,.2f} GiB per GPU")]
+                  note=f"usable {fmt_gib(usable)} GiB per GPU")]

@@ -24,6 +24,7 @@ from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
 from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
+from fitplan.parts import TIME, part_keys
 from fitplan.specs.parallel import Recompute
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
@@ -33,8 +34,7 @@ from fitplan.timing import pipeline as PL
 from fitplan.timing import traffic as T
 from fitplan.timing.traffic import DDP_BUCKET_BYTES, DpOverlap
 
-PARTS = ("time/compute", "time/tp_exposed", "time/ep_exposed", "time/cp_exposed", "time/pp_exposed", "time/bubble",
-         "time/dp_exposed", "time/dp_after_step")
+PARTS = part_keys(TIME)   # the table of parts, fitplan.parts
 AXES = ("tp", "ep", "cp", "pp", "dp")
 
 

@@ -253,7 +253,7 @@ def error_response(status: int, message: str) -> Response:
 
 
 def presets_payload() -> dict:
-    from fitplan import __version__, presets
+    from fitplan import __version__, parts, presets
     from fitplan.presets.recipes import DEFAULT_RECIPE
     from fitplan.resolve import DEFAULT_GPU
     models = {name: {"num_layers": p.model.num_layers, "hidden_size": p.model.hidden_size,
@@ -268,7 +268,7 @@ def presets_payload() -> dict:
                for name, r in presets.RECIPES.items()}
     return {"fitplan_version": __version__, "models": models, "gpus": gpus, "recipes": recipes,
             "default_recipe": DEFAULT_RECIPE, "default_gpu": DEFAULT_GPU, "features": {"compare": True},
-            "limits": {"max_body_bytes": MAX_BODY_BYTES}}
+            "limits": {"max_body_bytes": MAX_BODY_BYTES}, "parts": parts.payload()}
 
 
 _analyses = threading.BoundedSemaphore(MAX_CONCURRENT_ANALYSES)

@@ -418,10 +418,8 @@
     }
   }
 
-  const SHARE_TERMS = [["time/compute", "compute", "#2e75b6"], ["time/tp_exposed", "exposed tp", "#c55a11"],
-                       ["time/cp_exposed", "exposed cp", "#8a6d1f"], ["time/pp_exposed", "exposed pp", "#f0a868"],
-                       ["time/bubble", "bubble", "#b3261e"], ["time/dp_exposed", "exposed dp", "#8fbc5a"],
-                       ["time/dp_after_step", "dp after step", "#4e8a2e"]];
+  // The step-time parts [key, label, colour], from the server's table of parts (fitplan.parts).
+  let SHARE_TERMS = [];
 
   /** `fitplan compare --json`: one row per layout with its step-time shares as a 100% bar. */
   function renderCompare(data) {
@@ -565,6 +563,8 @@
       return;
     }
     $("version").textContent = presets.fitplan_version;
+    FitCharts.useParts(presets.parts);
+    SHARE_TERMS = presets.parts.filter(p => p.group === "time").map(p => [p.key, p.label, p.color]);
     const models = Object.keys(presets.models);
     fillSelect($("preset"), models.map(n => [n, n]));
     $("preset").value = models.includes(DEFAULT_PRESET) ? DEFAULT_PRESET : models[0];

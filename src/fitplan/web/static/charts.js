@@ -1,21 +1,20 @@
 /* fitplan's two charts, drawn as SVG by hand: no library, nothing fetched.
+   FitCharts.useParts(parts)  the terms' labels and colours, from GET /api/presets (fitplan.parts)
    FitCharts.memoryBars(el, rows, {usable, capacity})  stacked per-GPU bytes by term
    FitCharts.sweep(el, points, {usable, capacity, current, smallest})  per-GPU bytes against GPU count */
 "use strict";
 (function () {
   const NS = "http://www.w3.org/2000/svg";
   const GiB = 2 ** 30;
-  const TERMS = [
-    ["states/weights", "weights", "#1f4e79"],
-    ["states/grads", "grads", "#2e75b6"],
-    ["states/master", "master weights", "#6fa8dc"],
-    ["states/optimizer", "optimizer", "#a9cbe8"],
-    ["activations/layers", "activations", "#c55a11"],
-    ["activations/pipeline_in_flight", "pipeline extras (in flight)", "#f0a868"],
-    ["activations/embedding", "embedding extras", "#8fbc5a"],
-    ["activations/output", "output-layer extras", "#4e8a2e"],
-    ["activations/recompute_workspace", "recompute workspace", "#8a6d1f"],
-  ];
+  // The memory terms [key, label, colour] and the reserve, from the server's table of parts
+  // (GET /api/presets -> parts, fitplan.parts): set by useParts before the first chart.
+  let TERMS = [];
+  let RESERVE = { label: "reserve", color: "#cfcfcf" };
+
+  function useParts(parts) {
+    TERMS = parts.filter(p => p.group === "states" || p.group === "activations").map(p => [p.key, p.label, p.color]);
+    RESERVE = parts.find(p => p.group === "reserve") || RESERVE;
+  }
 
   function el(name, attrs, text) {
     const e = document.createElementNS(NS, name);
@@ -72,7 +71,7 @@
     const pat = el("pattern", { id: "reserve-hatch", width: 8, height: 8, patternUnits: "userSpaceOnUse",
                                 patternTransform: "rotate(45)" });
     pat.append(el("rect", { width: 8, height: 8, fill: "#f1f1f1" }), el("line", { x1: 0, y1: 0, x2: 0, y2: 8,
-               stroke: "#cfcfcf", "stroke-width": 3 }));
+               stroke: RESERVE.color, "stroke-width": 3 }));
     defs.append(pat);
     svg.append(defs);
 
@@ -134,7 +133,7 @@
     }
     container.append(svg);
     const present = TERMS.filter(([k]) => rows.some(r => (r.parts[k] || 0) > 0));
-    container.append(legend([...present, ["", "reserve (capacity minus usable)", "", "hatch"]]));
+    container.append(legend([...present, ["", RESERVE.label, "", "hatch"]]));
   }
 
   function sweep(container, points, opts) {
@@ -234,5 +233,5 @@
     return svg;
   }
 
-  window.FitCharts = { memoryBars, sweep, shareBar, TERMS, gib };
+  window.FitCharts = { useParts, memoryBars, sweep, shareBar, gib };
 })();

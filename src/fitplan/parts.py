@@ -1,0 +1,60 @@
+"""Every part of a per-GPU memory breakdown and of a step time, declared once: its key,
+the label the reports and the page show, its colour in charts, and its group.
+
+fitplan.memory.breakdown.PARTS and fitplan.timing.step.PARTS are this table's keys, in
+its order: the order rows appear in tables and segments stack in charts. States are blues
+and activations warm colours, so the two groups read as blocks in a stacked bar. Pure data.
+"""
+from dataclasses import dataclass
+
+STATES, ACTIVATIONS, RESERVE, TIME = "states", "activations", "reserve", "time"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    key: str        # slash path, as in a Term: "states/weights", "time/bubble"
+    label: str
+    color: str      # "#rrggbb"
+    group: str      # STATES, ACTIVATIONS, RESERVE or TIME
+
+
+TABLE = (
+    Part("states/weights", "weights", "#08519c", STATES),
+    Part("states/grads", "grads", "#3182bd", STATES),
+    Part("states/master", "master weights", "#6baed6", STATES),
+    Part("states/optimizer", "optimizer", "#bdd7e7", STATES),
+    Part("activations/layers", "activations", "#a63603", ACTIVATIONS),
+    Part("activations/pipeline_in_flight", "pipeline extras (in flight)", "#e6550d", ACTIVATIONS),
+    Part("activations/embedding", "embedding extras", "#fd8d3c", ACTIVATIONS),
+    Part("activations/output", "output-layer extras", "#fdae6b", ACTIVATIONS),
+    Part("activations/recompute_workspace", "recompute workspace", "#969696", ACTIVATIONS),
+    Part("activations/moe_buffers", "MoE all-to-all buffers", "#54278f", ACTIVATIONS),
+    Part("reserve", "reserve (capacity minus usable)", "#cfcfcf", RESERVE),
+    Part("time/compute", "compute (recompute included)", "#2e75b6", TIME),
+    Part("time/tp_exposed", "exposed tp traffic", "#c55a11", TIME),
+    Part("time/ep_exposed", "exposed ep traffic", "#7b3294", TIME),
+    Part("time/cp_exposed", "exposed cp traffic", "#8a6d1f", TIME),
+    Part("time/pp_exposed", "exposed pp traffic", "#f0a868", TIME),
+    Part("time/bubble", "the pipeline bubble", "#b3261e", TIME),
+    Part("time/dp_exposed", "exposed dp traffic", "#8fbc5a", TIME),
+    Part("time/dp_after_step", "the dp weight all-gather after the step", "#4e8a2e", TIME),
+)
+BY_KEY = {p.key: p for p in TABLE}
+
+
+def part_keys(*groups: str) -> tuple[str, ...]:
+    """The keys of the parts in these groups, in table order."""
+    return tuple(p.key for p in TABLE if p.group in groups)
+
+
+def label(key: str) -> str:
+    return BY_KEY[key].label
+
+
+def color(key: str) -> str:
+    return BY_KEY[key].color
+
+
+def payload() -> list[dict]:
+    """The table as JSON-ready objects, for the page (GET /api/presets, key "parts")."""
+    return [{"key": p.key, "label": p.label, "color": p.color, "group": p.group} for p in TABLE]
