@@ -189,9 +189,43 @@ def test_a_moe_bar_draws_every_term(browser, server):
     terms = [first.locator("rect.bar-seg").nth(i).get_attribute("data-term")
              for i in range(first.locator("rect.bar-seg").count())]
     assert "activations/moe_buffers" in terms
+    # the bar is the recommended configuration's own breakdown, expert parallelism included: its
+    # total is the suggestion's per_gpu_bytes (the page once dropped ep and drew 367 GiB for 73 GiB)
+    assert int(float(first.get_attribute("data-total"))) == plan["recommended"]["per_gpu_bytes"]
+    assert plan["recommended"]["ep"] > 1
     legend = page.inner_text("#memory-chart .legend")
     assert parts.label("activations/moe_buffers") in legend and parts.label("reserve") in legend
     page.wait_for_selector("#compare-table", timeout=TIMEOUT_MS)
     shares = page.inner_text("#compare .legend")
     assert all(parts.label(k) in shares for k in parts.part_keys(parts.TIME))
+    page.close()
+
+
+def test_all_settings_are_generated_from_the_declarations(browser, server):
+    """The 'All settings' section is built from GET /api/fields: one input per model, training
+    and cluster field the hand-made form lacks; a value set there reaches the API and the
+    CLI line, and the answer is the CLI's for the same flag."""
+    from fitplan.web.server import fields_payload
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server.url)
+    settle(page)
+    hand_made = {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "seq_len", "precision",
+                 "gpu", "gpus", "gpus_per_node"}
+    expected = [f["key"] for f in fields_payload()["plan"]
+                if f["root"] in ("model", "training", "cluster") and f["key"] not in hand_made]
+    assert page.locator("#more-fields [id^='f-']").count() == len(expected) >= 30
+    page.click("#more summary")
+    page.select_option("#preset", "llama3.1-8b")
+    page.fill("#gpus", "16")
+    page.select_option("#f-attention_kernel", "flash")
+    page.select_option("#f-dropout", "false")
+    settle(page)
+    line = page.inner_text("#cli-command")
+    assert "--attention-kernel flash" in line and "--no-dropout" in line
+    code, plan = cli_json("plan", "--preset", "llama3.1-8b", "--gpus", "16", "--attention-kernel", "flash",
+                          "--no-dropout", "--suggest", "--json")
+    rec = plan["recommended"]
+    first = page.locator('#table-disturbance tbody tr').first
+    assert (first.get_attribute("data-tp"), first.get_attribute("data-recompute")) == (str(rec["tp"]),
+                                                                                       rec["recompute"])
     page.close()

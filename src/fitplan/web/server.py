@@ -99,7 +99,8 @@ def fields_payload() -> dict:
             if key == f.off_key:
                 continue
             d = f.decl
-            items.append({"key": key, "flag": f.flag, "kind": d.kind, "group": d.group, "help": d.help,
+            items.append({"key": key, "flag": f.flag, "off_flag": f.off_flag, "kind": d.kind, "group": d.group,
+                          "help": d.help, "root": f.path[0],
                           "unit": d.unit or {"size": "B", "rate": "B/s", "seconds": "s"}.get(d.kind, ""),
                           "choices": list(map(str, d.choice_values)) or None, "min": d.lo, "max": d.hi,
                           "required": f.required,

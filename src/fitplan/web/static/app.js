@@ -94,7 +94,65 @@
     }
     if ($("precision").value) base.precision = $("precision").value;
     if ($("gpu").value) base.gpu = $("gpu").value;
+    for (const f of moreFields) {
+      const v = moreValue(f);
+      if (v !== undefined) base[f.key] = v;
+    }
     return base;
+  }
+
+  // ------------------------------------------------------------------ all settings, from GET /api/fields
+
+  // The hand-made form above covers these; every other model, training and cluster field is
+  // generated from its declaration (kind, choices, range, help, flag), as the CLI's flags are.
+  const HAND_MADE = new Set(["preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "seq_len",
+                             "precision", "gpu", "gpus", "gpus_per_node"]);
+  const SPEC_ROOTS = new Set(["model", "training", "cluster"]);
+  let moreFields = [];
+
+  function moreInput(f) {
+    const id = `f-${f.key}`;
+    let input;
+    if (f.kind === "bool" || f.choices) {
+      const options = f.kind === "bool" ? [["", "default"], ["true", "on"], ["false", "off"]]
+        : [["", "default"], ...f.choices.map(c => [c, c])];
+      input = node("select", { id }, ...options.map(([value, textContent]) => node("option", { value, textContent })));
+    } else if (f.kind === "int" || f.kind === "number" || f.kind === "moments") {
+      input = node("input", { id, type: "number", step: f.kind === "int" ? "1" : "any" });
+      if (f.min !== null) input.min = String(f.min);
+      if (f.max !== null) input.max = String(f.max);
+    } else {
+      input = node("input", { id, type: "text" });
+    }
+    input.dataset.flag = f.flag;
+    if (f.example !== null && input.tagName === "INPUT") input.placeholder = `e.g. ${f.example}`;
+    const unit = f.unit ? ` (${f.unit})` : "";
+    return node("label", { class: "field", title: `${f.flag}: ${f.help}` }, `${f.key.replace(/_/g, " ")}${unit}`,
+                input);
+  }
+
+  function moreValue(f) {
+    const e = $(`f-${f.key}`);
+    const v = e.value.trim();
+    if (v === "") return undefined;
+    if (f.kind === "bool") return v === "true";
+    if (f.kind === "int" || f.kind === "number" || f.kind === "moments"
+        || (f.choices && f.choices.every(c => /^[0-9]+$/.test(c)))) {
+      const n = Number(v);
+      return Number.isFinite(n) ? n : v;        // the server names a non-number
+    }
+    return v;
+  }
+
+  function buildMore(fields) {
+    moreFields = fields.plan.filter(f => SPEC_ROOTS.has(f.root) && !HAND_MADE.has(f.key));
+    const groups = new Map();
+    for (const f of moreFields) {
+      if (!groups.has(f.group)) groups.set(f.group, []);
+      groups.get(f.group).push(moreInput(f));
+    }
+    $("more-fields").replaceChildren(...[...groups].map(([group, inputs]) =>
+      node("fieldset", {}, node("legend", { textContent: group }), node("div", { class: "grid2" }, ...inputs))));
   }
 
   const FLAG_OF = { preset: "--preset", hf_config: "--hf-config", layers: "--layers", hidden: "--hidden",
@@ -108,6 +166,12 @@
       if (base[k] === undefined) continue;
       parts.push(flag, k === "hf_config" ? `${base.hf_name || "hf-model"}/config.json` : String(base[k]));
     }
+    for (const f of moreFields) {
+      const v = base[f.key];
+      if (v === undefined) continue;
+      if (f.kind === "bool") parts.push(v ? f.flag : (f.off_flag || f.flag));
+      else parts.push(f.flag, /\s/.test(String(v)) ? `"${v}"` : String(v));
+    }
     parts.push("--suggest");
     if (top !== undefined && top !== 5) parts.push("--top", String(top));
     parts.push("--json");
@@ -115,14 +179,15 @@
   }
 
   function configFlags(s) {
-    return { tp: s.tp, pp: s.pp, dp: s.dp, cp: s.cp, zero: s.zero, recompute: s.recompute,
+    return { tp: s.tp, pp: s.pp, dp: s.dp, cp: s.cp, ep: s.ep, zero: s.zero, recompute: s.recompute,
              virtual_stages: s.virtual_stages, micro_batch: s.micro_batch, sequence_parallel: s.sequence_parallel };
   }
-  const configKey = s => [s.tp, s.pp, s.dp, s.cp, s.zero, s.sequence_parallel, s.recompute, s.micro_batch,
+  const configKey = s => [s.tp, s.pp, s.dp, s.cp, s.ep, s.zero, s.sequence_parallel, s.recompute, s.micro_batch,
                           s.virtual_stages].join("/");
   function configText(s) {
     const bits = [`tp ${s.tp}`, `pp ${s.pp}`, `dp ${s.dp}`];
     if (s.cp > 1) bits.push(`cp ${s.cp}`);
+    if (s.ep > 1) bits.push(`ep ${s.ep}`);
     if (s.virtual_stages > 1) bits.push(`v ${s.virtual_stages}`);
     return bits.join(" · ");
   }
@@ -560,6 +625,12 @@
       presets = await r.json();
     } catch (e) {
       showError("cannot load the presets from the fitplan server");
+      return;
+    }
+    try {
+      buildMore(await (await fetch("/api/fields")).json());
+    } catch (e) {
+      showError("cannot load the field list from the fitplan server");
       return;
     }
     $("version").textContent = presets.fitplan_version;
