@@ -6,7 +6,9 @@ parser, turns the parsed namespace into a Request and writes the reply (and the 
 flag asks for: --plot, --output). Exit 0 fits, 1 does not fit, 2 bad input.
 """
 import argparse
+import os
 import sys
+import traceback
 
 from fitplan.errors import SpecError, one_line
 from fitplan.request import Request, command_flags
@@ -22,7 +24,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a SpecError (exit 2), never a traceback."""
 
     def error(self, message):
-        raise SpecError(f"{self.prog}: {message} (see --help)")
+        command = self.prog.removeprefix("fitplan").strip()
+        raise SpecError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -197,11 +200,32 @@ def run_validate(args, out) -> int:
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:
+    """Exit 0 fits, 1 does not fit (an answer), 2 bad input (one line), 3 a bug in fitplan
+    (one line; --debug or FITPLAN_DEBUG=1 shows the traceback)."""
     out = out or sys.stdout
     err = err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("FITPLAN_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["plan", *argv]
+    try:
+        return _dispatch(argv, out, err)
+    except SpecError as error:
+        err.write(f"fitplan: {one_line(str(error))}\n")
+        return 2
+    except KeyboardInterrupt:
+        err.write("fitplan: interrupted\n")
+        return 130
+    except Exception as error:   # a bug: one line, not a traceback, and not exit 1 ("does not fit")
+        if debug:
+            traceback.print_exc(file=err)
+        err.write(f"fitplan: internal error: {type(error).__name__}: {one_line(str(error))}; this is a bug in "
+                  f"fitplan{'' if debug else ' (rerun with --debug for the traceback)'}\n")
+        return 3
+
+
+def _dispatch(argv: list[str], out, err) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "presets":
@@ -213,9 +237,8 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
             serve(host=args.host, port=args.port)
             return 0
         return run_request(args, out, err)
-    except SpecError as error:
-        err.write(f"fitplan: {one_line(str(error))}\n")
-        return 2
+    except SystemExit as exit_:   # argparse's --help (exit 0); its errors are SpecErrors (_Parser)
+        return int(exit_.code or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,10 +20,10 @@ required, so a truncated file is an error that names the field, not a silent def
 Fields that do not change memory (rope_theta, eps, dropout rates, dtype) are ignored.
 """
 import difflib
-import json
 from pathlib import Path
 
 from fitplan.errors import SpecError
+from fitplan.files import parse_json, read_small_text
 from fitplan.specs.model import MoeSpec, Mlp, ModelSpec, Norm, Position
 
 DENSE_FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
@@ -38,11 +38,7 @@ def model_from_hf_config(path, *, name: str | None = None) -> ModelSpec:
     (examples/hf/llama-3.1-8b/config.json -> 'llama-3.1-8b')."""
     file = _config_file(Path(path))
     where = str(file)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"{where}: cannot read the file ({err.__class__.__name__}); check the path "
-                        f"and that it is a UTF-8 config.json") from None
+    text = read_small_text(file, where, "a Hugging Face config.json")
     default_name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
     return model_from_hf_text(text, where=where, name=name or default_name)
 
@@ -50,12 +46,7 @@ def model_from_hf_config(path, *, name: str | None = None) -> ModelSpec:
 def model_from_hf_text(text: str, *, where: str = "config.json", name: str = "hf-model") -> ModelSpec:
     """The same, from the text of a config.json (the web page's pasted config); `where`
     names it in errors."""
-    try:
-        config = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
-        reason = f"{err.msg} at line {err.lineno}, column {err.colno}" if isinstance(err, json.JSONDecodeError) \
-            else "nested too deeply"
-        raise SpecError(f"{where}: not valid JSON ({reason}); fix the file or download config.json again") from None
+    config = parse_json(text, where)
     return model_from_hf_dict(config, where=where, name=name, source=f"Hugging Face config.json: {where}")
 
 
@@ -82,11 +73,17 @@ def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-mo
         try:
             kwargs.update(_mixtral_experts(cfg))
         except SpecError as err:
-            raise SpecError(f"{where}: {err}") from None
+            raise _named(where, err) from None
     try:
         return ModelSpec(name=name, source=source, **kwargs)
     except SpecError as err:
-        raise SpecError(f"{where}: {err}") from None
+        raise _named(where, err) from None
+
+
+def _named(where: str, err: SpecError) -> SpecError:
+    """The file's name in front of a spec's own message, once (the config reader's already has it)."""
+    text = str(err)
+    return SpecError(text if text.startswith(f"{where}: ") else f"{where}: {text}")
 
 
 def _config_file(path: Path) -> Path:

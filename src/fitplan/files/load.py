@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass
 import difflib
 from enum import Enum
-import json
 from pathlib import Path
-import tomllib
 
 from fitplan import toml_text
 from fitplan.errors import SpecError
+from fitplan.files import parse_json, parse_toml, read_small_text
 from fitplan.specs.cluster import ClusterSpec, GpuSpec
 from fitplan.specs.declare import default_of, enum_value, file_key, spec_fields
 from fitplan.specs.model import ModelSpec
@@ -57,27 +56,15 @@ def read_document(path) -> tuple[dict, str]:
     suffix = path.suffix.lower()
     if suffix not in (".toml", ".json"):
         raise SpecError(f"{where}: unknown spec file type {path.suffix or '(none)'!r}; use .toml or .json")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{where}: no such file; check the path") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"{where}: cannot read the file ({err.__class__.__name__}); check the path") from None
+    text = read_small_text(path, where)
     return parse_document(text, fmt=suffix[1:], where=where), where
 
 
 def parse_document(text: str, *, fmt: str = "toml", where: str = "<spec>") -> dict:
     if fmt == "toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as err:
-            raise SpecError(f"{where}: not valid TOML ({err}); fix the syntax") from None
+        data = parse_toml(text, where)
     elif fmt == "json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"{where}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
-                            f"fix the syntax") from None
+        data = parse_json(text, where)
         if not isinstance(data, dict):
             raise SpecError(f"{where}: the top level must be an object with tables such as \"model\", "
                             f"got {type(data).__name__}")
