@@ -18,10 +18,12 @@ from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.request import SearchOptions
+from fitplan.specs import ClusterSpec
+from fitplan.specs.declare import field_bounds
 from fitplan.specs.parallel import ParallelConfig
 
 SMALLEST_TRIES = 64
-MAX_GPUS = 10**9   # ClusterSpec's limit
+MAX_GPUS = int(field_bounds(ClusterSpec, "num_gpus")[1])   # the declared range of --gpus
 MAX_SWEEP_POINTS = 64
 
 

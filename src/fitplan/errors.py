@@ -10,7 +10,7 @@ class SpecError(ValueError):
     """Bad user input: an unknown preset, a malformed size, degrees that do not multiply."""
 
 
-LONG_WORD = 60     # a run of characters this long without a space is user input echoed back: cut it
+LONG_WORD = 200    # a run of characters this long without a space or quote is user input echoed back: cut it
 
 
 def one_line(message: str) -> str:

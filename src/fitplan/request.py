@@ -11,7 +11,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from fitplan.specs.declare import Decl, Flagged, declared, flagged
+from fitplan.specs.declare import Decl, Flagged, num_text, declared, flagged, out_of_range
+from fitplan.units import UNIT_PARSERS
 
 FORMATS = ("text", "markdown", "json")
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan-python")
@@ -136,16 +137,11 @@ def checked(f: Flagged, value):
     if d.kind in ("enum", "choice") and value not in d.choice_values:
         raise SpecError(f"{f.flag}: invalid choice {value!r}; choose from {', '.join(map(str, d.choice_values))}")
     for item in (value if d.kind == "ints" else (value,)):
-        if isinstance(item, (int, float)) and not isinstance(item, bool):
-            if d.lo is not None and item < d.lo:
-                raise SpecError(f"{f.flag} must be >= {_num(d.lo)}, got {_num(item)}")
-            if d.hi is not None and item > d.hi:
-                raise SpecError(f"{f.flag} = {_num(item)} is out of range; give {_num(d.lo)} to {_num(d.hi)}")
+        if d.kind not in UNIT_PARSERS:   # a size, rate or time is checked once parsed (fitplan.resolve.typed)
+            problem = out_of_range(d, f.flag, item * d.scale if d.scale != 1 else item, shown=num_text(item))
+            if problem:
+                raise SpecError(problem)
     return value
-
-
-def _num(x) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def decl_for(command: str, key: str) -> Decl:

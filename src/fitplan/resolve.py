@@ -19,7 +19,8 @@ from fitplan.request import ModelSource, Request, SearchOptions, checked, comman
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
 from fitplan.specs.parallel import Recompute, ZeroStage
-from fitplan.units import fmt_rate, parse_bytes, parse_rate, parse_seconds
+from fitplan.specs.declare import out_of_range
+from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
 SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "max_seq_len",
@@ -53,9 +54,13 @@ def typed(f, value):
     value = checked(f, value)
     if kind == "enum":
         return d.enum(value)
-    parse = {"size": parse_bytes, "rate": parse_rate, "seconds": parse_seconds}.get(kind)
+    parse = UNIT_PARSERS.get(kind)
     if parse is not None:
-        return parse(value, f.flag)
+        parsed = parse(value, f.flag)
+        problem = out_of_range(d, f.flag, parsed, shown=repr(value))
+        if problem:
+            raise SpecError(problem)
+        return parsed
     if kind == "recipe":
         return presets.recipe(value)
     if kind == "gpu":

@@ -17,6 +17,7 @@ _TIME_UNITS = {"s": Decimal(1), "ms": Decimal("1e-3"), "us": Decimal("1e-6"), "n
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
 # A byte count above this is not a GPU memory or a model size anyone plans for (1 EiB).
 MAX_BYTES = 2**60
+MAX_EXPONENT = 30   # a mantissa's power of ten beyond +-30 is a typo, and Decimal arithmetic on it overflows
 
 
 def _split(text: str, field: str, example: str):
@@ -25,7 +26,10 @@ def _split(text: str, field: str, example: str):
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/]+)\s*", text)
     if not match:
         raise SpecError(f"{field}: cannot read {text!r}; write a number and a unit, e.g. {example!r}")
-    return Decimal(match.group(1)), match.group(2)
+    number = Decimal(match.group(1))
+    if number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT:
+        raise SpecError(f"{field}: {text!r} is out of any range fitplan plans for; check the exponent")
+    return number, match.group(2)
 
 
 def parse_bytes(text: str, field: str = "size") -> int:
@@ -85,3 +89,6 @@ def fmt_rate(bytes_per_s) -> str:
 def fmt_ms(seconds) -> str:
     """Seconds as milliseconds with three decimals: 0.0263456 -> '26.346'."""
     return f"{seconds * 1e3:,.3f}"
+
+
+UNIT_PARSERS = {"size": parse_bytes, "rate": parse_rate, "seconds": parse_seconds}

@@ -208,7 +208,7 @@ def test_the_request_is_checked(client, body, fragment):
     ({"preset": "gpt3-175b", "gpus": 16, "suggest": True, "top": 1000}, ["--gpus", "16", "--suggest", "--top", "1000"],
      "fitplan: --top = 1,000 is out of range; give 1 to 100"),
     ({"preset": "gpt3-175b", "gpus": 16, "weight_bytes": -1}, ["--gpus", "16", "--weight-bytes", "-1"],
-     "fitplan: --weight-bytes must be >= 0, got -1"),
+     "fitplan: --weight-bytes = -1 is out of range; give 0 to 64"),
 ])
 def test_a_range_is_the_declared_one_with_the_cli_line(client, body, argv, line):
     """The range comes from the field's declaration, checked once for both front ends."""

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int, positive_number
-from fitplan.specs.declare import declared
+from fitplan.specs.declare import check_ranges, declared
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -12,15 +12,18 @@ class LinkSpec:
     and per-message latency (s)."""
 
     name: str = declared("str", file_only="the link's name in reports; a changed bandwidth appends it")
-    bytes_per_s: float = declared("rate", key="bandwidth", flag="--bandwidth", group="cluster", example="100 GB/s",
+    bytes_per_s: float = declared("rate", key="bandwidth", flag="--bandwidth", group="cluster", example="100 GB/s", lo="1 MB/s",
+                                  hi="100 TB/s",
                                   help="per-GPU link bandwidth, one direction")
-    latency_s: float = declared("seconds", key="latency", flag="--latency", group="cluster", example="5 us",
+    latency_s: float = declared("seconds", key="latency", flag="--latency", group="cluster", example="5 us", lo="0 s",
+                                hi="100 ms",
                                 help="per-message latency of the link")
 
     def __post_init__(self) -> None:
         positive_number("link", "bytes_per_s", self.bytes_per_s)
         if not (0 <= self.latency_s < 1):
             raise SpecError(f"link.latency_s must be in [0, 1) seconds, got {self.latency_s!r}")
+        check_ranges(self, "link")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +34,7 @@ class GpuSpec:
 
     name: str = declared("str", file_only="a preset's name; a changed memory or link appends it")
     memory_bytes: int = declared("size", key="memory", flag="--gpu-memory", group="cluster", example="96 GiB",
+                                 lo="1 MiB", hi="64 TiB",
                                  help='memory per GPU, e.g. "192 GiB"')
     peak_bf16_flops_per_s: float = declared("number", flag="--peak-tflops", scale=1e12, group="cluster", lo=0.001,
                                             hi=1e6, unit="TFLOP/s", example=500,
@@ -39,7 +43,7 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
-    efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0, hi=1, example=0.6,
+    efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
                                  help="the sustained fraction of peak at large hidden sizes (calibrated: "
                                       "bench/calibrate.py)")
     intra_node: LinkSpec = declared("table", table=LinkSpec, prefix="intra-node-")
@@ -64,6 +68,7 @@ class GpuSpec:
         if not (0 < self.efficiency <= 1):
             raise SpecError(f"gpu.efficiency must be in (0, 1], got {self.efficiency!r}")
         positive_int("gpu", "gpus_per_node", self.gpus_per_node, maximum=4096)
+        check_ranges(self, "gpu")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +76,10 @@ class ClusterSpec:
     gpu: GpuSpec = declared("gpu", table=GpuSpec, flag="--gpu", group="cluster", example="a100-80gb",
                             help="GPU preset (default: the model preset's, else h100-80gb)")
     num_gpus: int = declared("int", flag="--gpus", group="cluster", lo=1, hi=2**20, example=64, help="number of GPUs")
-    gpus_per_node: int = declared("int", flag="--gpus-per-node", group="cluster", lo=1, hi=2**20, example=4,
+    gpus_per_node: int = declared("int", flag="--gpus-per-node", group="cluster", lo=1, hi=4096, example=4,
                                   help="GPUs per node (default: the GPU's)")
-    reserve_bytes: int = declared("size", key="reserve", flag="--reserve", group="cluster", example="3 GiB",
+    reserve_bytes: int = declared("size", key="reserve", flag="--reserve", group="cluster", example="3 GiB", lo="0 B",
+                                  hi="64 TiB",
                                   help='memory held back per GPU, e.g. "10 GiB" (default: the GPU\'s)')
 
     def __post_init__(self) -> None:
@@ -84,6 +90,7 @@ class ClusterSpec:
         if self.reserve_bytes >= self.gpu.memory_bytes:
             raise SpecError(f"cluster.reserve ({self.reserve_bytes} B) leaves no usable memory on a "
                             f"{self.gpu.memory_bytes} B GPU; lower --reserve")
+        check_ranges(self, "cluster")
 
     @property
     def usable_bytes(self) -> int:

@@ -34,8 +34,8 @@ class Decl:
     group: str = ""                # the CLI help group and the page's form section
     unit: str = ""                 # for numbers whose unit is not in their kind (TFLOP/s, tokens)
     scale: float = 1               # the field holds the flag's value times this (--peak-tflops 989 -> 989e12)
-    lo: float | None = None        # the outer range a request may give (the spec checks the meaning)
-    hi: float | None = None
+    lo: float | str | None = None  # the physically meaningful range, checked for every front end: in the
+    hi: float | str | None = None  # flag's unit, or a string with a unit for sizes/rates/times ("1 MB/s")
     choices: tuple = ()            # kind choice: the allowed values
     enum: type | None = None       # kind enum: the Enum class
     table: type | None = None      # kind table (and recipe, gpu): the nested dataclass
@@ -56,6 +56,62 @@ class Decl:
         if self.kind == "enum":
             return tuple(e.value for e in self.enum)
         return self.choices
+
+
+def bounds(d: Decl) -> tuple:
+    """(lo, hi) in the field's own unit (bytes, bytes/s, s; a scaled flag's value times its
+    scale), None where open."""
+    from fitplan.units import UNIT_PARSERS
+    parse = UNIT_PARSERS.get(d.kind)
+    if parse is not None:
+        return tuple(None if b is None else parse(b) for b in (d.lo, d.hi))
+    return tuple(None if b is None else b * d.scale for b in (d.lo, d.hi))
+
+
+def field_bounds(cls, name: str) -> tuple:
+    """(lo, hi) of one declared field of cls, in the field's unit."""
+    return bounds(next(d for f, d in spec_fields(cls) if f.name == name))
+
+
+def range_text(d: Decl) -> str:
+    return f"{num_text(d.lo)} to {num_text(d.hi)}" if d.hi is not None else f">= {num_text(d.lo)}"
+
+
+def out_of_range(d: Decl, name: str, value, shown=None) -> str | None:
+    """The one-line complaint when value (in the field's unit) is outside the declared range,
+    naming `name` (a flag, or a spec field); None when it is inside."""
+    lo, hi = bounds(d)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    shown = num_text(value / d.scale if d.scale != 1 else value) if shown is None else shown
+    if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
+        return f"{name} = {shown} is out of range; give {range_text(d)}"
+    return None
+
+
+def check_ranges(obj, owner: str) -> None:
+    """Every declared range of a spec, on construction: spec files and code get the same
+    bounds as the flags (fitplan.request.checked)."""
+    from fitplan.errors import SpecError
+    for f, d in spec_fields(type(obj)):
+        if d.lo is None and d.hi is None:
+            continue
+        for value in (_flat(getattr(obj, f.name))):
+            problem = out_of_range(d, f"{owner}.{f.name}", value)
+            if problem:
+                raise SpecError(problem)
+
+
+def _flat(value):
+    if isinstance(value, tuple):   # recipe moments: (name, bytes) pairs
+        return [v for item in value for v in (item[1:] if isinstance(item, tuple) else (item,))]
+    return [value]
+
+
+def num_text(x) -> str:
+    if isinstance(x, str):
+        return x
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def declared(kind: str, *, default=MISSING, **kw):

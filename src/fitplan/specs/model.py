@@ -4,7 +4,7 @@ from enum import StrEnum
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
-from fitplan.specs.declare import declared
+from fitplan.specs.declare import check_ranges, declared
 
 MOE = "mixture of experts"
 MLA = "multi-head latent attention"
@@ -36,13 +36,13 @@ class MoeSpec:
                                 help="routed experts per MoE layer (makes the model mixture-of-experts)")
     experts_per_token: int = declared("int", flag="--experts-per-token", group=MOE, lo=1, hi=2**20, example=4,
                                       help="top-k routing")
-    expert_ffn_size: int = declared("int", flag="--expert-ffn", group=MOE, lo=1, example=1024,
+    expert_ffn_size: int = declared("int", flag="--expert-ffn", group=MOE, lo=1, hi=10**7, example=1024,
                                     help="each expert's MLP size (default --ffn)")
     num_shared_experts: int = declared("int", default=0, flag="--shared-experts", group=MOE, lo=0, hi=2**20,
                                        example=1, help="experts every token uses (DeepSeek)")
-    first_dense_layers: int = declared("int", default=0, flag="--first-dense-layers", group=MOE, lo=0, example=1,
+    first_dense_layers: int = declared("int", default=0, flag="--first-dense-layers", group=MOE, lo=0, hi=10**5, example=1,
                                        help="leading layers with a dense MLP")
-    capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0,
+    capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
 
@@ -60,6 +60,7 @@ class MoeSpec:
                                                      and 0 < self.capacity_factor <= 1000):
             raise SpecError(f"model.moe.capacity_factor must be in (0, 1000] or absent (dropless), "
                             f"got {self.capacity_factor!r}")
+        check_ranges(self, "model.moe")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,21 +70,22 @@ class MlaSpec:
     decompressed, so activations are stored like multi-head attention with query/key head
     size qk_nope + qk_rope and value head size v_head_dim, plus the latents."""
 
-    q_lora_rank: int = declared("int", flag="--q-lora-rank", group=MLA, lo=0, example=768,
+    q_lora_rank: int = declared("int", flag="--q-lora-rank", group=MLA, lo=0, hi=10**6, example=768,
                                 help="the query latent's rank (0: queries are not compressed)")
-    kv_lora_rank: int = declared("int", flag="--kv-lora-rank", group=MLA, lo=1, example=256,
+    kv_lora_rank: int = declared("int", flag="--kv-lora-rank", group=MLA, lo=1, hi=10**6, example=256,
                                  help="the key/value latent's rank (makes the attention MLA)")
-    qk_nope_head_dim: int = declared("int", flag="--qk-nope-head-dim", group=MLA, lo=1, example=64,
+    qk_nope_head_dim: int = declared("int", flag="--qk-nope-head-dim", group=MLA, lo=1, hi=2**16, example=64,
                                      help="per-head query/key width without rotary embedding")
-    qk_rope_head_dim: int = declared("int", flag="--qk-rope-head-dim", group=MLA, lo=1, example=32,
+    qk_rope_head_dim: int = declared("int", flag="--qk-rope-head-dim", group=MLA, lo=1, hi=2**16, example=32,
                                      help="per-head query/key width with rotary embedding")
-    v_head_dim: int = declared("int", flag="--v-head-dim", group=MLA, lo=1, example=64, help="per-head value width")
+    v_head_dim: int = declared("int", flag="--v-head-dim", group=MLA, lo=1, hi=2**16, example=64, help="per-head value width")
 
     def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             positive_int("model.mla", name, getattr(self, name), maximum=10**6)
         if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 0:
             raise SpecError(f"model.mla.q_lora_rank must be a whole number >= 0, got {self.q_lora_rank!r}")
+        check_ranges(self, "model.mla")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,15 +93,15 @@ class ModelSpec:
     """Shapes of a decoder-only transformer. Counts are derived in fitplan.counts.params."""
 
     name: str = declared("str", file_only="a preset's or config's name; a changed shape appends (modified)")
-    num_layers: int = declared("int", flag="--layers", group="model", lo=1, example=24, help="transformer layers")
-    hidden_size: int = declared("int", flag="--hidden", group="model", lo=1, example=2048, help="hidden size h")
-    num_heads: int = declared("int", flag="--heads", group="model", lo=1, example=16, help="attention heads")
-    num_kv_heads: int = declared("int", flag="--kv-heads", group="model", lo=1, example=8,
+    num_layers: int = declared("int", flag="--layers", group="model", lo=1, hi=10**5, example=24, help="transformer layers")
+    hidden_size: int = declared("int", flag="--hidden", group="model", lo=1, hi=2**20, example=2048, help="hidden size h")
+    num_heads: int = declared("int", flag="--heads", group="model", lo=1, hi=2**16, example=16, help="attention heads")
+    num_kv_heads: int = declared("int", flag="--kv-heads", group="model", lo=1, hi=2**16, example=8,
                                  help="key/value heads (grouped-query attention); default: --heads")
-    ffn_hidden_size: int = declared("int", flag="--ffn", group="model", lo=1, example=5632,
+    ffn_hidden_size: int = declared("int", flag="--ffn", group="model", lo=1, hi=10**7, example=5632,
                                     help="MLP hidden size; default 4*hidden for gelu")
-    vocab_size: int = declared("int", flag="--vocab", group="model", lo=1, example=32000, help="vocabulary size")
-    max_seq_len: int = declared("int", flag="--max-seq-len", group="model", lo=1, example=8192,
+    vocab_size: int = declared("int", flag="--vocab", group="model", lo=1, hi=10**8, example=32000, help="vocabulary size")
+    max_seq_len: int = declared("int", flag="--max-seq-len", group="model", lo=1, hi=10**9, example=16384,
                                 help="the longest sequence the model takes (a learned position table's rows); "
                                      "default --seq-len for a custom shape")
     mlp: Mlp = declared("enum", default=Mlp.GELU, enum=Mlp, flag="--mlp", group="model", example=Mlp.SWIGLU,
@@ -116,7 +118,7 @@ class ModelSpec:
                                  help="biases on every linear layer (GPT-2/3); Llama has none")
     qkv_bias: bool = declared("bool", default=False, flag="--qkv-bias", off_flag="--no-qkv-bias", group="model",
                               example=True, help="biases on q/k/v only (Qwen2); ignored with --linear-bias")
-    head_dim: int | None = declared("int", default=None, flag="--head-dim", group="model", lo=1, example=128,
+    head_dim: int | None = declared("int", default=None, flag="--head-dim", group="model", lo=1, hi=2**16, example=128,
                                     omitted="hidden_size / num_heads",
                                     help="per-head width, when it is not hidden / heads")
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
@@ -151,6 +153,7 @@ class ModelSpec:
         for name, kind in (("mlp", Mlp), ("norm", Norm), ("position", Position)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(f"model.{name} must be one of {', '.join(k.value for k in kind)}")
+        check_ranges(self, "model")
 
     @property
     def q_size(self) -> int:

@@ -4,7 +4,7 @@ from enum import IntEnum, StrEnum
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
-from fitplan.specs.declare import declared
+from fitplan.specs.declare import check_ranges, declared
 
 CONFIG = "one configuration (with --suggest: fixes that axis of the search)"
 
@@ -66,6 +66,7 @@ class ParallelConfig:
             raise SpecError(f"parallel.zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"parallel.recompute must be none, selective or full, got {self.recompute!r}")
+        check_ranges(self, "parallel")
 
     @property
     def world_size(self) -> int:

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int
-from fitplan.specs.declare import declared
+from fitplan.specs.declare import check_ranges, declared
 
 _BPP = "bytes per parameter"
 
@@ -41,6 +41,7 @@ class Recipe:
             raise SpecError(f"recipe.compute must be 'bf16' or 'fp8', got {self.compute!r}")
         if self.weights_bytes == 0:
             raise SpecError("recipe.weights_bytes must be > 0: training needs the weights")
+        check_ranges(self, "recipe")
 
     @property
     def optimizer_bytes(self) -> int | float:
@@ -64,7 +65,7 @@ class TrainingSpec:
     dropout=True stores 1-byte dropout masks, as Korthikanti et al. assume.
     """
 
-    seq_len: int = declared("int", flag="--seq-len", group="training", lo=1, example=4096,
+    seq_len: int = declared("int", flag="--seq-len", group="training", lo=1, hi=10**9, example=4096,
                             help="training sequence length")
     recipe: Recipe = declared("recipe", table=Recipe, flag="--precision", group="training", example="bf16-adam",
                               help="precision recipe, a preset name (default mixed-adam; fitplan presets list)")
@@ -78,7 +79,7 @@ class TrainingSpec:
     attention_kernel: str = declared("choice", default="eager", choices=("eager", "flash"),
                                      flag="--attention-kernel", group="training", example="flash",
                                      help="eager stores the s^2 scores; flash keeps only an fp32 logsumexp")
-    moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=0, hi=1000,
+    moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")
 
@@ -94,3 +95,4 @@ class TrainingSpec:
             positive_int("training", "global_batch", self.global_batch, maximum=10**12)
         if self.act_bytes not in (1, 2, 4):
             raise SpecError(f"training.act_bytes must be 1, 2 or 4, got {self.act_bytes!r}")
+        check_ranges(self, "training")
