@@ -26,8 +26,12 @@ def _split(text: str, field: str, example: str):
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/]+)\s*", text)
     if not match:
         raise SpecError(f"{field}: cannot read {text!r}; write a number and a unit, e.g. {example!r}")
-    number = Decimal(match.group(1))
-    if number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT:
+    try:
+        number = Decimal(match.group(1))
+        huge = number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT
+    except ArithmeticError:   # decimal's Overflow / InvalidOperation on an exponent past its limits
+        huge = True
+    if huge:
         raise SpecError(f"{field}: {text!r} is out of any range fitplan plans for; check the exponent")
     return number, match.group(2)
 
