@@ -145,10 +145,6 @@ def _bytes(moments: dict) -> str:
 
 def _shapes(plan: Plan, reasons: list, notes: list) -> list:
     m, s = plan.model, plan.training.seq_len
-    if m.head_dim is None and m.hidden_size % m.num_heads:
-        reasons.append(f"hidden size {m.hidden_size} is not a whole number of {m.num_heads} heads; Megatron "
-                       f"derives --kv-channels = hidden/heads and asserts it divides (set head_dim, or use a "
-                       f"head count that divides {m.hidden_size})")
     if plan.parallel.cp > 1 and s % (2 * plan.parallel.cp):
         reasons.append(f"Megatron needs the sequence length ({s}) to be a multiple of 2 x cp = "
                        f"{2 * plan.parallel.cp} for its load-balanced context parallel split")

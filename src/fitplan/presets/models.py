@@ -58,8 +58,9 @@ _PRESETS = (
     _gpt3("gpt3-125m", 125_000_000, 12, 768, 12, 2**19),
     _gpt3("gpt3-350m", 350_000_000, 24, 1024, 16, 2**19),
     _gpt3("gpt3-760m", 760_000_000, 24, 1536, 16, 2**19),
-    _gpt3("gpt3-1.3b", 1_300_000_000, 24, 2048, 24, 2**20,
-          note="; the table's 24 heads x d_head 128 != d_model 2048: projections kept h wide, 24 heads kept"),
+    _gpt3("gpt3-1.3b", 1_300_000_000, 24, 2048, 16, 2**20,
+          note="; the table's 24 heads x d_head 128 != d_model 2048 and no whole head size gives 24 heads of "
+               "2048, so 16 heads of 128 (GPT-Neo 1.3B's choice): d_model, d_head and the 1.3B count as printed"),
     _gpt3("gpt3-2.7b", 2_700_000_000, 32, 2560, 32, 2**20),
     _gpt3("gpt3-6.7b", 6_700_000_000, 32, 4096, 32, 2**21),
     _gpt3("gpt3-13b", 13_000_000_000, 40, 5120, 40, 2**21,

@@ -135,12 +135,19 @@ class ModelSpec:
             positive_int("model", name, getattr(self, name))
         if self.head_dim is not None:
             positive_int("model", "head_dim", self.head_dim)
-        elif self.hidden_size % self.num_heads and self.num_kv_heads != self.num_heads:
-            raise SpecError(f"model.hidden_size {self.hidden_size} is not divisible by num_heads "
-                            f"{self.num_heads}; set head_dim explicitly or fix the heads")
+        elif self.hidden_size % self.num_heads and self.mla is None:
+            # Megatron-LM asserts hidden % heads == 0 unless --kv-channels is given; transformers likewise
+            raise SpecError(f"model.hidden_size {self.hidden_size} is not a whole number of {self.num_heads} heads "
+                            f"({self.hidden_size / self.num_heads:g} per head); set head_dim (--head-dim) or pick a "
+                            f"head count that divides {self.hidden_size}")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"model.num_heads {self.num_heads} is not divisible by num_kv_heads "
                             f"{self.num_kv_heads}; grouped-query attention needs whole groups")
+        rotary = (self.mla.qk_rope_head_dim if self.mla is not None else
+                  self.head_dim or self.hidden_size // self.num_heads) if self.position is Position.ROPE else 0
+        if rotary % 2:   # RoPE rotates pairs of dimensions
+            raise SpecError(f"model: rotary embeddings need an even head dimension, got {rotary}; change "
+                            f"{'qk_rope_head_dim' if self.mla is not None else 'head_dim or the heads'}")
         if self.published_params is not None:
             positive_int("model", "published_params", self.published_params)
         if self.moe is not None and not isinstance(self.moe, MoeSpec):
@@ -157,9 +164,8 @@ class ModelSpec:
 
     @property
     def q_size(self) -> int:
-        """Width of the query projection, a*d; h when head_dim is not given. (GPT-3 XL
-        prints 24 heads with d_model 2048, which no whole head size multiplies to; the
-        projections are still h wide.) MLA: the decompressed query (= key) width,
+        """Width of the query projection, a*d; h when head_dim is not given (then h is a
+        whole number of heads: __post_init__). MLA: the decompressed query (= key) width,
         a*(qk_nope + qk_rope)."""
         if self.mla is not None:
             return self.num_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
