@@ -33,7 +33,8 @@ def test_saved_bytes_per_layer_exact(spec, s, b, e, recompute):
 
 
 def test_engine_notes_figures_reproduced():
-    """ENGINE-NOTES 1a's block (s=128, b=2, h=256, a=8, native_dropout, bf16): 3,557,376 B
+    """The block of docs/engines.md#activations-saved-for-backward (s=128, b=2, h=256, a=8,
+    native_dropout, bf16): 3,557,376 B
     = sbh(34 + 5as/h) + LN stats (4 x sb x 2 B) + causal mask (s^2 x 1 B)."""
     from fitplan.specs.model import ModelSpec
     spec = ModelSpec(name="notes", num_layers=1, hidden_size=256, num_heads=8, num_kv_heads=8, ffn_hidden_size=1024,

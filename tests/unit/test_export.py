@@ -30,7 +30,7 @@ def plan(model=LLAMA, *, recipe="mixed-adam", seq_len=8192, global_batch=512, ac
 
 def megatron_parser() -> argparse.ArgumentParser:
     """Exactly the flag names the exporter may emit, with Megatron-LM's types and actions
-    (ENGINE-NOTES sec. 5; megatron/training/arguments.py). An undeclared flag fails the parse."""
+    (docs/engines.md#megatron-lm-flags; megatron/training/arguments.py). An undeclared flag fails the parse."""
     p = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
     for name in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",

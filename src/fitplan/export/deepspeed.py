@@ -1,6 +1,6 @@
 """A DeepSpeed ds_config.json for a plan.
 
-Keys as in deepspeed.ai/docs/config-json and the 0.19.8 package (ENGINE-NOTES sec. 5):
+Keys as in deepspeed.ai/docs/config-json and the 0.19.8 package (docs/engines.md#deepspeed-config-keys):
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
 data-parallel size; zero_optimization.stage; bf16.enabled; data_types.grad_accum_dtype;
 optimizer.type; activation_checkpointing.
@@ -131,9 +131,11 @@ def _notes(plan: Plan) -> list:
              f"world size = {plan.parallel.micro_batch} x {plan.num_microbatches} x {plan.parallel.dp}"]
     if zero >= ZeroStage.OS_G and r.weights_bytes == 2:
         notes.append("DeepSpeed's own estimator also counts an fp32 gradient partition (ZeRO-2: 2P + 18P/N, "
-                     f"ENGINE-NOTES sec. 2); the plan counts {r.grads_bytes} B/param of gradients")
+                     f"docs/engines.md#deepspeed-zero-buckets-and-gradient-precision); the plan counts "
+                     f"{r.grads_bytes} B/param of gradients")
     if zero == ZeroStage.OS_G_P:
         notes.append("ZeRO-3 also holds gathered parameters up to stage3_max_live_parameters and the prefetch "
-                     "bucket (about 4 x the largest layer, ENGINE-NOTES sec. 2), beyond the plan's sharded states")
+                     "bucket (about 4 x the largest layer, "
+                     "docs/engines.md#deepspeed-zero-buckets-and-gradient-precision), beyond the plan's sharded states")
     notes.append(f"written for {describe(plan)}; the model code decides the shapes")
     return notes

@@ -1,6 +1,6 @@
 """Megatron-LM command-line arguments for a plan.
 
-Flag names are those of ENGINE-NOTES sec. 5 (Megatron-LM's argparse parser, dumped at
+Flag names are those of docs/engines.md#megatron-lm-flags (Megatron-LM's argparse parser, dumped at
 commit d98e8a6) plus --grad-reduce-in-bf16, --add-qkv-bias, --no-gradient-accumulation-
 fusion and --ckpt-format, read from megatron/training/arguments.py. What each part maps to:
 

@@ -1,5 +1,5 @@
 """torchtitan job configs for a plan: the legacy TOML (<= v0.2.2) and the Python config
-that replaced it (commit 9810191b, "Config System Refactor", ENGINE-NOTES sec. 5).
+that replaced it (commit 9810191b, "Config System Refactor", docs/engines.md#torchtitan-configuration).
 
 torchtitan's model states are fixed by its design: FSDP2 (or DDP) over fp32 parameters,
 fp32 gradients (mixed_precision_reduce = float32) and fp32 AdamW moments, 16 B/param, with
@@ -10,7 +10,7 @@ bf16 only as the gathered compute copy. So it expresses:
               under PP); 0: data_parallel_replicate_degree = dp (DDP), only when dp is the
               only parallelism; any stage when dp x cp = 1 (nothing to shard).
               ZeRO-1/2 have no torchtitan form: FSDP2's reshard_after_forward = "never" is
-              ZeRO-2-like only at the peak (2P + 16P/N, ENGINE-NOTES sec. 1b).
+              ZeRO-2-like only at the peak (2P + 16P/N, docs/engines.md#zero-1-fsdp1-and-fsdp2).
   recompute   none, full: [activation_checkpoint] mode. torchtitan's "selective" is per-op
               SAC (saves matmul and SDPA outputs, recomputes every other matmul) or every
               n-th layer in full, neither of them the plan's selective (attention core only).
@@ -146,7 +146,8 @@ def _data_parallel(plan: Plan, reasons: list):
         return c.dp, 1, False
     reasons.append(f"ZeRO-{int(c.zero)}: torchtitan shards with FSDP2 (ZeRO-3) or replicates (DDP); "
                    f"fsdp_reshard_after_forward = \"never\" keeps the gathered bf16 model between forward and "
-                   f"backward, a ZeRO-2-like peak of 2P + 16P/N (ENGINE-NOTES sec. 1b), which is not the plan's "
+                   f"backward, a ZeRO-2-like peak of 2P + 16P/N (docs/engines.md#zero-1-fsdp1-and-fsdp2), which "
+                   f"is not the plan's "
                    f"ZeRO-{int(c.zero)}")
     return 1, c.dp, True
 
@@ -157,7 +158,8 @@ def _notes(plan: Plan) -> list:
              "so the plan's activations are an upper bound"]
     if c.tp > 1 and c.sequence_parallel:
         extra = 2 * t.act_bytes * t.seq_len * c.micro_batch * m.hidden_size * (c.tp - 1) // (c.tp * c.cp)
-        notes.append(f"DTensor sequence parallel saves the all-gathered LayerNorm outputs (ENGINE-NOTES sec. 1a): "
+        notes.append(f"DTensor sequence parallel saves the all-gathered LayerNorm outputs "
+                     f"(docs/engines.md#tensor-and-sequence-parallel-under-dtensor): "
                      f"{extra:,} B more per layer and micro-batch than the plan's Megatron-style SP")
     if (m.mlp, m.norm, m.position) != (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE):
         notes.append("torchtitan ships Llama-style models (RMSNorm, SwiGLU, RoPE); this model needs a custom "

@@ -1,6 +1,7 @@
 """A ModelSpec from a Hugging Face config.json, without transformers.
 
-Families (model_type) and the fields read, as transformers writes them (ENGINE-NOTES sec. 6):
+Families (model_type) and the fields read, as transformers writes them
+(docs/engines.md#hugging-face-configjson-fields):
 
   gpt2      n_layer, n_embd, n_head, n_positions (older files: n_ctx), vocab_size,
             n_inner (null: 4*n_embd), activation_function (a GeLU), tie_word_embeddings
@@ -13,10 +14,11 @@ Families (model_type) and the fields read, as transformers writes them (ENGINE-N
             Qwen2: q/k/v projections have biases, o_proj and the MLP do not.
   mixtral   the Llama fields + num_local_experts, num_experts_per_tok (experts of intermediate_size).
 
-The importer rule (ENGINE-NOTES sec. 6): the canonical name first, then the family alias
-(GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults only where transformers has
-a documented one (kv heads, head_dim, GPT-2's ffn, tying, biases). Every other field is
-required, so a truncated file is an error that names the field, not a silent default.
+The importer rule (docs/engines.md#hugging-face-configjson-fields): the canonical name
+first, then the family alias (GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults
+only where transformers has a documented one (kv heads, head_dim, GPT-2's ffn, tying,
+biases). Every other field is required, so a truncated file is an error that names the
+field, not a silent default.
 Fields that do not change memory (rope_theta, eps, dropout rates, dtype) are ignored.
 """
 import difflib

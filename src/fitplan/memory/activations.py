@@ -59,7 +59,7 @@ def _layer_text(*, recompute, sp, t, c, **kw):
 
 def attention_core_bytes(*, s, b, a, e, M, D, kernel):
     """The attention core S: the s^2 scores, softmax and its dropout (eager), or only the fp32
-    logsumexp a flash kernel keeps, 4*a*s*b (ENGINE-NOTES 1a: SDPA's CPU flash path)."""
+    logsumexp a flash kernel keeps, 4*a*s*b (docs/engines.md#activations-saved-for-backward: SDPA's CPU flash path)."""
     return 4 * a * s * b if kernel == "flash" else a * s * s * b * (e + D * (e + M))
 
 

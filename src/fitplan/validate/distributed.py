@@ -440,7 +440,7 @@ def _expected(spec: ModelSpec, check: str, rank: int, world: int, seq_len: int) 
     moments = 8 * local - planner["optimizer"]
     opt_extras = (X.adam_steps(len(shapes)),) + ((Extra(
         "fsdp2-uneven-shards", moments, "Adam's moments follow the unpadded local shard (torch.chunk sizes)",
-        "ENGINE-NOTES 1b"),) if moments else ())
+        "docs/engines.md#zero-1-fsdp1-and-fsdp2"),) if moments else ())
     grads = (planner["grads"], _nonzero(pad_g))
     opt = (planner["optimizer"], opt_extras)
     sharded = X.PARAM_BYTES * sum(X.fsdp2_rows(s[0], world, rank)[1] * X._row(s) for s in shapes)
@@ -451,7 +451,8 @@ def _expected(spec: ModelSpec, check: str, rank: int, world: int, seq_len: int) 
     # backward (padded all-gather outputs), keeps its sharded copy, and reshards after backward.
     gathered = X.PARAM_BYTES * sum(world * X.fsdp2_rows(s[0], world, rank)[1] * X._row(s) for s in shapes)
     fwd_extras = _nonzero(Extra("fsdp2-gather-padding", gathered - X.PARAM_BYTES * total,
-                                "the all-gathered parameters keep the shard padding", "ENGINE-NOTES 1b"))
+                                "the all-gathered parameters keep the shard padding",
+                                "docs/engines.md#zero-1-fsdp1-and-fsdp2"))
     fwd_extras += (Extra("fsdp2-sharded-copy", sharded,
                          "FSDP2 keeps each rank's sharded fp32 parameters (the optimizer updates them) next to "
                          "the unsharded ones; the fp32-adam recipe has no separate master copy to absorb them",
@@ -460,7 +461,7 @@ def _expected(spec: ModelSpec, check: str, rank: int, world: int, seq_len: int) 
         "fsdp2-reshard-after-backward", sharded - planner["params"],
         "FSDP2 frees the unsharded parameters after backward whatever reshard_after_forward says, so after the "
         "step a ZeRO-2-like FSDP2 holds only its shard (the planner's ZeRO-2 keeps 4P: that is the "
-        "forward-to-backward figure)", "ENGINE-NOTES 1b"),))
+        "forward-to-backward figure)", "docs/engines.md#zero-1-fsdp1-and-fsdp2"),))
     return {"params": at_rest, "params_fwd_bwd": (planner["params"], fwd_extras), "grads": grads,
             "optimizer": opt}
 
@@ -500,7 +501,7 @@ def state_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, world: int
                             quantity="zero1 Adam moments, busiest rank vs 8P/N", planner=exp[0]["optimizer"][0],
                             measured=max(measured), relation=">=", per_rank_measured=tuple(measured),
                             note="torch ZeRO-1 packs whole tensors, so the planner's K*P/N is a lower bound "
-                                 "(ENGINE-NOTES 1b)"))
+                                 "(docs/engines.md#zero-1-fsdp1-and-fsdp2)"))
     return rows
 
 

@@ -2,8 +2,9 @@
 keyword inputs the planner uses, plus each reference extra, named, sized and cited.
 
 Pure Python (no torch): the figures here are predictions, made before anything runs.
-"ENGINE-NOTES" is /work/shared/ENGINE-NOTES.md, the project's measured facts about torch
-2.13 on CPU (section 1a activations, 1b ZeRO/FSDP, 1c DTensor TP, 1d pipelining).
+docs/engines.md holds the project's measured facts about torch 2.13 on CPU (sections
+activations-saved-for-backward, tensor-and-sequence-parallel-under-dtensor,
+zero-1-fsdp1-and-fsdp2, pipeline-parallel-on-cpu).
 """
 from fitplan.arith import ceil_div
 from fitplan.counts import flops as F
@@ -48,7 +49,8 @@ def norm_stats_bytes(model: ModelSpec, *, tokens: int, act_bytes: int, device: s
     return 2 * tokens * (act_bytes if device == "cpu" else 4)
 
 
-_NORM_CITE = {Norm.LAYERNORM: "ENGINE-NOTES 1a (LN stats: input dtype on CPU, fp32 on CUDA)",
+_NORM_CITE = {Norm.LAYERNORM: "docs/engines.md#activations-saved-for-backward (LN stats: input dtype on CPU, "
+                              "fp32 on CUDA)",
               Norm.RMSNORM: "reference_model.RMSNormFunction"}
 
 
@@ -81,7 +83,8 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
         out.append(Extra("dtensor-sp-ln-output", 2 * (full - full // t),
                          "under DTensor sequence parallel the column-parallel linears save the all-gathered "
                          "(full) norm outputs, 2sbh each, where Megatron keeps the sbh/t shard and gathers "
-                         "it again in backward", "ENGINE-NOTES 1a (TP / TP+SP activations)"))
+                         "it again in backward",
+                         "docs/engines.md#tensor-and-sequence-parallel-under-dtensor (TP / TP+SP activations)"))
     return tuple(out)
 
 
@@ -214,7 +217,7 @@ def zero1_packing(numels: list[int], world: int, rank: int, bytes_per_param: int
     return Extra("zero1-whole-tensor-packing", bytes_per_param * mine - ideal,
                  "torch ZeroRedundancyOptimizer assigns whole parameter tensors to ranks (greedy, largest "
                  "first), so a rank's optimizer share is not K*P/N; the planner's K*P/N is a lower bound on "
-                 "the busiest rank", "ENGINE-NOTES 1b")
+                 "the busiest rank", "docs/engines.md#zero-1-fsdp1-and-fsdp2")
 
 
 def fsdp2_rows(dim0: int, world: int, rank: int) -> tuple[int, int]:
@@ -231,7 +234,7 @@ def fsdp2_padding(shapes: list[tuple[int, ...]], world: int, rank: int, *, per_r
     total = sum(_numel(s) for s in shapes)
     return Extra("fsdp2-shard-padding", per_rank_bytes * padded - ceil_div(per_rank_bytes * total, world),
                  f"FSDP2 shards every tensor along dim 0 in ceil(dim0/N)-row chunks and pads each {what} "
-                 "shard to that size (0 when N divides every dim 0)", "ENGINE-NOTES 1b")
+                 "shard to that size (0 when N divides every dim 0)", "docs/engines.md#zero-1-fsdp1-and-fsdp2")
 
 
 def fsdp2_local_numel(shapes: list[tuple[int, ...]], world: int, rank: int) -> int:

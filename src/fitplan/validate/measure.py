@@ -1,10 +1,11 @@
 """Single-process measurements: parameter counts on the meta device, and the bytes saved
 for backward, per layer, by unique storage (parameters excluded).
 
-Method (ENGINE-NOTES 1a): a torch.autograd.graph.saved_tensors_hooks pack hook sees every
-tensor autograd keeps; it records the tensor's untyped storage once per data pointer,
-skipping parameter storages, into the bucket of the layer whose forward is running
-(forward pre/post hooks on each block) or "outside" (embedding, final norm, head, loss).
+Method (docs/engines.md#activations-saved-for-backward): a
+torch.autograd.graph.saved_tensors_hooks pack hook sees every tensor autograd keeps; it
+records the tensor's untyped storage once per data pointer, skipping parameter storages,
+into the bucket of the layer whose forward is running (forward pre/post hooks on each
+block) or "outside" (embedding, final norm, head, loss).
 Storages of saved tensors stay alive until backward, so a data pointer cannot be reused
 within one measurement. A DTensor is measured by its local shard.
 """
@@ -85,7 +86,7 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
                       seed: int = 0) -> SavedActivations:
     """One forward (and the loss) in training mode under the recorder, then a backward to
     check the graph is usable. Weights are in the activation dtype (no autocast: autocast
-    saves bf16 weight copies, ENGINE-NOTES 1a)."""
+    saves bf16 weight copies, docs/engines.md#activations-saved-for-backward)."""
     torch.manual_seed(seed)
     net = build(model, dropout_p=dropout_p, recompute=recompute, dtype=DTYPES[act_bytes], device=device)
     net.train()

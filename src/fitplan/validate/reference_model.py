@@ -5,7 +5,8 @@ plus a few tensors PyTorch cannot avoid, which fitplan.validate.expected names o
 
 * manual attention: Q K^T / sqrt(d), causal masked_fill, softmax, torch.native_dropout
   (a 1-byte bool mask, as on CUDA; CPU F.dropout keeps a mask in the input dtype,
-  ENGINE-NOTES 1a), then @ V. The s^2 scores are stored, as the paper assumes; no SDPA.
+  docs/engines.md#activations-saved-for-backward), then @ V. The s^2 scores are stored,
+  as the paper assumes; no SDPA.
 * grouped-query attention without expanding K and V: queries are grouped (b*g, r*s, d) so
   one bmm per kv group serves its r = a/g query heads; K and V stay g*d wide.
 * separate q, k, v projections (the fused QKV matrix has the same parameters); tensor

@@ -18,7 +18,7 @@ class Extra:
     key: str
     value: int                 # bytes, or FLOPs in a FLOPs row
     reason: str
-    cite: str = "ENGINE-NOTES 1a"
+    cite: str = "docs/engines.md#activations-saved-for-backward"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -108,12 +108,13 @@ def cuda_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     return rows
 
 
-PIPELINE_NOTE = ("pipeline parallel: torch.distributed.pipelining runs on CPU with gloo (ENGINE-NOTES 1d); the pp "
+PIPELINE_NOTE = ("pipeline parallel: torch.distributed.pipelining runs on CPU with gloo "
+                 "(docs/engines.md#pipeline-parallel-on-cpu); the pp "
                  "rows use PipelineStage + ScheduleGPipe, one stage per rank, 2 micro-batches")
 NOTES = (
     "ZeRO-2/3 are measured with FSDP2 fully_shard; FSDP1 (SHARD_GRAD_OP / FULL_SHARD) also runs on CPU but "
-    "is deprecated and flattens and pads differently (ENGINE-NOTES 1b); it is not measured",
-    "context parallel does not run on CPU (ENGINE-NOTES 1e): its terms are not validated here",
+    "is deprecated and flattens and pads differently (docs/engines.md#zero-1-fsdp1-and-fsdp2); it is not measured",
+    "context parallel does not run on CPU (docs/engines.md#context-parallel-on-cpu): its terms are not validated here",
 )
 
 
