@@ -3,6 +3,7 @@ source and the arithmetic beside each assert), every preset says where its numbe
 and every GPU preset plans and round-trips through `presets show NAME --toml`."""
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,9 @@ def test_hbm_bandwidth_is_written_with_its_unit():
     assert 'hbm_bandwidth = "3.35 TB/s"' in dump_toml(GPUS["h100-80gb"])
     assert 'hbm_bandwidth = "2039 GB/s"' in dump_toml(GPUS["a800"])
     assert 'memory = "186 GB"' in dump_toml(GPUS["gb200"]) and 'memory = "96 GiB"' in dump_toml(GPUS["h20"])
+
+
+def test_docs_hardware_has_a_row_for_every_preset():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
+    for name in GPUS:
+        assert f"| `{name}` |" in page, name
