@@ -220,7 +220,9 @@ class _Table:
 
 
 def _suggest(name: str, known, prefix: str = "") -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    # A name the user began ("h100" of "h100-80gb") beats a near spelling ("h800").
+    close = ([k for k in known if name and k.startswith(name)]
+             or difflib.get_close_matches(name, list(known), n=1, cutoff=0.6))
     if close:
         return f" (did you mean '{prefix}{close[0]}'?)"
     return f"; known keys: {', '.join(known)}"

@@ -10,7 +10,9 @@ from fitplan.presets.recipes import RECIPES
 def _find(registry: dict, kind: str, flag: str, name: str):
     if name in registry:
         return registry[name]
-    close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.5)
+    # Names the user began ("h100" of "h100-80gb") first, then near spellings ("h800").
+    begun = [k for k in registry if name and k.startswith(name)]
+    close = list(dict.fromkeys(begun + difflib.get_close_matches(name, list(registry), n=3, cutoff=0.5)))[:3]
     hint = f"did you mean {', '.join(close)}?" if close else f"run 'fitplan presets list' to see all {len(registry)}"
     raise SpecError(f"{flag}: unknown {kind} preset {name!r}; {hint}")
 

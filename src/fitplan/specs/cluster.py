@@ -43,6 +43,9 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
+    hbm_bytes_per_s: float | None = declared("rate", default=None, key="hbm_bandwidth", flag="--hbm-bandwidth",
+                                             group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
+                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
                                  help="the sustained fraction of peak at large hidden sizes (calibrated: "
                                       "bench/calibrate.py)")
@@ -65,6 +68,8 @@ class GpuSpec:
         positive_number("gpu", "peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
         if self.peak_fp8_flops_per_s is not None:
             positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)
+        if self.hbm_bytes_per_s is not None:
+            positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
         if not (0 < self.efficiency <= 1):
             raise SpecError(f"gpu.efficiency must be in (0, 1], got {self.efficiency!r}")
         positive_int("gpu", "gpus_per_node", self.gpus_per_node, maximum=4096)

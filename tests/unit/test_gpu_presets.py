@@ -1,0 +1,184 @@
+"""The GPU presets issue 13 asks for: each figure equals the one its source text states (the
+source and the arithmetic beside each assert), every preset says where its numbers come from,
+and every GPU preset plans and round-trips through `presets show NAME --toml`."""
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from fitplan.cli import main
+from fitplan.files.load import dump_toml, parse_document, specs_from_document
+from fitplan.presets import GPUS
+from fitplan.units import GiB
+
+# The names issue 13 contracts.
+NEW = ("h800", "a800", "h100-pcie", "h20", "gh200", "gb200", "mi325x", "mi355x")
+
+
+def test_the_contracted_names_are_presets():
+    assert set(NEW) <= set(GPUS)
+
+
+def test_h800():
+    g = GPUS["h800"]
+    assert g.memory_bytes == 80 * GiB                  # H100 SXM5 datasheet: 80GB HBM3 (binary, as h100-80gb)
+    assert g.peak_bf16_flops_per_s == 989e12           # H100 SXM5: 1,979 with sparsity / 2; verl: 989e12
+    assert g.peak_fp8_flops_per_s == 1979e12           # H100 SXM5: 3,958 with sparsity / 2
+    assert g.hbm_bytes_per_s == 3.35e12                # H100 SXM5: 3.35 TB/s
+    assert g.intra_node.bytes_per_s == 200e9           # NVLink 400 GB/s both directions / 2 (not published)
+    assert g.inter_node.bytes_per_s == 50e9            # ConnectX-7 400 Gb/s / 8 bits (DeepEP docs/legacy.md)
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+
+
+def test_a800():
+    g = GPUS["a800"]
+    assert g.memory_bytes == 80 * GiB                  # A100 80GB SXM datasheet: 80GB HBM2e (81,920 MiB)
+    assert g.peak_bf16_flops_per_s == 312e12           # A100: 624 with sparsity / 2
+    assert g.peak_fp8_flops_per_s is None              # Ampere: no fp8 tensor cores
+    assert g.hbm_bytes_per_s == 2039e9                 # A100 80GB SXM: 2,039 GB/s
+    assert g.intra_node.bytes_per_s == 200e9           # NVLink 400 GB/s both directions / 2 (NVIDIA via Reuters)
+    assert g.inter_node.bytes_per_s == 25e9            # HDR 200 Gb/s / 8 bits (24 GB/s measured, nccl#412)
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+
+
+def test_h100_pcie():
+    g = GPUS["h100-pcie"]
+    assert g.memory_bytes == 80 * GiB                  # H100 datasheet, PCIe: 80GB HBM2e
+    assert g.peak_bf16_flops_per_s == 756e12           # H100 PCIe: 1,513 with sparsity / 2, rounded down
+    assert g.peak_fp8_flops_per_s == 1513e12           # H100 PCIe: 3,026 with sparsity / 2
+    assert g.hbm_bytes_per_s == 2.0e12                 # H100 PCIe: 2 TB/s
+    assert g.intra_node.bytes_per_s == 63e9            # PCIe Gen5 x16: 128 GB/s both directions, 63 each after encoding
+    assert g.inter_node.bytes_per_s == 50e9            # 400 Gb/s NDR per GPU, assumed
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+
+
+def test_h20():
+    g = GPUS["h20"]
+    assert g.memory_bytes == 96 * GiB                  # reported 96GB HBM3: six 16 GiB stacks; nvidia-smi 97,871 MiB
+    assert g.peak_bf16_flops_per_s == 148e12           # reported spec sheet; verl flops_counter.py: 148e12
+    assert g.peak_fp8_flops_per_s == 296e12            # 2 x 148, Hopper's fp8:bf16 ratio (not published)
+    assert g.hbm_bytes_per_s == 4.0e12                 # reported spec sheet: 4.0 TB/s
+    assert g.intra_node.bytes_per_s == 450e9           # full NVLink 4: 900 GB/s both directions / 2
+    assert g.inter_node.bytes_per_s == 50e9            # ConnectX-7 400 Gb/s / 8 bits
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+
+
+def test_gh200():
+    g = GPUS["gh200"]
+    assert g.memory_bytes == 96 * GiB                  # GH200 96GB HBM3: six 16 GiB stacks; nvidia-smi 97,871 MiB
+    assert g.peak_bf16_flops_per_s == 989e12           # GH200: H100's 989 dense
+    assert g.peak_fp8_flops_per_s == 1979e12           # GH200: H100's 1979 dense
+    assert g.hbm_bytes_per_s == 4.0e12                 # GH200 96GB HBM3: 4 TB/s (JUPITER: "96 GB HBM3 at 4 TB/s")
+    assert g.intra_node.bytes_per_s == 3 * 150e9       # JUPITER node: NVLink 4, 150 GB/s per direction to 3 peers
+    assert g.inter_node.bytes_per_s == 25e9            # JUPITER node: one NDR200 NIC per GPU, 200 Gb/s / 8 bits
+    assert g.gpus_per_node == 4 and g.default_reserve_bytes == 10 * GiB   # 4 superchips per node
+
+
+def test_gb200():
+    g = GPUS["gb200"]
+    assert g.memory_bytes == 186 * 10**9              # GB200 NVL72, per GPU: 186 GB (decimal) HBM3e
+    assert g.peak_bf16_flops_per_s == 2500e12          # GB200 NVL72, per GPU: 2.5 PFLOP/s dense
+    assert g.peak_fp8_flops_per_s == 5000e12           # GB200 NVL72, per GPU: 5 PFLOP/s dense
+    assert g.hbm_bytes_per_s == 8e12                   # GB200 NVL72, per GPU: 8 TB/s
+    assert g.intra_node.bytes_per_s == 900e9           # NVLink 5: 1.8 TB/s both directions / 2
+    assert g.inter_node.bytes_per_s == 50e9            # DGX GB200: one 400 Gb/s ConnectX-7 per GPU
+    assert g.gpus_per_node == 72                       # the NVL72 NVLink domain as one node
+    assert g.default_reserve_bytes == 10 * GiB
+
+
+def test_mi325x():
+    g = GPUS["mi325x"]
+    assert g.memory_bytes == 256 * 10**9              # AMD MI325X: 256 GB (decimal) HBM3e
+    assert g.peak_bf16_flops_per_s == 1307.4e12        # AMD MI325X: MI300X's 1307.4 dense
+    assert g.peak_fp8_flops_per_s == 2614.9e12         # AMD MI325X: 2614.9 dense
+    assert g.hbm_bytes_per_s == 6.0e12                 # AMD MI325X: 6 TB/s
+    assert g.intra_node.bytes_per_s == 448e9           # Infinity Fabric 7 x 128 GB/s = 896 aggregate / 2
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+
+
+def test_mi355x():
+    g = GPUS["mi355x"]
+    assert g.memory_bytes == 288 * 10**9              # AMD MI355X: 288 GB (decimal) HBM3e
+    assert g.peak_bf16_flops_per_s == 2500e12          # AMD MI355X: 2.5 PFLOP/s dense (formula 2516.6)
+    assert g.peak_fp8_flops_per_s == 5000e12           # AMD MI355X: 5 PFLOP/s dense (10.1 with sparsity)
+    assert g.hbm_bytes_per_s == 8e12                   # AMD MI355X: 8 TB/s
+    assert g.intra_node.bytes_per_s == 7 * 153e9 / 2   # 7 links x 153 GB/s, read as both directions = 535.5
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+
+
+def test_the_existing_presets_hbm_bandwidth():
+    assert GPUS["a100-40gb"].hbm_bytes_per_s == 1555e9    # A100 datasheet: 1,555 GB/s
+    assert GPUS["a100-80gb"].hbm_bytes_per_s == 2039e9    # A100 datasheet: 2,039 GB/s (SXM)
+    assert GPUS["h100-80gb"].hbm_bytes_per_s == 3.35e12   # H100 SXM5 datasheet: 3.35 TB/s
+    assert GPUS["h200-141gb"].hbm_bytes_per_s == 4.8e12   # H200 datasheet: 4.8 TB/s
+    assert GPUS["b200"].hbm_bytes_per_s == 64e12 / 8      # DGX B200 datasheet: 64 TB/s for 8 GPUs
+    assert GPUS["mi300x"].hbm_bytes_per_s == 5.3e12       # MI300X datasheet: 5.3 TB/s
+    assert GPUS["gpu-192gib"].hbm_bytes_per_s == GPUS["b200"].hbm_bytes_per_s   # assumed b200's
+
+
+# What each preset's source must say: where its memory, bf16 peak and HBM rate come from, as written
+# there. A figure changed without its source fails here.
+SOURCE_TEXT = {
+    "gpu-192gib": ("192 GiB", "b200's", "8 TB/s"),
+    "a100-40gb": ("A100 datasheet", "40GB", "312 TFLOP/s", "1,555 GB/s"),
+    "a100-80gb": ("A100 datasheet", "80GB", "312 TFLOP/s", "2,039 GB/s"),
+    "h100-80gb": ("H100 SXM5 datasheet", "80GB", "989 TFLOP/s", "1979", "3.35 TB/s"),
+    "h200-141gb": ("H200 SXM datasheet", "141 GB", "H100's compute", "4.8 TB/s"),
+    "b200": ("DGX B200 datasheet", "180 GB", "2.25 PFLOP/s", "4.5", "64 TB/s", "8 TB/s"),
+    "mi300x": ("MI300X datasheet", "192 GB", "1307.4", "2614.9", "5.3 TB/s", "896 GB/s"),
+    "h800": ("no public NVIDIA datasheet", "80GB", "989 TFLOP/s", "1979", "3.35 TB/s", "400 GB/s",
+             "not officially published", "400 Gb/s"),
+    "a800": ("no public NVIDIA datasheet", "80GB", "312", "2,039 GB/s", "400 GB/s", "200 Gb/s"),
+    "h100-pcie": ("H100 datasheet, PCIe", "80GB", "1,513", "3,026", "756", "2 TB/s", "128 GB/s", "63 GB/s"),
+    "h20": ("publishes no datasheet", "96GB", "148 TFLOP/s", "296", "4.0 TB/s", "900 GB/s", "400 Gb/s"),
+    "gh200": ("GH200", "96GB", "989 TFLOP/s", "1979", "4 TB/s", "JUPITER", "4 superchips", "150 GB/s",
+              "NDR200"),
+    "gb200": ("GB200 NVL72", "186 GB", "2.5 PFLOP/s", "5 fp8", "8 TB/s", "1.8 TB/s", "72-GPU node", "400 Gb/s"),
+    "mi325x": ("MI325X", "256 GB", "1307.4", "2614.9", "6 TB/s", "896 GB/s"),
+    "mi355x": ("MI355X", "288 GB", "2.5 PFLOP/s", "5 fp8", "8 TB/s", "153 GB/s", "535.5"),
+}
+
+
+def test_every_preset_is_listed_here():
+    assert set(SOURCE_TEXT) == set(GPUS)
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_preset_names_where_its_numbers_come_from(name):
+    g = GPUS[name]
+    assert g.source.strip()
+    assert g.hbm_bytes_per_s is not None, f"{name}: no HBM bandwidth"
+    for text in SOURCE_TEXT[name]:
+        assert text in g.source, f"{name}: the source does not say {text!r}"
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_llama_70b_on_64_plans_on_every_gpu(name):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["plan", "--preset", "llama3.1-70b", "--gpus", "64", "--gpu", name, "--suggest", "--json"],
+                out=out, err=err)
+    assert code in (0, 1), err.getvalue()
+    data = json.loads(out.getvalue())
+    assert data["cluster"]["gpu"] == name
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_presets_show_toml_round_trips_with_the_hbm_rate(name):
+    """tests/unit/test_cli_commands.py and test_load.py round-trip every preset; this names the new ones."""
+    out = io.StringIO()
+    assert main(["presets", "show", name, "--toml"], out=out, err=io.StringIO()) == 0
+    spec = specs_from_document(parse_document(out.getvalue(), where=name), where=name)
+    assert spec.gpu == GPUS[name] and spec.gpu.hbm_bytes_per_s == GPUS[name].hbm_bytes_per_s
+
+
+def test_hbm_bandwidth_is_written_with_its_unit():
+    assert 'hbm_bandwidth = "3.35 TB/s"' in dump_toml(GPUS["h100-80gb"])
+    assert 'hbm_bandwidth = "2039 GB/s"' in dump_toml(GPUS["a800"])
+    assert 'memory = "186 GB"' in dump_toml(GPUS["gb200"]) and 'memory = "96 GiB"' in dump_toml(GPUS["h20"])
+
+
+def test_docs_hardware_has_a_row_for_every_preset():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
+    for name in GPUS:
+        assert f"| `{name}` |" in page, name
