@@ -18,11 +18,12 @@ from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.request import SearchOptions
-from fitplan.specs import ClusterSpec
+from fitplan.specs import ClusterSpec, TrainingSpec
 from fitplan.specs.declare import field_bounds
 from fitplan.specs.parallel import ParallelConfig
 
 SMALLEST_TRIES = 64
+WORK_CANDIDATES = 40_000_000   # one answer's searches together: a few seconds (bench/search.py)
 MAX_GPUS = int(field_bounds(ClusterSpec, "num_gpus")[1])   # the declared range of --gpus
 MAX_SWEEP_POINTS = 64
 
@@ -83,15 +84,21 @@ def plan(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, sugge
 
 def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict, start: int) -> dict:
     """The smallest GPU count from the lower bound upwards where the search finds a fit,
-    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, and
-    never past MAX_GPUS."""
-    from fitplan.search import search
+    in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, never
+    past MAX_GPUS, and at most WORK_CANDIDATES candidates in all (a count past the budget is
+    not tried, and `searched_up_to` says how far the scan got)."""
+    from fitplan.search import search, space_size
     seen: dict = {}
+    work = [0]
 
     def fits(n: int) -> bool:
         if n not in seen:
             s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
-            seen[n] = search(s, space_for(s, micro_batch, opts, fixed), top=1).feasible
+            space = space_for(s, micro_batch, opts, fixed)
+            work[0] += space_size(n, space)
+            if work[0] > WORK_CANDIDATES:
+                return False
+            seen[n] = search(s, space, top=1).feasible
         return seen[n]
 
     start = max(start, 1)
@@ -135,9 +142,14 @@ class SweepAnswer:
 
 
 def sweep_values(over: str, values) -> list[int]:
+    """The x values: given, or powers of two. GPU counts and sequence lengths keep the ranges
+    that --gpus and --seq-len declare."""
     if values is not None:
-        if not values or min(values) < 1 or len(values) > MAX_SWEEP_POINTS:
-            raise SpecError(f"--values: give 1 to {MAX_SWEEP_POINTS} numbers, each >= 1")
+        limit = int(field_bounds(ClusterSpec, "num_gpus")[1] if over == "gpus" else
+                    field_bounds(TrainingSpec, "seq_len")[1])
+        if not values or min(values) < 1 or max(values) > limit or len(values) > MAX_SWEEP_POINTS:
+            raise SpecError(f"--values: give 1 to {MAX_SWEEP_POINTS} numbers, each 1 to {limit:,} "
+                            f"({'the --gpus' if over == 'gpus' else 'the --seq-len'} range)")
         return sorted(set(values))
     if over == "gpus":
         return [2**k for k in range(0, 13)]
@@ -146,14 +158,21 @@ def sweep_values(over: str, values) -> list[int]:
 
 def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOptions, fixed: dict) -> SweepAnswer:
     """At each x, the least per-GPU bytes any legal configuration needs, and that configuration."""
-    from fitplan.search import search
-    points = []
+    from fitplan.search import search, space_size
+    setups = []
     for x in sweep_values(over, values):
         if over == "gpus":
-            s = replace(setup, cluster=replace(setup.cluster, num_gpus=x))
+            setups.append((x, replace(setup, cluster=replace(setup.cluster, num_gpus=x))))
         else:
-            s = replace(setup, training=replace(setup.training, seq_len=x))
-        least = search(s, space_for(s, micro_batch, opts, fixed), top=1, rank="disturbance").least_loaded
+            setups.append((x, replace(setup, training=replace(setup.training, seq_len=x))))
+    spaces = [space_for(s, micro_batch, opts, fixed) for _, s in setups]
+    work = sum(space_size(s.cluster.num_gpus, space) for (_, s), space in zip(setups, spaces))
+    if work > WORK_CANDIDATES:
+        raise SpecError(f"this sweep would search {work:,} candidates (limit {WORK_CANDIDATES:,}); give fewer or "
+                        f"smaller --values, a smaller --micro-batch or --max-cp, or fix an axis such as --tp")
+    points = []
+    for (x, s), space in zip(setups, spaces):
+        least = search(s, space, top=1, rank="disturbance").least_loaded
         points.append(SweepPoint(x, None if least is None else int(least.per_gpu_bytes), least))
     return SweepAnswer(setup, over, tuple(points))
 

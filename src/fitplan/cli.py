@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from fitplan.errors import SpecError, one_line
 from fitplan.request import Request, command_flags
@@ -102,36 +103,46 @@ def request_from_args(args) -> Request:
 
 
 def run_request(args, out, err) -> int:
+    """Answer the request; files a flag names (--output, --plot) are checked before any work
+    and written before anything is printed, so a destination that fails is one line, exit 2."""
     from fitplan.service import respond
     request = request_from_args(args)
-    output = request.values.get("output")
-    plot = request.values.get("plot")
-    if output is not None:
-        _check_writable(output, "--output")
-    if plot is not None:
-        _check_writable(plot, "--plot")
+    output, plot = request.values.get("output"), request.values.get("plot")
+    for path, flag in ((output, "--output"), (plot, "--plot")):
+        if path is not None:
+            _check_writable(path, flag)
     reply = respond(request)
+    if plot is not None:
+        _write_file(plot, "--plot", lambda: _plot(plot, reply))
     if output is not None and reply.exit_code == 0:
-        with open(output, "w") as f:
-            f.write(reply.text)
+        _write_file(output, "--output", lambda: Path(output).write_text(reply.text))
         out.write(f"wrote {output}\n")
     else:
         out.write(reply.text)
     for note in reply.notes:
         err.write(f"fitplan: note: {note}\n")
-    if plot is not None:
-        _plot(plot, reply)
     return reply.exit_code
 
 
 def _check_writable(path: str, flag: str) -> None:
     """A destination that cannot be written is bad input, found before any work is done."""
-    from pathlib import Path
     p = Path(path)
     if p.is_dir():
         raise SpecError(f"{flag} {path}: that is a folder; name a file in it")
     if not p.parent.is_dir():
         raise SpecError(f"{flag} {path}: the folder {str(p.parent)!r} does not exist; create it or pick another path")
+    if p.exists() and not p.is_file():
+        raise SpecError(f"{flag} {path}: not a regular file (a device or pipe); name a file")
+    if not os.access(p.parent, os.W_OK) or p.exists() and not os.access(p, os.W_OK):
+        raise SpecError(f"{flag} {path}: not writable here; pick another path")
+
+
+def _write_file(path: str, flag: str, write) -> None:
+    try:
+        write()
+    except OSError as error:
+        raise SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); "
+                        f"pick another path") from None
 
 
 def _plot(path: str, reply) -> None:
@@ -177,8 +188,7 @@ def run_presets(args, out) -> int:
 
 def run_validate(args, out) -> int:
     """Exit 0 when every row is within its stated tolerance (most are exact), 1 otherwise."""
-    import json
-
+    from fitplan.report.jsonout import dump
     from fitplan.validate import TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
     from fitplan.validate.report import as_json, render_text
     try:
@@ -193,7 +203,7 @@ def run_validate(args, out) -> int:
     if args.json:
         runs = [as_json(r) for r in reports]
         rows = [{**row, "model": run["model"]} for run in runs for row in run["rows"]]
-        out.write(json.dumps({"ok": ok, "rows": rows, "runs": runs}, sort_keys=True, indent=2) + "\n")
+        out.write(dump({"ok": ok, "rows": rows, "runs": runs}))
     else:
         out.write("\n".join(render_text(r) for r in reports))
     return 0 if ok else 1

@@ -17,8 +17,9 @@ from fitplan.memory.breakdown import Breakdown, Setup, busiest_total, evaluate
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
-# A space larger than this would take more than a few seconds; refuse it instead of hanging.
-MAX_CANDIDATES = 50_000_000
+# A space larger than this takes more than a few seconds (about 5-10 M candidates/s on one core,
+# bench/search.py) and a few hundred MiB; it is refused with the levers that narrow it.
+MAX_CANDIDATES = 20_000_000
 
 RANK_ORDER = (
     "least disturbance from plain data parallelism, in this order: no CP before CP (it changes every "
@@ -185,8 +186,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     num_gpus = setup.cluster.num_gpus
     size = space_size(num_gpus, space)
     if size > MAX_CANDIDATES:
-        raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it, "
-                        f"e.g. fewer --micro-batches or a smaller --max-cp")
+        raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
+                        f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
+                        f"with --tp, --pp, --cp, --ep, --zero, --recompute or --virtual-stages")
     usable = setup.cluster.usable_bytes
     base = _grid(num_gpus, space)
     rejected: dict = {}

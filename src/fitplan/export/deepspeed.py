@@ -37,7 +37,7 @@ def to_deepspeed(plan: Plan) -> Exported | Unsupported:
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
-    return Exported(format=FORMAT, filename="ds_config.json", text=json.dumps(config, indent=2) + "\n",
+    return Exported(format=FORMAT, filename="ds_config.json", text=json.dumps(config, indent=2, allow_nan=False) + "\n",
                     data=config, notes=tuple(notes))
 
 

@@ -9,7 +9,7 @@ the plan). It never returns a config that means something other than the plan.
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
-from fitplan.errors import SpecError
+from fitplan.errors import SpecError, one_line
 from fitplan.specs import ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs._check import positive_int
 
@@ -83,7 +83,13 @@ class Unsupported:
 
 
 def describe(plan: Plan) -> str:
-    """One line naming the plan, for the header of an exported file."""
+    """One line naming the plan, for a comment in the header of an exported file. Names are
+    printable one-liners (the specs refuse control characters), and escaped here again: a
+    line break in a shell or Python comment would start a command."""
+    return one_line(_describe(plan))
+
+
+def _describe(plan: Plan) -> str:
     c = plan.parallel
     extras = [f"zero={int(c.zero)}", f"recompute={c.recompute.value}", f"micro-batch={c.micro_batch}"]
     if c.sequence_parallel:

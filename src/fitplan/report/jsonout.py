@@ -8,8 +8,10 @@ from fitplan.memory.breakdown import PARTS
 from fitplan.report.sentences import inequality, monitor, reasons
 
 
-def _dump(obj) -> str:
-    return json.dumps(obj, sort_keys=True, indent=2) + "\n"
+def dump(obj) -> str:
+    """Every JSON document fitplan prints: sorted keys, and never NaN or Infinity (not JSON):
+    a non-finite number is a bug, raised here rather than printed."""
+    return json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
 def _common(setup) -> dict:
@@ -54,7 +56,7 @@ def seed(a) -> str:
             "name": s.blocking.name, "bytes": int(s.blocking.bytes), "formula": s.blocking.formula,
             "alone_exceeds": s.blocking.alone_exceeds},
     } for s in a.strategies]
-    return _dump(out)
+    return dump(out)
 
 
 def breakdown(setup, b) -> str:
@@ -63,7 +65,7 @@ def breakdown(setup, b) -> str:
     out = {**_common(setup), **breakdown_dict(b)}
     if st is not None:
         out.update(time=time_dict(st), comm=comm_dict(st))
-    return _dump(out)
+    return dump(out)
 
 
 def compare(setup, cmp) -> str:
@@ -76,7 +78,7 @@ def compare(setup, cmp) -> str:
                         per_gpu_bytes=int(l.memory.per_gpu_bytes), fits=l.fits, time=time_dict(l.step),
                         comm=comm_dict(l.step))
         layouts.append(item)
-    return _dump({**_common(setup), "layouts": layouts,
+    return dump({**_common(setup), "layouts": layouts,
                   "preferred": cmp.preferred.name if cmp.preferred else None, "reasons": list(reasons(cmp)),
                   "monitor": [{"metric": m, "expected": v, "unit": u, "catches": w} for m, v, u, w in monitor(cmp)]})
 
@@ -111,7 +113,7 @@ def search(setup, r, bound, smallest) -> str:
     least = r.least_loaded
     least_dict = None if least is None else {**config_dict(least.config), "per_gpu_bytes": int(least.per_gpu_bytes),
                                              "headroom_bytes": int(least.headroom_bytes)}
-    return _dump({**_common(setup), "feasible": r.feasible, "lower_bound": lower, "suggestions": suggestions,
+    return dump({**_common(setup), "feasible": r.feasible, "lower_bound": lower, "suggestions": suggestions,
                   "least_loaded": least_dict,
                   "recommended": suggestions[0] if suggestions else None, "rank_order": r.rank_order,
                   "candidates": {"considered": r.considered, "rejected_by_reason": r.rejected_by_reason,

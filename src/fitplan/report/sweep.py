@@ -1,7 +1,7 @@
 """`fitplan sweep`: the least per-GPU memory over GPU counts or sequence lengths, as a text
 table or JSON (fitplan.answers.SweepAnswer)."""
-import json
 
+from fitplan.report.jsonout import dump
 from fitplan.report.render import Table
 from fitplan.units import fmt_gib
 
@@ -9,10 +9,10 @@ from fitplan.units import fmt_gib
 def as_json(a) -> str:
     usable = a.usable_bytes
     best_key = "smallest_fitting" if a.over == "gpus" else "largest_fitting"
-    return json.dumps({"over": a.over, "usable_bytes_per_gpu": usable,
+    return dump({"over": a.over, "usable_bytes_per_gpu": usable,
                        "points": [{"x": p.x, "per_gpu_bytes": p.per_gpu_bytes, "fits": p.fits(usable)}
                                   for p in a.points],
-                       best_key: a.best}, sort_keys=True, indent=2) + "\n"
+                       best_key: a.best})
 
 
 def _config(b) -> str:

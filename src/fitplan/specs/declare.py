@@ -89,15 +89,26 @@ def out_of_range(d: Decl, name: str, value, shown=None) -> str | None:
     return None
 
 
+MAX_TEXT = 2000   # characters in a name or a source note
+
+
 def check_ranges(obj, owner: str) -> None:
     """Every declared range of a spec, on construction: spec files and code get the same
-    bounds as the flags (fitplan.request.checked)."""
+    bounds as the flags (fitplan.request.checked). Texts (names, sources) must be printable
+    one-liners: a name reaches the exported shell and Python files, where a line break would
+    start a command."""
     from fitplan.errors import SpecError
     for f, d in spec_fields(type(obj)):
+        value = getattr(obj, f.name)
+        if d.kind == "str" and isinstance(value, str):
+            if not value.isprintable() or len(value) > MAX_TEXT:
+                raise SpecError(f"{owner}.{f.name} must be printable text without line breaks or control "
+                                f"characters, at most {MAX_TEXT:,} characters; got {value[:40]!r}")
+            continue
         if d.lo is None and d.hi is None:
             continue
-        for value in (_flat(getattr(obj, f.name))):
-            problem = out_of_range(d, f"{owner}.{f.name}", value)
+        for item in _flat(value):
+            problem = out_of_range(d, f"{owner}.{f.name}", item)
             if problem:
                 raise SpecError(problem)
 
