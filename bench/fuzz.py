@@ -1,32 +1,72 @@
-"""Run the CLI and file fuzzers with many more cases than CI does, and print the counts.
+"""Fuzz both front ends with many cases and print the counts by outcome.
 
-CI runs 3,000 CLI argument vectors and 1,600 file documents (derandomized). This runs the
-same tests with FITPLAN_FUZZ_EXAMPLES (default 30,000) and a random seed.
-Run: python bench/fuzz.py [EXAMPLES]
+The cases are tests/properties/fuzz_cases.py's: drawn from the CLI's grammar (its parser) and
+the API's schema, with hostile values, run in-process in a scratch folder under a time bound.
+CI runs a few hundred of each (tests/properties/test_fuzz_contract.py, asserting the contract);
+this runs thousands with a random seed and prints every case that broke it.
+
+Run:  python bench/fuzz.py [CLI_CASES] [API_CASES] [--src PATH]
+      (--src: the fitplan sources to fuzz, default this checkout's src/; e.g. an older checkout's
+      src to count its outcomes before a change.) The spec-file fuzzer runs on its own:
+      FITPLAN_FUZZ_EXAMPLES=20000 python -m pytest tests/properties/test_file_fuzz.py
 """
-import os
-import subprocess
+import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    examples = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
-    env = {**os.environ, "FITPLAN_FUZZ_EXAMPLES": str(examples), "HYPOTHESIS_PROFILE": "dev",
-           "PYTHONPATH": str(ROOT / "src")}
-    files = int(examples * (600 + 600 + 400) / 3000)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
-                           "tests/properties/test_cli_fuzz.py", "tests/properties/test_file_fuzz.py"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    print(proc.stdout[-2000:])
-    print(f"{examples:,} CLI argument vectors + {files:,} file documents, random seed: "
-          f"{'all passed' if proc.returncode == 0 else 'FAILURES above'} in {wall:,.0f} s")
-    sys.exit(proc.returncode)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cli", nargs="?", type=int, default=5000)
+    p.add_argument("api", nargs="?", type=int, default=2000)
+    p.add_argument("--src", default=str(ROOT / "src"))
+    args = p.parse_args()
+    sys.path.insert(0, args.src)
+    sys.path.insert(1, str(ROOT))
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.properties import fuzz_cases as F
+
+    found: list = []
+
+    with F.case_folder() as folder:
+        cli, t0 = Counter(), time.perf_counter()
+
+        @settings(max_examples=args.cli, suppress_health_check=list(HealthCheck), deadline=None, database=None)
+        @given(F.cli_cases(folder))
+        def cli_case(argv):
+            outcome, detail = F.run_cli(argv, folder)
+            cli[outcome] += 1
+            if outcome not in F.GOOD:
+                found.append(("cli", outcome, detail))
+
+        cli_case()
+        cli_s = time.perf_counter() - t0
+
+    api, t0 = Counter(), time.perf_counter()
+
+    @settings(max_examples=args.api, suppress_health_check=list(HealthCheck), deadline=None, database=None)
+    @given(F.api_cases())
+    def api_case(case):
+        outcome, detail = F.run_api(*case)
+        api[outcome] += 1
+        if outcome not in F.GOOD:
+            found.append(("api", outcome, detail))
+
+    api_case()
+    api_s = time.perf_counter() - t0
+    print(f"fitplan from {args.src}")
+    print(f"CLI: {sum(cli.values()):,} cases in {cli_s:,.0f} s: " + ", ".join(f"{k} {v:,}" for k, v in sorted(cli.items())))
+    print(f"API: {sum(api.values()):,} cases in {api_s:,.0f} s: " + ", ".join(f"{k} {v:,}" for k, v in sorted(api.items())))
+    for where, outcome, detail in found[:40]:
+        print(f"  {where} {outcome}: {detail}")
+    bad = sum(v for k, v in (cli + api).items() if k not in F.GOOD)
+    print(f"{bad:,} cases broke the contract")
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

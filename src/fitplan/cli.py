@@ -41,7 +41,7 @@ _METAVARS = {"int": "N", "number": "X", "moments": "BYTES", "size": "SIZE", "rat
              "ints": "N,N,..."}
 
 
-def add_declared(parser, command: str) -> None:
+def add_declared_flags(parser, command: str) -> None:
     """Every flag the command takes, from the declarations, in their help groups."""
     groups = {}
     for f in command_flags(command):
@@ -69,9 +69,16 @@ def add_declared(parser, command: str) -> None:
                                help="the same as --format json")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the subcommand that argv names, only that one gets its ~70
+    generated flags (the others' are only needed for their own --help)."""
     parser = _Parser(prog="fitplan", description="Does training fit? Memory, parallelism and step-time planner.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    def add_declared(p, name):
+        if command is None or command == name:
+            add_declared_flags(p, name)
+
     add_declared(sub.add_parser("plan", help=HELP["plan"]), "plan")
     add_declared(sub.add_parser("search", help=HELP["search"]), "search")
     pre = sub.add_parser("presets", help="list or show presets")
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
 
 def _dispatch(argv: list[str], out, err) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv[0]).parse_args(argv)
         if args.command == "presets":
             return run_presets(args, out)
         if args.command == "validate":

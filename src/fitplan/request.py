@@ -7,6 +7,7 @@ come from the declarations: the specs' fields (fitplan.specs.declare) and the op
 classes below, declared the same way. fitplan.resolve turns a Request into specs and
 fitplan.service answers it; the front ends only parse and print.
 """
+import functools
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
@@ -91,7 +92,8 @@ COMMANDS["search"] = COMMANDS["plan"]
 COMPARE_CONFIG = ("micro_batch",)
 
 
-def command_flags(command: str) -> list[Flagged]:
+@functools.cache
+def command_flags(command: str) -> tuple[Flagged, ...]:
     """Every flag a command takes, in declaration order."""
     out = []
     for root, cls in COMMANDS[command]:
@@ -102,7 +104,7 @@ def command_flags(command: str) -> list[Flagged]:
         if command == "compare" and root == "config":
             flags = [f for f in flags if f.path[-1] in COMPARE_CONFIG]
         out += flags
-    return out
+    return tuple(out)
 
 
 def api_flags(command: str) -> dict[str, Flagged]:
