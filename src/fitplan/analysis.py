@@ -4,6 +4,7 @@ answer, the largest buffer its total leaves out.
 
 Pure: returns dataclasses; fitplan.report renders them.
 """
+import math
 from dataclasses import dataclass
 
 from fitplan.counts import params as P
@@ -126,3 +127,21 @@ def largest_unmodelled(setup: Setup, b: Breakdown) -> Term | None:
         items.append(buffers.p2p_bytes.term(e=tr.act_bytes, s=tr.seq_len, b=c.micro_batch, h=m.hidden_size, t=c.tp,
                                             c=c.cp, sp=c.sequence_parallel))
     return max(items, key=lambda t: t.value) if items else None
+
+
+# Headroom below this fraction of usable memory is no safe margin: allocator fragmentation beyond
+# the reserve can take it (ZeRO Sec. 3.5 reports out-of-memory errors with over 30% free in
+# extreme cases). The same threshold the report's caveat warns at.
+SAFE_HEADROOM_FRACTION = 0.05
+
+
+def margin_needed_bytes(setup: Setup, b: Breakdown) -> int:
+    """The headroom a layout needs before fitplan recommends it: its largest unmodelled buffer
+    (largest_unmodelled) and SAFE_HEADROOM_FRACTION of usable memory, whichever is larger."""
+    term = largest_unmodelled(setup, b)
+    return max(0 if term is None else int(term.value), math.ceil(SAFE_HEADROOM_FRACTION * b.usable_bytes))
+
+
+def is_safe(setup: Setup, b: Breakdown) -> bool:
+    """Fits with a margin: no out-of-memory warning of its own (report.advice.caveat)."""
+    return b.fits and b.headroom_bytes >= margin_needed_bytes(setup, b)

@@ -64,7 +64,7 @@ def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
 def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) -> SearchAnswer:
     from fitplan.search import search
     space = space_for(setup, micro_batch, opts, fixed)
-    result = search(setup, space, top=opts.top, rank=opts.rank)
+    result = search(setup, space, top=opts.top, rank=opts.rank, recommend=True)
     model, training = setup.model, setup.training
     bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
                         s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,

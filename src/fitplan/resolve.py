@@ -84,7 +84,8 @@ def _spec_file(request: Request):
     return load_specs(path)
 
 
-def _base_model(request: Request, spec) -> tuple[ModelSpec | None, object]:
+def _base_model(request: Request, spec) -> tuple[ModelSpec | None, object, dict]:
+    """The model, its preset (if any) and what a Hugging Face config says of its training."""
     source = options(ModelSource, request)
     hf = source.hf_config is not None or request.hf_text is not None
     sources = [name for name, present in (("--preset", source.preset), ("--hf-config", hf),
@@ -93,14 +94,16 @@ def _base_model(request: Request, spec) -> tuple[ModelSpec | None, object]:
         raise SpecError(f"{sources[1]}: the model is already given by {sources[0]}; give one model source")
     if source.preset:
         preset = presets.model(source.preset)
-        return preset.model, preset
+        return preset.model, preset, {}
     if request.hf_text is not None:
-        from fitplan.files.hf import model_from_hf_text
-        return model_from_hf_text(request.hf_text, where=f"{request.hf_name}/config.json", name=request.hf_name), None
+        from fitplan.files.hf import model_from_hf_text, training_hints
+        model = model_from_hf_text(request.hf_text, where=f"{request.hf_name}/config.json", name=request.hf_name)
+        return model, None, training_hints(request.hf_text)
     if source.hf_config is not None:
-        from fitplan.files.hf import model_from_hf_config
-        return model_from_hf_config(source.hf_config), None
-    return (spec.model if spec is not None else None), None
+        from fitplan.files.hf import load_hf_config
+        model, hints = load_hf_config(source.hf_config)
+        return model, None, hints
+    return (spec.model if spec is not None else None), None, {}
 
 
 def _custom_model(request: Request, values: dict) -> ModelSpec:
@@ -126,8 +129,8 @@ def _custom_model(request: Request, values: dict) -> ModelSpec:
     return ModelSpec(name="custom", source="custom shape from flags", **shape)
 
 
-def _model(request: Request, spec) -> tuple[ModelSpec, object]:
-    model, preset = _base_model(request, spec)
+def _model(request: Request, spec) -> tuple[ModelSpec, object, dict]:
+    model, preset, hints = _base_model(request, spec)
     values = given(request, "model")
     if model is None:
         model = _custom_model(request, values)
@@ -138,7 +141,7 @@ def _model(request: Request, spec) -> tuple[ModelSpec, object]:
                 changes["num_kv_heads"] = changes["num_heads"]   # multi-head attention stays multi-head
             changes.setdefault("published_params", None)        # a changed shape invalidates the published count
             model = replace(model, name=_modified(model.name), **changes)
-    return _with_tables(model, values), preset
+    return _with_tables(model, values), preset, hints
 
 
 def _modified(name: str) -> str:
@@ -177,15 +180,49 @@ def _recipe(request: Request, base):
     return recipe
 
 
-def _training(request: Request, spec, preset, model) -> TrainingSpec:
+# With no global batch given or published: Llama 3's first batch, 4M tokens per step
+# (Llama 3 Herd Sec. 3.4.1: 4M tokens of 4,096-token sequences), in whole sequences.
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+
+
+def default_global_batch(seq_len: int) -> int:
+    return max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+
+
+def _training(request: Request, spec, preset, model, hints: dict) -> tuple[TrainingSpec, tuple[str, ...]]:
+    """The training spec, and a line for each default it took instead of a given value."""
     base = spec.training if spec is not None and spec.training is not None else None
     values = {path[0]: v for path, v in given(request, "training").items() if len(path) == 1 and path[0] != "recipe"}
     seq_len = values.get("seq_len", base.seq_len if base else preset.seq_len if preset else None)
     if seq_len is None:
         raise SpecError(f"--seq-len: give the training sequence length (the model allows up to {model.max_seq_len})")
-    start = base or TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE),
-                                 global_batch=preset.global_batch if preset else None)
-    return replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+    assumed = []
+    if base is None:
+        if preset is not None:
+            kernel, dropout, trained = (preset.attention_kernel, preset.dropout,
+                                         f"how the {preset.model.name} preset trains")
+        elif hints:
+            kernel, dropout, trained = "flash", hints["dropout"], "the config.json's dropout rates; a flash kernel"
+        else:
+            kernel, dropout, trained = "flash", False, "fitplan's defaults for a model from flags"
+        start = TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE), attention_kernel=kernel,
+                             dropout=dropout, global_batch=preset.global_batch if preset else None)
+        if "attention_kernel" not in values or "dropout" not in values:
+            assumed.append(f"attention kernel {kernel}, dropout {'on' if dropout else 'off'}: {trained} "
+                           f"(--attention-kernel, --dropout/--no-dropout set them)")
+        if "global_batch" not in values:
+            if start.global_batch is not None:
+                assumed.append(f"global batch {start.global_batch} sequences: the preset's "
+                               f"({preset.batch_source or preset.model.source})")
+            else:
+                start = replace(start, global_batch=default_global_batch(seq_len))
+                assumed.append(f"global batch {start.global_batch} sequences: fitplan's default of "
+                               f"{DEFAULT_TOKENS_PER_STEP // 2**20}M tokens per step (Llama 3's first batch), none "
+                               f"being given or published; --global-batch sets it")
+    else:
+        start = base
+    training = replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+    return training, tuple(assumed)
 
 
 def _gpu(request: Request, spec, preset):
@@ -231,8 +268,9 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
 def resolve(request: Request) -> Resolved:
     """The Setup, the requested micro-batch, the configuration fields given and the search options."""
     spec = _spec_file(request)
-    model, preset = _model(request, spec)
-    setup = Setup(model, _training(request, spec, preset, model), _cluster(request, spec, preset))
+    model, preset, hints = _model(request, spec)
+    training, assumed = _training(request, spec, preset, model, hints)
+    setup = Setup(model, training, _cluster(request, spec, preset), assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)
     if "zero" in config:

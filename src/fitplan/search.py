@@ -13,6 +13,7 @@ from itertools import product
 import numpy as np
 
 from fitplan.errors import SpecError
+from fitplan.analysis import is_safe
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_total, evaluate
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
@@ -130,6 +131,10 @@ class SearchResult:
     ranked: tuple[Suggestion, ...] = ()  # the same order, a little deeper (RANKED_DEPTH)
     least_loaded: Breakdown | None = None   # the legal candidate with the smallest per-GPU total
     rank_order: str = RANK_ORDER
+    minimum_viable: Suggestion | None = None   # least disturbance (RANK_ORDER), whatever --rank says
+    recommended: Suggestion | None = None      # the one to run: RECOMMEND_ORDER (search(recommend=True))
+    alternatives: tuple[Suggestion, ...] = ()  # the next ones in RECOMMEND_ORDER, for the justification
+    recommend_note: str = ""                   # why recommended is None, or how it was chosen without time
 
     @property
     def feasible(self) -> bool:
@@ -174,15 +179,24 @@ def _rank_keys(grid: _Grid, idx: np.ndarray, totals: np.ndarray, requested_mb: i
 
 
 THROUGHPUT_ORDER = ("estimated step time, shortest first (fitplan.timing.step); ties broken by least disturbance")
+RECOMMEND_ORDER = ("the shortest estimated step among the layouts that fit with a safe margin (headroom at least "
+                   "the largest unmodelled buffer and 5% of usable memory: fitplan.analysis.is_safe); ties broken "
+                   "by least disturbance")
 RANKED_DEPTH = 16   # exact re-evaluations kept beyond --top, to find the next-cheapest alternative
+RECOMMEND_SCAN = 64   # exact checks of the margin, fastest first, before giving up on a safe layout
+ALTERNATIVES = 4
 
 
-def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "disturbance") -> SearchResult:
-    """rank: 'disturbance' (RANK_ORDER) or 'throughput' (THROUGHPUT_ORDER)."""
+def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "disturbance",
+           recommend: bool = False) -> SearchResult:
+    """rank: 'disturbance' (RANK_ORDER) or 'throughput' (THROUGHPUT_ORDER) orders the suggestions.
+    recommend: also pick the minimum viable layout (RANK_ORDER) and the recommended one
+    (RECOMMEND_ORDER), whatever the rank."""
+    from fitplan.timing.compute import peak_flops_per_s
+    from fitplan.timing.step import step_seconds
     if rank == "throughput":
-        from fitplan.timing.compute import peak_flops_per_s
-        from fitplan.timing.step import step_seconds
         peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)   # a SpecError for fp8 on an fp8-less GPU
+    timed = rank == "throughput" or recommend and _has_time(setup)
     num_gpus = setup.cluster.num_gpus
     size = space_size(num_gpus, space)
     if size > MAX_CANDIDATES:
@@ -217,31 +231,75 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             closest = (totals[low], _config(grid, idx[low]))
         if fits.any():
             key = _rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch)
-            if rank == "throughput":
-                key = np.column_stack([step_seconds(setup, grid.take(idx[fits])), key])
-            keys.append(key)
+            step = step_seconds(setup, grid.take(idx[fits])) if timed else np.full(len(key), np.nan)
+            keys.append(np.column_stack([step, key]))
             members.append((grid, idx[fits]))
     fit = sum(len(i) for _, i in members)
-    suggestions = []
+    picks: dict = {}
     if fit:
-        allkeys = np.concatenate(keys)
-        order = np.lexsort(allkeys.T[::-1])
+        allkeys = np.concatenate(keys)   # column 0: step seconds (NaN untimed), then the RANK_ORDER key
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
-        for pos in order:
-            if len(suggestions) == max(top, RANKED_DEPTH):
-                break
-            config = _config(members[group_of[pos]][0], index_of[pos])
-            exact = evaluate(setup, config)
-            if exact.fits:   # float screening can misjudge a candidate within a byte of the limit
-                reason = rank_reason(config, space.requested_micro_batch)
-                if rank == "throughput":
-                    reason = f"step ~{allkeys[pos, 0]:.4g} s; {reason}"
-                suggestions.append(Suggestion(config, exact, reason))
+        exact = _exact(setup, members, group_of, index_of)
+        by_disturbance = np.lexsort(allkeys[:, 1:].T[::-1])
+        by_time = np.lexsort(allkeys.T[::-1]) if timed else by_disturbance
+        order = by_time if rank == "throughput" else by_disturbance
+        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, allkeys if rank == "throughput" else None)
+        if recommend:
+            picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
+            safe = _take(exact, by_time, ALTERNATIVES + 1, space, allkeys if timed else None, scan=RECOMMEND_SCAN,
+                         keep=lambda b: is_safe(setup, b))
+            picks["recommended"] = safe[0] if safe else None
+            picks["alternatives"] = tuple(safe[1:])
+            picks["recommend_note"] = ("" if safe and timed else
+                                       "no time model for this recipe's precision on this GPU, so the least "
+                                       "disturbance with a safe margin instead" if safe else
+                                       f"none of the {min(RECOMMEND_SCAN, fit):,} fastest fitting layouts leaves a "
+                                       f"safe margin (fitplan.analysis.is_safe); more GPUs, or a layout with more "
+                                       f"headroom")
+    ranked = picks.pop("ranked", [])
     return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
-                        fit=fit, suggestions=tuple(suggestions[:top]), ranked=tuple(suggestions),
+                        fit=fit, suggestions=tuple(ranked[:top]), ranked=tuple(ranked),
                         least_loaded=None if closest is None else evaluate(setup, closest[1]),
-                        rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER)
+                        rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER, **picks)
+
+
+def _has_time(setup: Setup) -> bool:
+    """Whether the GPU has a peak rate for the recipe's GEMM precision (no fp8 on an A100)."""
+    from fitplan.timing.compute import peak_flops_per_s
+    try:
+        peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)
+        return True
+    except SpecError:
+        return False
+
+
+def _exact(setup, members, group_of, index_of):
+    """Candidate position -> (config, exact Breakdown), evaluated once however many orders ask."""
+    cache: dict = {}
+
+    def get(pos):
+        if pos not in cache:
+            config = _config(members[group_of[pos]][0], index_of[pos])
+            cache[pos] = (config, evaluate(setup, config))
+        return cache[pos]
+    return get
+
+
+def _take(exact, order, count: int, space: SearchSpace, timed_keys, *, scan: int | None = None, keep=None) -> list:
+    """The first `count` candidates in `order` that fit exactly (float screening can misjudge one
+    within a byte of the limit) and pass `keep`, looking at no more than `scan` of them."""
+    out = []
+    for pos in order[:scan]:
+        if len(out) == count:
+            break
+        config, b = exact(pos)
+        if b.fits and (keep is None or keep(b)):
+            reason = rank_reason(config, space.requested_micro_batch)
+            if timed_keys is not None:
+                reason = f"step ~{timed_keys[pos, 0]:.4g} s; {reason}"
+            out.append(Suggestion(config, b, reason))
+    return out
 
 
 def _config(grid: _Grid, i: int) -> ParallelConfig:

@@ -61,10 +61,16 @@ def test_api_json_is_the_cli_json(client, endpoint, body, argv):
     assert r.body.decode() == out          # byte for byte: the body is the CLI's stdout
 
 
-def test_the_first_suggestion_for_gpt3_175b_on_16_gpus(client):
-    """The recommendation the browser test looks for: tp 8, pp 2, sequence parallel, selective."""
-    rec = client.post("/api/plan", {"preset": "gpt3-175b", "gpus": 16, "suggest": True}).json["recommended"]
-    assert (rec["tp"], rec["pp"], rec["sequence_parallel"], rec["recompute"]) == (8, 2, True, "selective")
+def test_the_minimum_viable_and_recommended_layouts_for_gpt3_175b_on_16_gpus(client):
+    """What the browser test looks for. The minimum viable layout is Korthikanti's: tp 8, pp 2,
+    sequence parallel, selective; its 8.24 GiB headroom is 4.5% of the usable 182 GiB, under the
+    5% safe margin, so the recommendation is another layout, with at least 5% of headroom."""
+    plan = client.post("/api/plan", {"preset": "gpt3-175b", "gpus": 16, "suggest": True}).json
+    mv, rec = plan["minimum_viable"], plan["recommended"]
+    assert (mv["tp"], mv["pp"], mv["sequence_parallel"], mv["recompute"]) == (8, 2, True, "selective")
+    assert mv == plan["suggestions"][0]
+    assert rec["headroom_bytes"] >= 0.05 * plan["usable_bytes_per_gpu"] > mv["headroom_bytes"]
+    assert rec["time"]["step_s"] > 0 and mv["time"]["step_s"] > 0
 
 
 ERRORS = [

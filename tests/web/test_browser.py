@@ -72,19 +72,26 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     assert code == 0 and plan["feasible"]
     assert page.inner_text("#verdict") == "Fits"
     assert "gpt3-175b on 16 × gpu-192gib" in page.inner_text("#verdict-detail")
-    rec = plan["recommended"]
+    mv, rec = plan["minimum_viable"], plan["recommended"]
     first = page.locator('#table-disturbance tbody tr').first
     seen = {k: first.get_attribute(f"data-{k}") for k in ("tp", "pp", "dp", "sp", "recompute")}
     assert seen == {"tp": "8", "pp": "2", "dp": "1", "sp": "true", "recompute": "selective"}
-    assert seen == {"tp": str(rec["tp"]), "pp": str(rec["pp"]), "dp": str(rec["dp"]),
-                    "sp": str(rec["sequence_parallel"]).lower(), "recompute": rec["recompute"]}
+    assert seen == {"tp": str(mv["tp"]), "pp": str(mv["pp"]), "dp": str(mv["dp"]),
+                    "sp": str(mv["sequence_parallel"]).lower(), "recompute": mv["recompute"]}
+    # the verdict names the recommendation (the fastest with a safe margin) and, beside it, the minimum viable
+    # layout; both at the fixed global batch the header's assumptions name
+    shown = page.inner_text("#recommended")
+    assert f"tp {rec['tp']}" in shown and f"pp {rec['pp']}" in shown and f"dp {rec['dp']}" in shown
+    assert f"{rec['time']['step_s']:,.3f} s per step" in page.inner_text("#verdict-detail")
+    assert "tp 8 · pp 2" in page.inner_text("#minimum-viable")
+    assert "global batch 1536" in page.inner_text("#assumed")
     assert page.locator("#table-disturbance tbody tr").count() == len(plan["suggestions"])
     assert page.locator("#table-throughput tbody tr").count() >= 1
     # the memory chart: one stacked bar per distinct suggestion, each with segments, and the usable line
     bars = page.locator("#memory-chart svg g.bar")
     assert bars.count() >= len(plan["suggestions"])
     assert page.locator("#memory-chart svg g.bar").first.locator("rect.bar-seg").count() >= 4
-    assert int(bars.first.get_attribute("data-total")) == rec["per_gpu_bytes"]
+    assert int(bars.first.get_attribute("data-total")) == mv["per_gpu_bytes"]
     assert page.locator("#memory-chart .usable-line").count() == 1
     assert page.locator("#sweep-chart svg circle.sweep-point").count() >= 10
     assert page.locator("#sweep-chart .capacity-line").count() == 1
@@ -191,8 +198,8 @@ def test_a_moe_bar_draws_every_term(browser, server):
     assert "activations/moe_buffers" in terms
     # the bar is the recommended configuration's own breakdown, expert parallelism included: its
     # total is the suggestion's per_gpu_bytes (the page once dropped ep and drew 367 GiB for 73 GiB)
-    assert int(float(first.get_attribute("data-total"))) == plan["recommended"]["per_gpu_bytes"]
-    assert plan["recommended"]["ep"] > 1
+    assert int(float(first.get_attribute("data-total"))) == plan["minimum_viable"]["per_gpu_bytes"]
+    assert plan["minimum_viable"]["ep"] > 1
     legend = page.inner_text("#memory-chart .legend")
     assert parts.label("activations/moe_buffers") in legend and parts.label("reserve") in legend
     page.wait_for_selector("#compare-table", timeout=TIMEOUT_MS)
@@ -224,8 +231,8 @@ def test_all_settings_are_generated_from_the_declarations(browser, server):
     assert "--attention-kernel flash" in line and "--no-dropout" in line
     code, plan = cli_json("plan", "--preset", "llama3.1-8b", "--gpus", "16", "--attention-kernel", "flash",
                           "--no-dropout", "--suggest", "--json")
-    rec = plan["recommended"]
+    mv = plan["minimum_viable"]
     first = page.locator('#table-disturbance tbody tr').first
-    assert (first.get_attribute("data-tp"), first.get_attribute("data-recompute")) == (str(rec["tp"]),
-                                                                                       rec["recompute"])
+    assert (first.get_attribute("data-tp"), first.get_attribute("data-recompute")) == (str(mv["tp"]),
+                                                                                       mv["recompute"])
     page.close()

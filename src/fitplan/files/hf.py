@@ -22,6 +22,7 @@ field, not a silent default.
 Fields that do not change memory (rope_theta, eps, dropout rates, dtype) are ignored.
 """
 import difflib
+import json
 from pathlib import Path
 
 from fitplan.errors import SpecError
@@ -38,11 +39,16 @@ _MISSING = object()
 def model_from_hf_config(path, *, name: str | None = None) -> ModelSpec:
     """A config.json file, or a folder holding one. The name defaults to the folder's name
     (examples/hf/llama-3.1-8b/config.json -> 'llama-3.1-8b')."""
+    return load_hf_config(path, name=name)[0]
+
+
+def load_hf_config(path, *, name: str | None = None) -> tuple[ModelSpec, dict]:
+    """The model and its training hints (training_hints) from a config.json or its folder."""
     file = _config_file(Path(path))
     where = str(file)
     text = read_small_text(file, where, "a Hugging Face config.json")
     default_name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
-    return model_from_hf_text(text, where=where, name=name or default_name)
+    return model_from_hf_text(text, where=where, name=name or default_name), training_hints(text)
 
 
 def model_from_hf_text(text: str, *, where: str = "config.json", name: str = "hf-model") -> ModelSpec:
@@ -50,6 +56,19 @@ def model_from_hf_text(text: str, *, where: str = "config.json", name: str = "hf
     names it in errors."""
     config = parse_json(text, where)
     return model_from_hf_dict(config, where=where, name=name, source=f"Hugging Face config.json: {where}")
+
+
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout",
+                "hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def training_hints(text: str) -> dict:
+    """How the config says the model trained, for the defaults of its training: dropout on when
+    any dropout probability in it is positive (GPT-2's 0.1; Llama's attention_dropout 0.0 is
+    off). The text has already been read as a model, so it parses."""
+    config = json.loads(text)
+    rates = [config.get(k) for k in DROPOUT_KEYS]
+    return {"dropout": any(isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in rates)}
 
 
 def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-model",

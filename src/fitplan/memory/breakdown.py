@@ -5,7 +5,7 @@ evaluator (fitplan.explain): RAW over NumPy arrays in the search, a Trace for th
 configuration a report explains. The busiest GPU is the larger of the first stage (the
 embedding, the most micro-batches in flight) and the last (the output layer and logits).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fitplan.arith import ceil_div, is_array, maximum, select
 from fitplan.counts import params as P
@@ -26,10 +26,13 @@ STAGE = Cite("korthikanti", "Sec. 4.2.3")
 
 @dataclass(frozen=True, slots=True)
 class Setup:
-    """The scalar half of a question: what is trained, how, and on which GPUs."""
+    """The scalar half of a question: what is trained, how, and on which GPUs. `assumed` names
+    each default the request took instead of a value the user gave (the reports print them);
+    it does not change any answer, so equality ignores it."""
     model: ModelSpec
     training: TrainingSpec
     cluster: ClusterSpec
+    assumed: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         m, t = self.model, self.training

@@ -6,11 +6,20 @@ from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelPreset:
+    """A model with the training setup its source states. global_batch None: not published
+    (fitplan.resolve then takes its stated default). attention_kernel and dropout are how
+    the model was trained: the GPT-3 family keeps Korthikanti et al.'s eager attention with
+    dropout (the exercise's numbers); the Llama, Mistral and DeepSeek families trained
+    without dropout (their config.json attention_dropout 0.0) and are planned with a flash
+    kernel, every current framework's default."""
     model: ModelSpec
     seq_len: int
     micro_batch: int = 1
     global_batch: int | None = None
     gpu: str = "h100-80gb"     # the GPU preset used when none is named
+    attention_kernel: str = "flash"
+    dropout: bool = False
+    batch_source: str = ""     # where the published global batch comes from
 
 
 GPT3 = "Brown et al. 2020 (GPT-3), Table 2.1; vocabulary 50257 (GPT-2 BPE)"
@@ -20,14 +29,15 @@ def _gpt3(name, params, layers, hidden, heads, batch_tokens, gpu="h100-80gb", no
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
                       ffn_hidden_size=4 * hidden, vocab_size=50257, max_seq_len=2048, published_params=params,
                       source=GPT3 + note)
-    return ModelPreset(model=model, seq_len=2048, micro_batch=1, global_batch=batch_tokens // 2048, gpu=gpu)
+    return ModelPreset(model=model, seq_len=2048, micro_batch=1, global_batch=batch_tokens // 2048, gpu=gpu,
+                       attention_kernel="eager", dropout=True, batch_source="GPT-3 Table 2.1's batch in tokens, in 2,048-token sequences")
 
 
-def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None):
+def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None, batch_source=""):
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
                       ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
                       position=Position.ROPE, tied_embeddings=False, linear_bias=False, source=source)
-    return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch)
+    return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch, batch_source=batch_source)
 
 
 def _mixtral(name, layers, hidden, ffn, heads, vocab, source):
@@ -35,7 +45,8 @@ def _mixtral(name, layers, hidden, ffn, heads, vocab, source):
                       ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=32768, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
                       position=Position.ROPE, tied_embeddings=False, linear_bias=False,
                       moe=MoeSpec(num_experts=8, experts_per_token=2, expert_ffn_size=ffn), source=source)
-    return ModelPreset(model=model, seq_len=4096, micro_batch=1, global_batch=1024)
+    return ModelPreset(model=model, seq_len=4096, micro_batch=1, global_batch=1024,
+                       batch_source="fitplan's choice for Mixtral (4M tokens; the paper states none)")
 
 
 MIXTRAL = ("Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088); HF mistralai/{} config.json; "
@@ -52,6 +63,7 @@ DEEPSEEK_V3 = ModelSpec(
            "the multi-token-prediction module (14B) and the routers' bias terms are not counted")
 
 LLAMA2 = "Touvron et al. 2023 (Llama 2) Table 1; shapes from HF meta-llama/Llama-2-*-hf config.json"
+LLAMA2_BATCH = "Llama 2 Sec. 2.2 (4M tokens of 4,096-token sequences)"
 LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
 
 _PRESETS = (
@@ -73,15 +85,19 @@ _PRESETS = (
         name="dense-100b", num_layers=128, hidden_size=8192, num_heads=64, num_kv_heads=64,
         ffn_hidden_size=32768, vocab_size=51200, max_seq_len=2048,
         source="fitplan: a GPT-3-style ~100B decoder (L=128, h=8192, a=64, f=4h, V=51200, s=2048), "
-               "103.5e9 parameters from shapes"), seq_len=2048, micro_batch=1, global_batch=1024, gpu="h100-80gb"),
+               "103.5e9 parameters from shapes"), seq_len=2048, micro_batch=1, global_batch=1024, gpu="h100-80gb",
+        attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)"),
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
-    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360),   # 15360 x 4K after the ramp
-    _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024),
-    _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024),
-    _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024),
+    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360,
+                batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
+    _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
+    _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024,
+           batch_source=LLAMA2_BATCH),
+    _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
     _llama("llama3.1-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3),
     _llama("llama3.1-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3),
-    _llama("llama3.1-405b", 126, 16384, 53248, 128, 8, 128256, 8192, LLAMA3),
+    _llama("llama3.1-405b", 126, 16384, 53248, 128, 8, 128256, 8192, LLAMA3, global_batch=2048,
+           batch_source="Llama 3 Herd Sec. 3.4.1 (16M tokens of 8,192-token sequences after the ramp)"),
 )
 MODELS = {p.model.name: p for p in _PRESETS}

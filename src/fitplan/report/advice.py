@@ -3,7 +3,7 @@
 Everything here is wording over fitplan.timing.step.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
-from fitplan.analysis import largest_unmodelled
+from fitplan.analysis import SAFE_HEADROOM_FRACTION, largest_unmodelled
 from fitplan.errors import SpecError
 from fitplan.report.render import Table
 from fitplan.units import fmt_gb, fmt_gib
@@ -49,42 +49,6 @@ def time_table(suggestions, step_list) -> Table:
                  note="time model: fitplan.timing.step; efficiency is the GPU preset's, a visible assumption")
 
 
-def _layout(c) -> tuple:
-    return (c.recompute, c.zero, c.tp, c.pp, c.cp, c.sequence_parallel)
-
-
-def advice(setup, result, step_list) -> tuple[str, ...]:
-    """Why #1, against the next-cheapest alternative of a different layout."""
-    best = result.ranked[0]
-    alt_i = next((i for i, s in enumerate(result.ranked) if _layout(s.config) != _layout(best.config)), None)
-    lines = []
-    st = step_list[0] if step_list else None
-    if st is not None:
-        extra = st.hfu / st.mfu - 1
-        cost = ("" if best.config.recompute.value == "none" else
-                f"; {best.config.recompute.value} recompute adds {extra:+.1%} to the step's FLOPs "
-                f"({3 * extra:+.1%} of the forward, the way Korthikanti et al. quote it)")
-        lines.append(f"time: {st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, "
-                     f"MFU {st.mfu:.1%}{cost}")
-        lines.append(f"links: {_links(st)}")
-    if alt_i is not None:
-        alt = result.ranked[alt_i]
-        a, b = best.breakdown, alt.breakdown
-        line = (f"against the next-cheapest different layout (rank {alt_i + 1}: {alt.rank_reason}): "
-                f"{fmt_gib(a.per_gpu_bytes)} vs {fmt_gib(b.per_gpu_bytes)} GiB per GPU, "
-                f"headroom {fmt_gib(a.headroom_bytes)} vs {fmt_gib(b.headroom_bytes)} GiB")
-        alt_steps = steps(setup, [alt]) if st is not None else None
-        if alt_steps:
-            t = alt_steps[0]
-            line += (f"; step {st.step_time_s:,.3f} vs {t.step_time_s:,.3f} s; recompute FLOPs "
-                     f"{st.hfu / st.mfu - 1:+.1%} vs {t.hfu / t.mfu - 1:+.1%}")
-        lines.append(line)
-    else:
-        lines.append("no other layout fits: every other fitting candidate differs only in interleaving or micro-batch")
-    lines.append(caveat(setup, best.breakdown))
-    return tuple(lines)
-
-
 def caveat(setup, b) -> str:
     """One sentence on what the analytic total leaves out that matters most for this answer."""
     gib = lambda x: f"{fmt_gib(x)} GiB"
@@ -93,7 +57,7 @@ def caveat(setup, b) -> str:
     if size > b.headroom_bytes:
         return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
                 f"check it on the real engine or pick a configuration with more headroom.")
-    if b.headroom_bytes < 0.05 * b.usable_bytes:
+    if b.headroom_bytes < SAFE_HEADROOM_FRACTION * b.usable_bytes:
         return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
                 f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
                 f"reports out-of-memory errors with over 30% free in extreme cases).")
@@ -101,3 +65,46 @@ def caveat(setup, b) -> str:
         return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
                 f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
     return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."
+
+
+def short(c) -> str:
+    """A layout in a few words: 'tp 8 + SP, pp 2, ZeRO-0, selective recompute'."""
+    bits = [f"tp {c.tp}" + (" + SP" if c.sequence_parallel else "") if c.tp > 1 else "no tp"]
+    bits.append(f"pp {c.pp}" + (f" x {c.virtual_stages} virtual" if c.virtual_stages > 1 else "") if c.pp > 1
+                else "no pp")
+    bits += [f"{axis} {getattr(c, axis)}" for axis in ("cp", "ep") if getattr(c, axis) > 1]
+    bits += [f"dp {c.dp}", f"ZeRO-{int(c.zero)}",
+             "no recompute" if c.recompute.value == "none" else f"{c.recompute.value} recompute",
+             f"micro-batch {c.micro_batch}"]
+    return ", ".join(bits)
+
+
+def justify(setup, rec, alt) -> tuple[str, ...]:
+    """Why the recommended layout and not the next-fastest safe one: step, memory, each axis's
+    exposed communication and link, recompute and bubble, and the trade in one sentence."""
+    from fitplan import parts
+    from fitplan.timing.step import evaluate_step
+    a, b = evaluate_step(setup, rec.config), evaluate_step(setup, alt.config)
+    lines = [f"against the next-fastest layout with a safe margin ({short(alt.config)}): step "
+             f"{a.step_time_s:,.3f} vs {b.step_time_s:,.3f} s; {fmt_gib(rec.breakdown.per_gpu_bytes)} vs "
+             f"{fmt_gib(alt.breakdown.per_gpu_bytes)} GiB per GPU (headroom {fmt_gib(rec.breakdown.headroom_bytes)} "
+             f"vs {fmt_gib(alt.breakdown.headroom_bytes)} GiB)"]
+    for axis in a.comm:
+        x, y = a.comm[axis], b.comm[axis]
+        if x.degree > 1 or y.degree > 1:
+            lines.append(f"  {axis}: {x.exposed_s:,.3g} s exposed over {_where(x)} vs {y.exposed_s:,.3g} s over "
+                         f"{_where(y)}")
+    lines.append(f"  recompute {a.hfu / a.mfu - 1:+.1%} vs {b.hfu / b.mfu - 1:+.1%} of the step's FLOPs; bubble "
+                 f"{a.bubble_fraction:.1%} vs {b.bubble_fraction:.1%} of the pipelined work")
+    diff = {k: a.parts[k] - b.parts[k] for k in a.parts}
+    pays, saves = max(diff, key=diff.get), min(diff, key=diff.get)
+    if diff[saves] < 0:
+        lines.append(f"the trade: {parts.label(pays)} costs {diff[pays]:+,.3g} s here, which buys "
+                     f"{-diff[saves]:,.3g} s less {parts.label(saves)} than the alternative")
+    return tuple(lines)
+
+
+def _where(c) -> str:
+    if c.degree <= 1:
+        return "no group"
+    return f"{c.link} {'inside a node' if c.intra_node else 'across nodes'} ({c.axis} {c.degree})"

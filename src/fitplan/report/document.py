@@ -22,9 +22,11 @@ def header(setup) -> list:
         f"ffn={m.ffn_hidden_size} V={m.vocab_size} mlp={m.mlp.value} "
         f"{'tied' if m.tied_embeddings else 'untied'} embeddings",
         f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
-        f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}",
+        f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}, "
+        f"{t.attention_kernel} attention",
         f"cluster  {fmt_gib(c.gpu.memory_bytes)} GiB per GPU, {fmt_gib(c.reserve_bytes)} GiB reserved, "
         f"{fmt_gib(c.usable_bytes)} GiB usable; {c.gpus_per_node} GPUs per node",
+        *(f"assumed  {a}" for a in setup.assumed),
     ))]
 
 
@@ -120,7 +122,7 @@ def breakdown(setup, b) -> list:
 
 
 def search(setup, r, bound, smallest) -> list:
-    from fitplan.report.advice import advice, steps, time_table
+    from fitplan.report.advice import steps, time_table
     blocks = header(setup) + [
         Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
@@ -131,11 +133,11 @@ def search(setup, r, bound, smallest) -> list:
     ]
     if not r.feasible:
         if bound.excludes:
-            why = (f"Nothing fits on {r.num_gpus} GPUs, whatever the ZeRO stage, tp, pp, cp, sequence parallel or "
+            why = (f"Nothing fits on {_gpus(r.num_gpus)}, whatever the ZeRO stage, tp, pp, cp, sequence parallel or "
                    f"recompute mode: sharding only partitions the bytes, and even their average exceeds the usable "
                    f"memory.")
         else:
-            why = (f"Nothing fits on {r.num_gpus} GPUs: the bound allows this count, but every legal candidate "
+            why = (f"Nothing fits on {_gpus(r.num_gpus)}: the bound allows this count, but every legal candidate "
                    f"exceeds memory or breaks a rule (counts above).")
         lines = [why]
         if r.least_loaded is not None:
@@ -147,23 +149,59 @@ def search(setup, r, bound, smallest) -> list:
             lines.append(f"smallest GPU count where the search finds a fit: {found(smallest['general'])} "
                          f"(power of two: {found(smallest['power_of_two'])})")
         return blocks + [Heading("Verdict"), Lines(tuple(lines))]
-    rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(int(c.zero)),
+    rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.ep), str(int(c.zero)),
                   "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch), str(c.virtual_stages),
                   fmt_gib(s.breakdown.per_gpu_bytes), fmt_gib(s.breakdown.headroom_bytes), s.rank_reason)
                  for i, s in enumerate(r.suggestions, 1) for c in [s.config])
-    blocks += [Heading("Configurations that fit, least disturbance first"), Lines((f"ranked by {r.rank_order}",)),
-               Table(("#", "dp", "tp", "pp", "cp", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
-                      "headroom GiB", "why this rank"), rows, align="rrrrrrlrrrrrl")]
+    first = "shortest step first" if r.rank_order.startswith("estimated step") else "least disturbance first"
+    blocks += [Heading(f"Configurations that fit, {first}"), Lines((f"ranked by {r.rank_order}",)),
+               Table(("#", "dp", "tp", "pp", "cp", "ep", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
+                      "headroom GiB", "why this rank"), rows, align="rrrrrrrlrrrrrl")]
     step_list = steps(setup, r.suggestions)
     if step_list:
         blocks += [Heading("Estimated step time of each"), time_table(r.suggestions, step_list)]
-    best = r.suggestions[0]
-    lines = [f"#1: {config_line(best.config)}",
-             f"{fmt_gib(best.breakdown.per_gpu_bytes)} GiB per GPU, "
-             f"{fmt_gib(best.breakdown.headroom_bytes)} GiB headroom; "
-             f"recompute needed: {best.config.recompute.value}"]
-    lines += list(advice(setup, r, step_list))
-    return blocks + [Heading("Recommended"), Lines(tuple(lines))]
+    return blocks + recommendation(setup, r)
+
+
+def _gpus(n: int) -> str:
+    return f"{n:,} GPU" + ("" if n == 1 else "s")
+
+
+def recommendation(setup, r) -> list:
+    """(e) the minimum viable layout and (f) the one to run, each with its memory and time, and
+    (f) justified against the next-fastest safe alternative."""
+    from fitplan.report.advice import caveat, justify, short, steps
+    from fitplan.search import RECOMMEND_ORDER
+    mv, rec = r.minimum_viable, r.recommended
+    out = []
+    if mv is not None:
+        out += [Heading("Minimum viable: the least disturbance from plain data parallelism"),
+                Lines((short(mv.config), *_memory_and_time(setup, mv, steps), caveat(setup, mv.breakdown)))]
+    lines = [f"chosen as {RECOMMEND_ORDER}"]
+    if rec is None:
+        lines.append(f"nothing to recommend: {r.recommend_note}")
+    else:
+        lines += [short(rec.config) + ("  (the minimum viable layout too)" if mv is not None and
+                                       rec.config == mv.config else ""), *_memory_and_time(setup, rec, steps)]
+        if r.recommend_note:
+            lines.append(r.recommend_note)
+        if r.alternatives:
+            lines += justify(setup, rec, r.alternatives[0])
+        else:
+            lines.append("no other layout fits with a safe margin")
+        lines.append(caveat(setup, rec.breakdown))
+    return out + [Heading("Recommended: the one to run"), Lines(tuple(lines))]
+
+
+def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
+    b = s.breakdown
+    memory = (f"{fmt_gib(b.per_gpu_bytes)} GiB per GPU, {fmt_gib(b.headroom_bytes)} GiB headroom; "
+              f"recompute needed: {s.config.recompute.value}")
+    st = (steps(setup, [s]) or [None])[0]
+    if st is None:
+        return memory, "no step time: the GPU has no peak rate for this recipe's precision"
+    return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}; "
+                    f"{st.num_microbatches} micro-batches per step")
 
 
 def preset_list() -> list:

@@ -22,10 +22,11 @@ def _common(setup) -> dict:
                   "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
                   "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size},
         "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.recipe.name,
-                     "act_bytes": t.act_bytes, "dropout": t.dropout},
+                     "act_bytes": t.act_bytes, "dropout": t.dropout, "attention_kernel": t.attention_kernel},
         "cluster": {"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                     "memory_bytes_per_gpu": c.gpu.memory_bytes, "reserve_bytes_per_gpu": c.reserve_bytes},
         "usable_bytes_per_gpu": c.usable_bytes,
+        "assumed": list(setup.assumed),
     }
 
 
@@ -100,11 +101,17 @@ def comm_dict(st) -> dict:
 
 def search(setup, r, bound, smallest) -> str:
     from fitplan.report.advice import steps
+    from fitplan.search import RECOMMEND_ORDER
+    def one(s, st):
+        return {**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+                "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
+                "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
+
+    def alone(s):
+        return None if s is None else one(s, (steps(setup, [s]) or [None])[0])
+
     step_list = steps(setup, r.suggestions) or [None] * len(r.suggestions)
-    suggestions = [{**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
-                    "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
-                    "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
-                   for s, st in zip(r.suggestions, step_list)]
+    suggestions = [one(s, st) for s, st in zip(r.suggestions, step_list)]
     lower = {"min_gpus": bound.min_gpus, "min_gpus_power_of_two": bound.min_gpus_power_of_two,
              "inequality": inequality(bound), "per_gpu_bytes": bound.per_gpu_bytes, "excludes": bound.excludes}
     if smallest:
@@ -115,6 +122,8 @@ def search(setup, r, bound, smallest) -> str:
                                              "headroom_bytes": int(least.headroom_bytes)}
     return dump({**_common(setup), "feasible": r.feasible, "lower_bound": lower, "suggestions": suggestions,
                   "least_loaded": least_dict,
-                  "recommended": suggestions[0] if suggestions else None, "rank_order": r.rank_order,
+                  "recommended": alone(r.recommended), "minimum_viable": alone(r.minimum_viable),
+                  "recommend_order": RECOMMEND_ORDER, "recommend_note": r.recommend_note or None,
+                  "rank_order": r.rank_order,
                   "candidates": {"considered": r.considered, "rejected_by_reason": r.rejected_by_reason,
                                  "fit": r.fit}})

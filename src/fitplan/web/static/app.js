@@ -241,15 +241,23 @@
     const v = $("verdict"), d = $("verdict-detail"), c = plan.cluster, m = plan.model;
     const where = `${m.name} on ${int(c.num_gpus)} × ${c.gpu}`;
     $("proof").hidden = true;
+    const assumed = (plan.assumed || []).map(a => node("li", { textContent: a }));
+    $("assumed").replaceChildren(...assumed);
+    $("assumed").hidden = !assumed.length;
     if (plan.feasible) {
-      const r = plan.recommended;
+      const r = plan.recommended, mv = plan.minimum_viable;
+      const layout = (s, id) => node("strong", { id, textContent: `${configText(s)} · ${configExtras(s)}` });
+      const memory = s => `${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
+        + `(${gib(s.headroom_bytes)} GiB headroom)` + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
       v.className = "verdict fits";
       v.textContent = "Fits";
-      d.replaceChildren(
-        `${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations fit. Recommended: `,
-        node("strong", { textContent: `${configText(r)} · ${configExtras(r)}` }),
-        `, ${gib(r.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
-        + `(${gib(r.headroom_bytes)} GiB headroom).`);
+      const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `
+                     + "fit. Recommended (the fastest with a safe margin): "];
+      if (r) parts.push(layout(r, "recommended"), `, ${memory(r)}. `);
+      else parts.push(node("strong", { id: "recommended", textContent: "none" }), ` (${plan.recommend_note}). `);
+      if (mv && !(r && configKey(r) === configKey(mv)))
+        parts.push("Minimum viable (least disturbance): ", layout(mv, "minimum-viable"), `, ${memory(mv)}.`);
+      d.replaceChildren(...parts);
       return;
     }
     v.className = "verdict nofit";
