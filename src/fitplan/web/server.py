@@ -33,11 +33,32 @@ and out-of-range numbers are 400s; no request reaches the file system (the decla
 mark the CLI's paths, --spec, --hf-config, --plot and --output, as not for the API); an
 unexpected exception is a 500 with one generic line on the page and the traceback on the
 server's stderr.
+
+Limits (each answered with one line, never a hang):
+    ANALYSIS_WORKERS     analyses that run at once, each in its own worker process
+    ANALYSIS_QUEUE       requests that may wait for a worker, at most QUEUE_WAIT_S; one more,
+                         or a longer wait, is 503 {"error": "server busy: N analyses running; ..."}
+    ANALYSIS_BUDGET_S    wall-clock seconds one analysis may run; past it its worker process is
+                         killed and replaced, and the answer is 503 with one line
+
+Why worker processes, not threads, for the time budget: a Python thread cannot be stopped
+from outside, so a thread pool could only enforce a budget cooperatively, by a deadline the
+search and sweep loops check; that needs hooks in the core (which bounds its own work with a
+separate work budget) and still misses time spent inside one long NumPy call. A process can be
+killed at any instant, so the budget holds whatever the analysis does, and analyses run on all
+cores instead of sharing one GIL with the threads that serve the page, so a heavy analysis
+does not slow a light one down. The cost is small: workers are started once (`fitplan serve`
+starts them all at startup; a killed one is replaced at once) and stay alive between
+requests, and only the Request and the reply's text, exit code and notes cross the pipe. As
+with any use of multiprocessing, a program that embeds make_server must guard its own top
+level with `if __name__ == "__main__":` (the `fitplan` command and `python -m fitplan.web` are).
 """
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -58,7 +79,10 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'")
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-MAX_CONCURRENT_ANALYSES = 4
+ANALYSIS_WORKERS = 4          # analyses at once, one worker process each
+ANALYSIS_QUEUE = 8            # requests that may wait for a free worker
+QUEUE_WAIT_S = 5.0            # the longest such wait
+ANALYSIS_BUDGET_S = 10.0      # wall-clock seconds one analysis may run
 
 HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HF_FIELDS = ("hf_config", "hf_name")   # the pasted config.json (text or object) and its folder name
@@ -253,6 +277,12 @@ def error_response(status: int, message: str) -> Response:
     return json_response(status, {"error": message})
 
 
+def busy_response(running: int, what: str = "analyses running") -> Response:
+    r = error_response(503, f"server busy: {running} {what}; try again shortly")
+    r.headers["Retry-After"] = "1"
+    return r
+
+
 def presets_payload() -> dict:
     from fitplan import __version__, parts, presets
     from fitplan.presets.recipes import DEFAULT_RECIPE
@@ -269,33 +299,250 @@ def presets_payload() -> dict:
                for name, r in presets.RECIPES.items()}
     return {"fitplan_version": __version__, "models": models, "gpus": gpus, "recipes": recipes,
             "default_recipe": DEFAULT_RECIPE, "default_gpu": DEFAULT_GPU, "features": {"compare": True},
-            "limits": {"max_body_bytes": MAX_BODY_BYTES}, "parts": parts.payload()}
+            "limits": {"max_body_bytes": MAX_BODY_BYTES, "analysis_budget_s": ANALYSIS_BUDGET_S,
+                       "analysis_workers": ANALYSIS_WORKERS}, "parts": parts.payload()}
 
 
-_analyses = threading.BoundedSemaphore(MAX_CONCURRENT_ANALYSES)
+
+# ---------------------------------------------------------------- the analyses: a pool of worker processes
+
+class Busy(Exception):
+    """Every worker is taken and the queue is full (or the wait for a worker ran out)."""
+
+    def __init__(self, running: int):
+        super().__init__(running)
+        self.running = running
 
 
-def analysis_response(endpoint: str, body) -> Response:
-    """The POST /api/<endpoint> answer: validate -> Request -> fitplan.service.respond."""
+class OverBudget(Exception):
+    """The analysis ran past its time budget; its worker was killed."""
+
+    def __init__(self, budget_s: float):
+        super().__init__(budget_s)
+        self.budget_s = budget_s
+
+
+def run_analysis(request) -> tuple:
+    """In a worker process: one Request -> a small picklable result.
+        ("reply", exit_code, text, notes)   what the CLI prints
+        ("bad", line, None)                 a 400: the CLI's one line"""
     from fitplan.errors import SpecError, one_line
     from fitplan.service import respond
-    request = build_request(endpoint, body)
     try:
-        with _analyses:
-            reply = respond(request)
+        reply = respond(request)
     except SpecError as err:
-        return error_response(400, f"fitplan: {one_line(str(err))}")
-    headers = {"X-Fitplan-Exit-Code": str(reply.exit_code)}
+        return ("bad", f"fitplan: {one_line(str(err))}", None)
+    return ("reply", reply.exit_code, reply.text, tuple(reply.notes))
+
+
+def _worker_main(conn, target) -> None:
+    """A worker process: answer jobs from the pipe until it closes. Ctrl-C is the server's to
+    handle; the worker ends when the server closes the pipe or kills it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            result = target(job)
+        except BaseException:     # noqa: B036 -- anything the analysis raises is reported, not fatal
+            result = ("crash", traceback.format_exc())
+        try:
+            conn.send(result)
+        except (EOFError, OSError):
+            return
+        except Exception:         # an unpicklable result
+            conn.send(("crash", traceback.format_exc()))
+
+
+def _context():
+    """spawn: a fresh interpreter per worker (fork+exec, so forking this threaded process is never
+    a question), given this process's sys.path before it imports anything, so a worker runs the
+    very fitplan the server imported. (Python 3.11's forkserver imports its preloads before it
+    applies sys.path, which can load another copy of fitplan.) The cost is a few tenths of a
+    second per worker start: at `fitplan serve` startup and after a worker is killed."""
+    return multiprocessing.get_context("spawn")
+
+
+class _Worker:
+    def __init__(self, ctx, target):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, target), daemon=True,
+                                   name="fitplan-analysis")
+        self.process.start()
+        child.close()
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+            self.process.join(5)
+        except (OSError, ValueError, AssertionError):
+            pass
+        self.conn.close()
+
+
+class AnalysisPool:
+    """A fixed number of worker processes, a bounded queue in front of them, and a wall-clock
+    budget per analysis. `run` answers at once with Busy when the queue is full, with Busy
+    after queue_wait_s without a free worker, with OverBudget (the worker killed and a fresh
+    one started) after budget_s, else with the worker's result (see run_analysis)."""
+
+    def __init__(self, workers: int = ANALYSIS_WORKERS, queue: int = ANALYSIS_QUEUE,
+                 budget_s: float = ANALYSIS_BUDGET_S, queue_wait_s: float = QUEUE_WAIT_S, target=run_analysis):
+        self.workers, self.queue, self.budget_s, self.queue_wait_s = workers, queue, budget_s, queue_wait_s
+        self.target = target
+        self.running = 0          # analyses in a worker now
+        self._admitted = 0        # running + waiting
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._slots = threading.Semaphore(workers)
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._closed = False
+        self._ctx = None
+
+    def start(self) -> None:
+        """Start every worker now rather than on first use (`fitplan serve` does)."""
+        started = [self._new_worker() for _ in range(self.workers - len(self._all))]
+        with self._lock:
+            self._idle.extend(started)
+
+    def run(self, request):
+        with self._lock:
+            if self._closed or self._admitted >= self.workers + self.queue:
+                raise Busy(self.running)
+            self._admitted += 1
+        try:
+            if not self._slots.acquire(timeout=self.queue_wait_s):
+                raise Busy(self.running)
+            try:
+                return self._run(request)
+            finally:
+                self._slots.release()
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+    def _run(self, request):
+        worker = self._checkout()
+        done = False
+        try:
+            try:
+                worker.conn.send(request)
+                if not worker.conn.poll(self.budget_s):
+                    raise OverBudget(self.budget_s)
+                result = worker.conn.recv()
+            except (EOFError, OSError) as err:     # the worker died (killed from outside, out of memory)
+                return ("crash", f"the analysis worker process ended: {err!r} (exit code {worker.process.exitcode})")
+            done = True
+            return result
+        finally:
+            with self._lock:
+                self.running -= 1
+                keep = done and not self._closed
+                if keep:
+                    self._idle.append(worker)
+                else:
+                    self._all.discard(worker)
+            if not keep:
+                worker.kill()
+                self._replace()
+
+    def _replace(self) -> None:
+        """Start a worker in place of a killed one now, so the next request does not wait for it."""
+        if self._closed:
+            return
+        try:
+            worker = self._new_worker()
+        except OSError:
+            return                   # the next request tries again
+        with self._lock:
+            if self._closed:
+                self._all.discard(worker)
+            else:
+                self._idle.append(worker)
+                return
+        worker.kill()
+
+    def _checkout(self) -> _Worker:
+        with self._lock:
+            self.running += 1
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.process.is_alive():
+                    return worker
+                self._all.discard(worker)
+        try:
+            return self._new_worker()
+        except BaseException:
+            with self._lock:
+                self.running -= 1
+            raise
+
+    def _new_worker(self) -> _Worker:
+        with self._start_lock:
+            if self._ctx is None:
+                self._ctx = _context()
+            worker = _Worker(self._ctx, self.target)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    def close(self) -> None:
+        """Kill every worker, busy or not; a later run is Busy."""
+        with self._lock:
+            self._closed = True
+            workers, self._idle = list(self._all), []
+            self._all.clear()
+        for w in workers:
+            w.kill()
+
+
+_default_pool: AnalysisPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> AnalysisPool:
+    """The pool `handle` uses when it is called without one (the app as a plain function)."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None:
+            _default_pool = AnalysisPool()
+        return _default_pool
+
+
+def analysis_response(endpoint: str, body, pool: AnalysisPool | None = None) -> Response:
+    """The POST /api/<endpoint> answer: validate -> Request -> fitplan.service.respond, in a worker."""
+    request = build_request(endpoint, body)
+    pool = pool or default_pool()
+    try:
+        result = pool.run(request)
+    except Busy as err:
+        return busy_response(err.running)
+    except OverBudget as err:
+        return error_response(503, f"request: the analysis ran past its {err.budget_s:g} s budget and was stopped; "
+                                   f"ask for less (fewer sweep values, a smaller --max-cp or --micro-batch, fixed "
+                                   f"--tp/--pp) or run it with the CLI")
+    if result[0] == "bad":
+        if result[2]:
+            sys.stderr.write(result[2])
+        return error_response(400, result[1])
+    if result[0] != "reply":
+        sys.stderr.write(f"fitplan serve: {result[1]}\n")
+        return error_response(500, INTERNAL_ERROR)
+    exit_code, text, notes = result[1:]
+    headers = {"X-Fitplan-Exit-Code": str(exit_code)}
     if endpoint == "export":
-        r = json_response(200, {"exit_code": reply.exit_code, "ok": reply.exit_code == 0,
-                                "format": request.values["format"], "text": reply.text,
-                                "notes": [f"fitplan: note: {n}" for n in reply.notes]})
+        r = json_response(200, {"exit_code": exit_code, "ok": exit_code == 0,
+                                "format": request.values["format"], "text": text,
+                                "notes": [f"fitplan: note: {n}" for n in notes]})
         r.headers.update(headers)
         return r
     if endpoint == "markdown":
-        return Response(200, reply.text.encode(), "text/markdown; charset=utf-8",
+        return Response(200, text.encode(), "text/markdown; charset=utf-8",
                         {**headers, "Content-Disposition": 'attachment; filename="fitplan.md"'})
-    return Response(200, reply.text.encode(), "application/json", headers)
+    return Response(200, text.encode(), "application/json", headers)
 
 
 def _static_files() -> dict:
@@ -311,9 +558,10 @@ def _json_type(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
-def handle(method: str, path: str, headers, body: bytes | None) -> Response:
+def handle(method: str, path: str, headers, body: bytes | None, *, pool: AnalysisPool | None = None) -> Response:
     """The whole application as one function: method, path, a headers mapping (case-insensitive
-    .get, as http.server's), and the already size-checked body. Never raises."""
+    .get, as http.server's), the already size-checked body, and the pool the analyses run in
+    (default: one shared pool). Never raises."""
     try:
         route = urlsplit(path).path
         if method in ("GET", "HEAD"):
@@ -338,7 +586,7 @@ def handle(method: str, path: str, headers, body: bytes | None) -> Response:
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
                 reason = err.msg if isinstance(err, json.JSONDecodeError) else err.__class__.__name__
                 return error_response(400, f"request: the body is not valid JSON ({reason})")
-            return analysis_response(route[5:], data)
+            return analysis_response(route[5:], data, pool)
         return error_response(405, f"{method}: not allowed; use GET or POST")
     except RequestError as err:
         return error_response(err.status, err.message)
@@ -413,7 +661,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return self._send(error_response(403, "request: this server answers only to a loopback Host "
                                                   "(127.0.0.1 or localhost)"))
-        self._send(handle(method, self.path, self.headers, body), head=method == "HEAD")
+        self._send(handle(method, self.path, self.headers, body, pool=getattr(self.server, "pool", None)),
+                   head=method == "HEAD")
 
     def _host_ok(self) -> bool:
         if not getattr(self.server, "loopback_only", False):
@@ -450,7 +699,7 @@ class FitplanServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, *, quiet: bool = False):
+    def __init__(self, address, *, quiet: bool = False, pool: AnalysisPool | None = None):
         host = address[0]
         if ":" in host:
             import socket
@@ -458,6 +707,12 @@ class FitplanServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
         self.quiet = quiet
         self.loopback_only = host in LOOPBACK_NAMES or host.startswith("127.")
+        self.pool = pool or AnalysisPool()
+
+    def server_close(self):
+        super().server_close()
+        if getattr(self, "pool", None) is not None:    # None when binding failed in __init__
+            self.pool.close()
 
     @property
     def url(self) -> str:
@@ -465,9 +720,10 @@ class FitplanServer(ThreadingHTTPServer):
         return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False) -> FitplanServer:
-    """A bound, not yet serving server (port 0: an ephemeral port; see .url)."""
-    return FitplanServer((host, port), quiet=quiet)
+def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False, **limits) -> FitplanServer:
+    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: pool
+    (FitplanServer's keyword)."""
+    return FitplanServer((host, port), quiet=quiet, **limits)
 
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
@@ -481,6 +737,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     except OSError as err:
         raise SpecError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err}); "
                         f"pick another --port") from None
+    server.pool.start()
     print(f"fitplan serve: open {server.url}  (Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever()
