@@ -27,14 +27,19 @@ few static files and strict input checks, which take less code here than the glu
 framework needs, and `fitplan serve` then works after a plain `pip install -e .`.
 
 Safety: binds to 127.0.0.1 unless told otherwise; when bound to loopback, requests must
-name a loopback Host (DNS-rebinding guard); a POST must be application/json with a
-Content-Length of at most MAX_BODY_BYTES (else 411/413/415); unknown fields, wrong types
-and out-of-range numbers are 400s; no request reaches the file system (the declarations
-mark the CLI's paths, --spec, --hf-config, --plot and --output, as not for the API); an
-unexpected exception is a 500 with one generic line on the page and the traceback on the
-server's stderr.
+name a loopback Host (DNS-rebinding guard); a request's body must have a Content-Length of
+at most MAX_BODY_BYTES (else 411/413), a POST's must be application/json (else 415), and a
+GET's is read and dropped; unknown fields, wrong types and out-of-range numbers are 400s; no
+request reaches the file system (the declarations mark the CLI's paths, --spec, --hf-config,
+--plot and --output, as not for the API); every answer, errors included, has
+X-Content-Type-Options: nosniff; an unexpected exception is a 500 with one generic line on
+the page and the traceback on the server's stderr.
 
 Limits (each answered with one line, never a hang):
+    MAX_CONNECTIONS      connections open at once; one more is answered 503 and closed
+    REQUEST_DEADLINE_S   a whole request (line, headers, body) must arrive within this many
+                         seconds of the server starting to wait for it, however it trickles
+                         (408, then the connection is closed; an idle keep-alive is just closed)
     ANALYSIS_WORKERS     analyses that run at once, each in its own worker process
     ANALYSIS_QUEUE       requests that may wait for a worker, at most QUEUE_WAIT_S; one more,
                          or a longer wait, is 503 {"error": "server busy: N analyses running; ..."}
@@ -55,12 +60,16 @@ level with `if __name__ == "__main__":` (the `fitplan` command and `python -m fi
 """
 from __future__ import annotations
 
+import io
 import json
+import math
 import multiprocessing
 import re
 import signal
+import socket
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,6 +88,9 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'")
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+MAX_CONNECTIONS = 32          # connections open at once
+REQUEST_DEADLINE_S = 15.0     # to receive one whole request: line, headers and body
+WRITE_TIMEOUT_S = 15.0        # to send one answer to a client that does not read
 ANALYSIS_WORKERS = 4          # analyses at once, one worker process each
 ANALYSIS_QUEUE = 8            # requests that may wait for a free worker
 QUEUE_WAIT_S = 5.0            # the longest such wait
@@ -612,34 +624,124 @@ def _static(name: str) -> Response:
 
 # ---------------------------------------------------------------- HTTP
 
+class _RequestDeadline(Exception):
+    """The whole request did not arrive in time (not a TimeoutError: http.server would swallow that)."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket as a raw stream whose every read shares one deadline per request, so a client
+    trickling a byte at a time cannot hold a connection longer than the deadline."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.deadline = math.inf
+        self.received = 0          # bytes read since begin()
+
+    def begin(self, seconds: float) -> None:
+        self.deadline, self.received = time.monotonic() + seconds, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise _RequestDeadline
+        self.sock.settimeout(remaining)
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            raise _RequestDeadline from None
+        self.received += n
+        return n
+
+
+class _Writer(io.RawIOBase):
+    def __init__(self, sock):
+        self.sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.sock.sendall(data)
+        return len(data)
+
+
+_PROTOCOL_ERRORS = {400: "request: a malformed request line or header",
+                    414: "request: the request line is too long",
+                    431: "request: too many or too long header lines",
+                    501: "request: not implemented; use GET or POST",
+                    505: "request: use HTTP/1.0 or HTTP/1.1"}
+
+
 class Handler(BaseHTTPRequestHandler):
-    """A thin adapter from http.server to `handle`."""
+    """A thin adapter from http.server to `handle`, with the connection's limits."""
     server_version = "fitplan"
     sys_version = ""
     protocol_version = "HTTP/1.1"
-    timeout = 30     # seconds a connection may idle mid-request
+
+    def setup(self):
+        self.connection = self.request
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+        self.wfile = _Writer(self.connection)
+
+    def handle_one_request(self):
+        self._reader.begin(getattr(self.server, "request_deadline_s", REQUEST_DEADLINE_S))
+        self.requestline, self.request_version, self.command = "", self.protocol_version, None
+        try:
+            super().handle_one_request()
+        except _RequestDeadline:
+            self.close_connection = True
+            if self._reader.received:       # a request had begun: say why it is cut off
+                seconds = getattr(self.server, "request_deadline_s", REQUEST_DEADLINE_S)
+                self._send(error_response(408, f"request: not received within {seconds:g} s; "
+                                               f"the connection is closed"), write_timeout=1.0)
 
     def do_GET(self):
-        self._answer("GET", None)
+        self._answer(self.command)
 
-    def do_HEAD(self):
-        self._answer("HEAD", None)
+    # every other method, TRACE and CONNECT too, gets handle's JSON 405 (an unknown one a JSON 501)
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = do_GET
 
-    def do_POST(self):
+    def _answer(self, method: str):
+        body = self._body(method)
+        if body is None:
+            return
+        if not self._host_ok():
+            return self._send(error_response(403, "request: this server answers only to a loopback Host "
+                                                  "(127.0.0.1 or localhost)"))
+        self._send(handle(method, self.path, self.headers, body if method == "POST" else None,
+                          pool=getattr(self.server, "pool", None)), head=method == "HEAD")
+
+    def _body(self, method: str) -> bytes | None:
+        """The request's body, read whatever the method (a GET's too, so that it is never parsed
+        as a second request); None when a refusal has been sent instead."""
+        lengths = self.headers.get_all("Content-Length") or []
         if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            return self._send(error_response(411, "request: send a Content-Length, not a chunked body"))
-        length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
-            self.close_connection = True
-            return self._send(error_response(411, "request: a POST needs a Content-Length header"))
-        size = int(length)
+            return self._refuse(411, "request: send a Content-Length, not a chunked body")
+        if not lengths:
+            if method == "POST":
+                return self._refuse(411, "request: a POST needs a Content-Length header")
+            return b""
+        if len(lengths) > 1 or not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
+            return self._refuse(400, "request: give one Content-Length, a whole number of bytes")
+        size = int(lengths[0])
         if size > MAX_BODY_BYTES:
-            self.close_connection = True
             self._discard(size)
-            return self._send(error_response(413, f"request: the body is {size:,} bytes; the limit is "
-                                                  f"{MAX_BODY_BYTES:,} bytes ({MAX_BODY_BYTES // 1024} KiB)"))
-        self._answer("POST", self.rfile.read(size))
+            return self._refuse(413, f"request: the body is {size:,} bytes; the limit is "
+                                     f"{MAX_BODY_BYTES:,} bytes ({MAX_BODY_BYTES // 1024} KiB)")
+        body = self.rfile.read(size)
+        if len(body) < size:               # the client hung up mid-body
+            self.close_connection = True
+            return None
+        return body
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.close_connection = True
+        self._send(error_response(status, message))
+        return None
 
     def _discard(self, size: int) -> None:
         """Read and drop a refused body (up to DISCARD_LIMIT), so the client sees the 413 rather
@@ -652,17 +754,12 @@ class Handler(BaseHTTPRequestHandler):
                 return
             size -= len(chunk)
 
-    def do_PUT(self):
-        self._answer("PUT", None)
-
-    do_DELETE = do_PATCH = do_OPTIONS = do_PUT
-
-    def _answer(self, method: str, body: bytes | None):
-        if not self._host_ok():
-            return self._send(error_response(403, "request: this server answers only to a loopback Host "
-                                                  "(127.0.0.1 or localhost)"))
-        self._send(handle(method, self.path, self.headers, body, pool=getattr(self.server, "pool", None)),
-                   head=method == "HEAD")
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (a bad request line, an unknown method, ...) as one JSON line."""
+        self.close_connection = True
+        if not self.request_version or self.request_version == "HTTP/0.9":
+            self.request_version = self.protocol_version
+        self._send(error_response(int(code), _PROTOCOL_ERRORS.get(int(code), f"request: refused ({int(code)})")))
 
     def _host_ok(self) -> bool:
         if not getattr(self.server, "loopback_only", False):
@@ -671,24 +768,25 @@ class Handler(BaseHTTPRequestHandler):
         name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
         return name.lower() in LOOPBACK_NAMES
 
-    def _send(self, r: Response, head: bool = False):
-        self.send_response(r.status)
-        self.send_header("Content-Type", r.content_type)
-        self.send_header("Content-Length", str(len(r.body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        if "Cache-Control" not in r.headers:
-            self.send_header("Cache-Control", "no-store")
-        for k, v in r.headers.items():
-            self.send_header(k, v)
-        if self.close_connection:
-            self.send_header("Connection", "close")
+    def _send(self, r: Response, head: bool = False, write_timeout: float = WRITE_TIMEOUT_S):
         try:
+            self.connection.settimeout(write_timeout)
+            self.send_response(r.status)
+            self.send_header("Content-Type", r.content_type)
+            self.send_header("Content-Length", str(len(r.body)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            if "Cache-Control" not in r.headers:
+                self.send_header("Cache-Control", "no-store")
+            for k, v in r.headers.items():
+                self.send_header(k, v)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             if not head:
                 self.wfile.write(r.body)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True   # the page dropped a request it no longer needs (a newer input)
+        except (OSError, ValueError):     # the client went away or stopped reading
+            self.close_connection = True
 
     def log_message(self, format, *args):
         if not getattr(self.server, "quiet", False):
@@ -697,17 +795,67 @@ class Handler(BaseHTTPRequestHandler):
 
 class FitplanServer(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False      # closing does not wait for a slow client (the deadline ends it anyway)
     allow_reuse_address = True
+    request_queue_size = 2 * MAX_CONNECTIONS   # listen backlog: socketserver's 5 drops a burst's SYNs (1 s retries)
 
-    def __init__(self, address, *, quiet: bool = False, pool: AnalysisPool | None = None):
+    def __init__(self, address, *, quiet: bool = False, pool: AnalysisPool | None = None,
+                 max_connections: int = MAX_CONNECTIONS, request_deadline_s: float = REQUEST_DEADLINE_S):
         host = address[0]
         if ":" in host:
-            import socket
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
         self.quiet = quiet
         self.loopback_only = host in LOOPBACK_NAMES or host.startswith("127.")
         self.pool = pool or AnalysisPool()
+        self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
+        self.connections = 0
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address):
+        with self._connections_lock:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if full:
+            return self._refuse(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self):
+        with self._connections_lock:
+            self.connections -= 1
+
+    def _refuse(self, request) -> None:
+        """Over the connection cap: one 503 line, written from the accepting thread without
+        waiting on the client, and the connection closed."""
+        r = busy_response(self.max_connections, "connections open")
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(r.body)}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+                f"Retry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.setblocking(False)
+            request.send(head + r.body)
+            request.shutdown(socket.SHUT_WR)
+            request.recv(65536)           # drop what already arrived, so the close is not a reset
+        except OSError:
+            pass
+        request.close()
+
+    def handle_error(self, request, client_address):
+        """A client that resets or stalls is routine; anything else goes to stderr."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
     def server_close(self):
         super().server_close()
@@ -721,8 +869,8 @@ class FitplanServer(ThreadingHTTPServer):
 
 
 def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False, **limits) -> FitplanServer:
-    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: pool
-    (FitplanServer's keyword)."""
+    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: pool,
+    max_connections, request_deadline_s (FitplanServer's keywords)."""
     return FitplanServer((host, port), quiet=quiet, **limits)
 
 
