@@ -26,14 +26,16 @@ Standard library only (http.server.ThreadingHTTPServer): the server needs one JS
 few static files and strict input checks, which take less code here than the glue a
 framework needs, and `fitplan serve` then works after a plain `pip install -e .`.
 
-Safety: binds to 127.0.0.1 unless told otherwise; when bound to loopback, requests must
-name a loopback Host (DNS-rebinding guard); a request's body must have a Content-Length of
-at most MAX_BODY_BYTES (else 411/413), a POST's must be application/json (else 415), and a
-GET's is read and dropped; unknown fields, wrong types and out-of-range numbers are 400s; no
-request reaches the file system (the declarations mark the CLI's paths, --spec, --hf-config,
---plot and --output, as not for the API); every answer, errors included, has
-X-Content-Type-Options: nosniff; an unexpected exception is a 500 with one generic line on
-the page and the traceback on the server's stderr.
+Safety: binds to 127.0.0.1 unless told otherwise (another --host prints a warning); every
+request must name a loopback Host, the bound address, or a name given with --allowed-host
+(DNS-rebinding guard), wherever the server listens; a request's body must have a
+Content-Length of at most MAX_BODY_BYTES (else 411/413), a POST's must be application/json
+(else 415), and a GET's is read and dropped; unknown fields, wrong types and out-of-range
+numbers are 400s; no request reaches the file system (the declarations mark the CLI's paths,
+--spec, --hf-config, --plot and --output, as not for the API), and static files are the
+package's own (a symlink out of static/ is not served); every answer, errors included, has
+X-Content-Type-Options: nosniff; an unexpected exception is a 500 with one generic line on the page and the traceback on the
+server's stderr.
 
 Limits (each answered with one line, never a hang):
     MAX_CONNECTIONS      connections open at once; one more is answered 503 and closed
@@ -61,6 +63,7 @@ level with `if __name__ == "__main__":` (the `fitplan` command and `python -m fi
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import math
 import multiprocessing
@@ -88,6 +91,7 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'")
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 MAX_CONNECTIONS = 32          # connections open at once
 REQUEST_DEADLINE_S = 15.0     # to receive one whole request: line, headers and body
 WRITE_TIMEOUT_S = 15.0        # to send one answer to a client that does not read
@@ -95,6 +99,8 @@ ANALYSIS_WORKERS = 4          # analyses at once, one worker process each
 ANALYSIS_QUEUE = 8            # requests that may wait for a free worker
 QUEUE_WAIT_S = 5.0            # the longest such wait
 ANALYSIS_BUDGET_S = 10.0      # wall-clock seconds one analysis may run
+HOST_NAME = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+                       r"[A-Za-z0-9])?)*")
 
 HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HF_FIELDS = ("hf_config", "hf_name")   # the pasted config.json (text or object) and its folder name
@@ -558,9 +564,17 @@ def analysis_response(endpoint: str, body, pool: AnalysisPool | None = None) -> 
 
 
 def _static_files() -> dict:
+    """name -> real path of each servable file in static/: a symlink is followed only when it
+    ends at a file inside static/ itself, never out of the package."""
     if not STATIC_DIR.is_dir():
         return {}
-    return {p.name: p for p in STATIC_DIR.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
+    root = STATIC_DIR.resolve()
+    files = {}
+    for p in STATIC_DIR.iterdir():
+        real = p.resolve()
+        if p.suffix in CONTENT_TYPES and real.parent == root and real.is_file():
+            files[p.name] = real
+    return files
 
 
 API_KINDS = tuple(ENDPOINTS)
@@ -711,7 +725,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self._host_ok():
             return self._send(error_response(403, "request: this server answers only to a loopback Host "
-                                                  "(127.0.0.1 or localhost)"))
+                                                  "(127.0.0.1 or localhost) and the names given with "
+                                                  "--allowed-host"))
         self._send(handle(method, self.path, self.headers, body if method == "POST" else None,
                           pool=getattr(self.server, "pool", None)), head=method == "HEAD")
 
@@ -762,11 +777,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(error_response(int(code), _PROTOCOL_ERRORS.get(int(code), f"request: refused ({int(code)})")))
 
     def _host_ok(self) -> bool:
-        if not getattr(self.server, "loopback_only", False):
-            return True
-        host = self.headers.get("Host", "")
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
-        return name.lower() in LOOPBACK_NAMES
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return False
+        return host_name(hosts[0]) in getattr(self.server, "allowed_hosts", LOOPBACK_NAMES)
 
     def _send(self, r: Response, head: bool = False, write_timeout: float = WRITE_TIMEOUT_S):
         try:
@@ -793,20 +807,63 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
+def host_name(header: str) -> str:
+    """The name in a Host header, lower case, without port or IPv6 brackets."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0].lower()
+    return header.rsplit(":", 1)[0].lower() if header.count(":") == 1 else header.lower()
+
+
+def allowed_host(name: str) -> str:
+    """An --allowed-host value, checked and normalised: a DNS name or an IP address."""
+    from fitplan.errors import SpecError
+    plain = name.strip("[]") if name.startswith("[") and name.endswith("]") else name
+    try:
+        return ipaddress.ip_address(plain).compressed
+    except ValueError:
+        pass
+    if len(name) <= 253 and HOST_NAME.fullmatch(name):
+        return name.lower()
+    raise SpecError(f"--allowed-host {name!r}: give a host name (letters, digits, '-' and '.') or an IP address")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str) -> str | None:
+    """The warning `fitplan serve` prints when it listens beyond loopback; None on loopback."""
+    if is_loopback(host):
+        return None
+    where = "every network interface" if host in WILDCARD_HOSTS else host
+    return (f"fitplan serve: warning: --host {host or repr(host)} listens on {where}: other machines can reach "
+            f"this server and run analyses on it; it still answers only to loopback Host names and those "
+            f"given with --allowed-host")
+
+
 class FitplanServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False      # closing does not wait for a slow client (the deadline ends it anyway)
     allow_reuse_address = True
     request_queue_size = 2 * MAX_CONNECTIONS   # listen backlog: socketserver's 5 drops a burst's SYNs (1 s retries)
 
-    def __init__(self, address, *, quiet: bool = False, pool: AnalysisPool | None = None,
+    def __init__(self, address, *, quiet: bool = False, allowed_hosts=(), pool: AnalysisPool | None = None,
                  max_connections: int = MAX_CONNECTIONS, request_deadline_s: float = REQUEST_DEADLINE_S):
         host = address[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
         self.quiet = quiet
-        self.loopback_only = host in LOOPBACK_NAMES or host.startswith("127.")
+        self.loopback_only = is_loopback(host)
+        self.allowed_hosts = set(LOOPBACK_NAMES) | {allowed_host(h) for h in allowed_hosts}
+        if host not in WILDCARD_HOSTS:
+            self.allowed_hosts.add(host.lower())    # the address it was asked to listen on
         self.pool = pool or AnalysisPool()
         self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
         self.connections = 0
@@ -869,22 +926,26 @@ class FitplanServer(ThreadingHTTPServer):
 
 
 def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False, **limits) -> FitplanServer:
-    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: pool,
-    max_connections, request_deadline_s (FitplanServer's keywords)."""
+    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: allowed_hosts,
+    pool, max_connections, request_deadline_s (FitplanServer's keywords)."""
     return FitplanServer((host, port), quiet=quiet, **limits)
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allowed_hosts=()) -> None:
     """Serve the page until interrupted: prints the address, then blocks. A port that cannot be
-    bound is a SpecError (the CLI prints it as one line and exits 2)."""
+    bound, or a bad --allowed-host, is a SpecError (the CLI prints it as one line and exits 2)."""
     from fitplan.errors import SpecError
     if not 0 <= port <= 65535:
         raise SpecError(f"--port must be 0 to 65535, got {port}")
+    allowed = [allowed_host(h) for h in allowed_hosts]
     try:
-        server = make_server(host, port)
+        server = make_server(host, port, allowed_hosts=allowed)
     except OSError as err:
         raise SpecError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err}); "
                         f"pick another --port") from None
+    warning = exposure_warning(host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     server.pool.start()
     print(f"fitplan serve: open {server.url}  (Ctrl-C stops it)", flush=True)
     try:
