@@ -33,8 +33,9 @@ Content-Length of at most MAX_BODY_BYTES (else 411/413), a POST's must be applic
 (else 415), and a GET's is read and dropped; unknown fields, wrong types and out-of-range
 numbers are 400s; no request reaches the file system (the declarations mark the CLI's paths,
 --spec, --hf-config, --plot and --output, as not for the API), and static files are the
-package's own (a symlink out of static/ is not served); every answer, errors included, has
-X-Content-Type-Options: nosniff; an unexpected exception is a 500 with one generic line on the page and the traceback on the
+package's own (a symlink out of static/ is not served); every answer, errors included, is
+JSON made with allow_nan=False (or the CLI's own text) with X-Content-Type-Options: nosniff;
+an unexpected exception is a 500 with one generic line on the page and the traceback on the
 server's stderr.
 
 Limits (each answered with one line, never a hang):
@@ -99,6 +100,8 @@ ANALYSIS_WORKERS = 4          # analyses at once, one worker process each
 ANALYSIS_QUEUE = 8            # requests that may wait for a free worker
 QUEUE_WAIT_S = 5.0            # the longest such wait
 ANALYSIS_BUDGET_S = 10.0      # wall-clock seconds one analysis may run
+OUT_OF_RANGE = ("request: these inputs take the arithmetic out of range (a result is not a finite number); "
+                "check the smallest and largest values given")
 HOST_NAME = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
                        r"[A-Za-z0-9])?)*")
 
@@ -288,7 +291,7 @@ class Response:
 
 
 def json_response(status: int, obj) -> Response:
-    return Response(status, (json.dumps(obj, sort_keys=True, indent=2) + "\n").encode())
+    return Response(status, (json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n").encode())
 
 
 def error_response(status: int, message: str) -> Response:
@@ -343,14 +346,28 @@ class OverBudget(Exception):
 def run_analysis(request) -> tuple:
     """In a worker process: one Request -> a small picklable result.
         ("reply", exit_code, text, notes)   what the CLI prints
-        ("bad", line, None)                 a 400: the CLI's one line"""
+        ("bad", line, traceback or None)    a 400: the CLI's one line (or OUT_OF_RANGE)
+    An ArithmeticError, or a JSON answer holding NaN or infinity, means the inputs drove the
+    numbers out of range: a 400, never a 500 or a 200 with NaN (the traceback goes to the log)."""
     from fitplan.errors import SpecError, one_line
     from fitplan.service import respond
     try:
         reply = respond(request)
     except SpecError as err:
         return ("bad", f"fitplan: {one_line(str(err))}", None)
+    except ArithmeticError:
+        return ("bad", OUT_OF_RANGE, traceback.format_exc())
+    if request.values.get("format") == "json" and not _finite_json(reply.text):
+        return ("bad", OUT_OF_RANGE, None)
     return ("reply", reply.exit_code, reply.text, tuple(reply.notes))
+
+
+def _finite_json(text: str) -> bool:
+    try:
+        json.loads(text, parse_constant=_no_constants)
+    except ValueError:
+        return False
+    return True
 
 
 def _worker_main(conn, target) -> None:
