@@ -97,8 +97,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     val.add_argument("--no-distributed", action="store_true", help="skip the multi-process checks")
     val.add_argument("--json", action="store_true")
     srv = sub.add_parser("serve", help="a local web page for the same analyses (127.0.0.1:8765)")
-    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    srv.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (default loopback only; 0.0.0.0 or '' prints a warning)")
     srv.add_argument("--port", type=int, default=8765)
+    srv.add_argument("--allowed-host", metavar="NAME", action="append", default=[],
+                     help="a Host name the server answers to besides loopback ones (repeatable), "
+                          "e.g. the machine's name when --host 0.0.0.0")
     add_declared(sub.add_parser("sweep", help=HELP["sweep"]), "sweep")
     return parser
 
@@ -251,7 +255,7 @@ def _dispatch(argv: list[str], out, err) -> int:
             return run_validate(args, out)
         if args.command == "serve":
             from fitplan.web.server import serve
-            serve(host=args.host, port=args.port)
+            serve(host=args.host, port=args.port, allowed_hosts=args.allowed_host)
             return 0
         return run_request(args, out, err)
     except SystemExit as exit_:   # argparse's --help (exit 0); its errors are SpecErrors (_Parser)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,15 +48,29 @@ class Client:
     def post(self, path: str, body, **kw) -> Reply:
         return self.request("POST", path, body=body, **kw)
 
+    @classmethod
+    def of(cls, server) -> "Client":
+        return cls("127.0.0.1", server.server_address[1])
+
+
+@contextmanager
+def serving(host: str = "127.0.0.1", **limits):
+    """A server of its own, with its own limits (make_server's keywords), serving in a thread."""
+    srv = make_server(host, 0, quiet=True, **limits)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
 
 @pytest.fixture(scope="session")
 def server():
-    srv = make_server("127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving() as srv:
+        srv.pool.start()          # as `fitplan serve` does: the workers start while the first tests run
+        yield srv
 
 
 @pytest.fixture(scope="session")

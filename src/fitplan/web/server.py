@@ -26,20 +26,54 @@ Standard library only (http.server.ThreadingHTTPServer): the server needs one JS
 few static files and strict input checks, which take less code here than the glue a
 framework needs, and `fitplan serve` then works after a plain `pip install -e .`.
 
-Safety: binds to 127.0.0.1 unless told otherwise; when bound to loopback, requests must
-name a loopback Host (DNS-rebinding guard); a POST must be application/json with a
-Content-Length of at most MAX_BODY_BYTES (else 411/413/415); unknown fields, wrong types
-and out-of-range numbers are 400s; no request reaches the file system (the declarations
-mark the CLI's paths, --spec, --hf-config, --plot and --output, as not for the API); an
-unexpected exception is a 500 with one generic line on the page and the traceback on the
+Safety: binds to 127.0.0.1 unless told otherwise (another --host prints a warning); every
+request must name a loopback Host, the bound address, or a name given with --allowed-host
+(DNS-rebinding guard), wherever the server listens; a request's body must have a
+Content-Length of at most MAX_BODY_BYTES (else 411/413), a POST's must be application/json
+(else 415), and a GET's is read and dropped; unknown fields, wrong types and out-of-range
+numbers are 400s; no request reaches the file system (the declarations mark the CLI's paths,
+--spec, --hf-config, --plot and --output, as not for the API), and static files are the
+package's own (a symlink out of static/ is not served); every answer, errors included, is
+JSON made with allow_nan=False (or the CLI's own text) with X-Content-Type-Options: nosniff;
+an unexpected exception is a 500 with one generic line on the page and the traceback on the
 server's stderr.
+
+Limits (each answered with one line, never a hang):
+    MAX_CONNECTIONS      connections open at once; one more is answered 503 and closed
+    REQUEST_DEADLINE_S   a whole request (line, headers, body) must arrive within this many
+                         seconds of the server starting to wait for it, however it trickles
+                         (408, then the connection is closed; an idle keep-alive is just closed)
+    ANALYSIS_WORKERS     analyses that run at once, each in its own worker process
+    ANALYSIS_QUEUE       requests that may wait for a worker, at most QUEUE_WAIT_S; one more,
+                         or a longer wait, is 503 {"error": "server busy: N analyses running; ..."}
+    ANALYSIS_BUDGET_S    wall-clock seconds one analysis may run; past it its worker process is
+                         killed and replaced, and the answer is 503 with one line
+
+Why worker processes, not threads, for the time budget: a Python thread cannot be stopped
+from outside, so a thread pool could only enforce a budget cooperatively, by a deadline the
+search and sweep loops check; that needs hooks in the core (which bounds its own work with a
+separate work budget) and still misses time spent inside one long NumPy call. A process can be
+killed at any instant, so the budget holds whatever the analysis does, and analyses run on all
+cores instead of sharing one GIL with the threads that serve the page, so a heavy analysis
+does not slow a light one down. The cost is small: workers are started once (`fitplan serve`
+starts them all at startup; a killed one is replaced at once) and stay alive between
+requests, and only the Request and the reply's text, exit code and notes cross the pipe. As
+with any use of multiprocessing, a program that embeds make_server must guard its own top
+level with `if __name__ == "__main__":` (the `fitplan` command and `python -m fitplan.web` are).
 """
 from __future__ import annotations
 
+import io
+import ipaddress
 import json
+import math
+import multiprocessing
 import re
+import signal
+import socket
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,7 +92,18 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'")
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-MAX_CONCURRENT_ANALYSES = 4
+WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
+MAX_CONNECTIONS = 32          # connections open at once
+REQUEST_DEADLINE_S = 15.0     # to receive one whole request: line, headers and body
+WRITE_TIMEOUT_S = 15.0        # to send one answer to a client that does not read
+ANALYSIS_WORKERS = 4          # analyses at once, one worker process each
+ANALYSIS_QUEUE = 8            # requests that may wait for a free worker
+QUEUE_WAIT_S = 5.0            # the longest such wait
+ANALYSIS_BUDGET_S = 10.0      # wall-clock seconds one analysis may run
+OUT_OF_RANGE = ("request: these inputs take the arithmetic out of range (a result is not a finite number); "
+                "check the smallest and largest values given")
+HOST_NAME = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+                       r"[A-Za-z0-9])?)*")
 
 HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HF_FIELDS = ("hf_config", "hf_name")   # the pasted config.json (text or object) and its folder name
@@ -246,11 +291,17 @@ class Response:
 
 
 def json_response(status: int, obj) -> Response:
-    return Response(status, (json.dumps(obj, sort_keys=True, indent=2) + "\n").encode())
+    return Response(status, (json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n").encode())
 
 
 def error_response(status: int, message: str) -> Response:
     return json_response(status, {"error": message})
+
+
+def busy_response(running: int, what: str = "analyses running") -> Response:
+    r = error_response(503, f"server busy: {running} {what}; try again shortly")
+    r.headers["Retry-After"] = "1"
+    return r
 
 
 def presets_payload() -> dict:
@@ -269,39 +320,278 @@ def presets_payload() -> dict:
                for name, r in presets.RECIPES.items()}
     return {"fitplan_version": __version__, "models": models, "gpus": gpus, "recipes": recipes,
             "default_recipe": DEFAULT_RECIPE, "default_gpu": DEFAULT_GPU, "features": {"compare": True},
-            "limits": {"max_body_bytes": MAX_BODY_BYTES}, "parts": parts.payload()}
+            "limits": {"max_body_bytes": MAX_BODY_BYTES, "analysis_budget_s": ANALYSIS_BUDGET_S,
+                       "analysis_workers": ANALYSIS_WORKERS}, "parts": parts.payload()}
 
 
-_analyses = threading.BoundedSemaphore(MAX_CONCURRENT_ANALYSES)
+
+# ---------------------------------------------------------------- the analyses: a pool of worker processes
+
+class Busy(Exception):
+    """Every worker is taken and the queue is full (or the wait for a worker ran out)."""
+
+    def __init__(self, running: int):
+        super().__init__(running)
+        self.running = running
 
 
-def analysis_response(endpoint: str, body) -> Response:
-    """The POST /api/<endpoint> answer: validate -> Request -> fitplan.service.respond."""
+class OverBudget(Exception):
+    """The analysis ran past its time budget; its worker was killed."""
+
+    def __init__(self, budget_s: float):
+        super().__init__(budget_s)
+        self.budget_s = budget_s
+
+
+def run_analysis(request) -> tuple:
+    """In a worker process: one Request -> a small picklable result.
+        ("reply", exit_code, text, notes)   what the CLI prints
+        ("bad", line, traceback or None)    a 400: the CLI's one line (or OUT_OF_RANGE)
+    An ArithmeticError, or a JSON answer holding NaN or infinity, means the inputs drove the
+    numbers out of range: a 400, never a 500 or a 200 with NaN (the traceback goes to the log)."""
     from fitplan.errors import SpecError, one_line
     from fitplan.service import respond
-    request = build_request(endpoint, body)
     try:
-        with _analyses:
-            reply = respond(request)
+        reply = respond(request)
     except SpecError as err:
-        return error_response(400, f"fitplan: {one_line(str(err))}")
-    headers = {"X-Fitplan-Exit-Code": str(reply.exit_code)}
+        return ("bad", f"fitplan: {one_line(str(err))}", None)
+    except ArithmeticError:
+        return ("bad", OUT_OF_RANGE, traceback.format_exc())
+    if request.values.get("format") == "json" and not _finite_json(reply.text):
+        return ("bad", OUT_OF_RANGE, None)
+    return ("reply", reply.exit_code, reply.text, tuple(reply.notes))
+
+
+def _finite_json(text: str) -> bool:
+    try:
+        json.loads(text, parse_constant=_no_constants)
+    except ValueError:
+        return False
+    return True
+
+
+def _worker_main(conn, target) -> None:
+    """A worker process: answer jobs from the pipe until it closes. Ctrl-C is the server's to
+    handle; the worker ends when the server closes the pipe or kills it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            result = target(job)
+        except BaseException:     # noqa: B036 -- anything the analysis raises is reported, not fatal
+            result = ("crash", traceback.format_exc())
+        try:
+            conn.send(result)
+        except (EOFError, OSError):
+            return
+        except Exception:         # an unpicklable result
+            conn.send(("crash", traceback.format_exc()))
+
+
+def _context():
+    """spawn: a fresh interpreter per worker (fork+exec, so forking this threaded process is never
+    a question), given this process's sys.path before it imports anything, so a worker runs the
+    very fitplan the server imported. (Python 3.11's forkserver imports its preloads before it
+    applies sys.path, which can load another copy of fitplan.) The cost is a few tenths of a
+    second per worker start: at `fitplan serve` startup and after a worker is killed."""
+    return multiprocessing.get_context("spawn")
+
+
+class _Worker:
+    def __init__(self, ctx, target):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, target), daemon=True,
+                                   name="fitplan-analysis")
+        self.process.start()
+        child.close()
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+            self.process.join(5)
+        except (OSError, ValueError, AssertionError):
+            pass
+        self.conn.close()
+
+
+class AnalysisPool:
+    """A fixed number of worker processes, a bounded queue in front of them, and a wall-clock
+    budget per analysis. `run` answers at once with Busy when the queue is full, with Busy
+    after queue_wait_s without a free worker, with OverBudget (the worker killed and a fresh
+    one started) after budget_s, else with the worker's result (see run_analysis)."""
+
+    def __init__(self, workers: int = ANALYSIS_WORKERS, queue: int = ANALYSIS_QUEUE,
+                 budget_s: float = ANALYSIS_BUDGET_S, queue_wait_s: float = QUEUE_WAIT_S, target=run_analysis):
+        self.workers, self.queue, self.budget_s, self.queue_wait_s = workers, queue, budget_s, queue_wait_s
+        self.target = target
+        self.running = 0          # analyses in a worker now
+        self._admitted = 0        # running + waiting
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._slots = threading.Semaphore(workers)
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._closed = False
+        self._ctx = None
+
+    def start(self) -> None:
+        """Start every worker now rather than on first use (`fitplan serve` does)."""
+        started = [self._new_worker() for _ in range(self.workers - len(self._all))]
+        with self._lock:
+            self._idle.extend(started)
+
+    def run(self, request):
+        with self._lock:
+            if self._closed or self._admitted >= self.workers + self.queue:
+                raise Busy(self.running)
+            self._admitted += 1
+        try:
+            if not self._slots.acquire(timeout=self.queue_wait_s):
+                raise Busy(self.running)
+            try:
+                return self._run(request)
+            finally:
+                self._slots.release()
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+    def _run(self, request):
+        worker = self._checkout()
+        done = False
+        try:
+            try:
+                worker.conn.send(request)
+                if not worker.conn.poll(self.budget_s):
+                    raise OverBudget(self.budget_s)
+                result = worker.conn.recv()
+            except (EOFError, OSError) as err:     # the worker died (killed from outside, out of memory)
+                return ("crash", f"the analysis worker process ended: {err!r} (exit code {worker.process.exitcode})")
+            done = True
+            return result
+        finally:
+            with self._lock:
+                self.running -= 1
+                keep = done and not self._closed
+                if keep:
+                    self._idle.append(worker)
+                else:
+                    self._all.discard(worker)
+            if not keep:
+                worker.kill()
+                self._replace()
+
+    def _replace(self) -> None:
+        """Start a worker in place of a killed one now, so the next request does not wait for it."""
+        if self._closed:
+            return
+        try:
+            worker = self._new_worker()
+        except OSError:
+            return                   # the next request tries again
+        with self._lock:
+            if self._closed:
+                self._all.discard(worker)
+            else:
+                self._idle.append(worker)
+                return
+        worker.kill()
+
+    def _checkout(self) -> _Worker:
+        with self._lock:
+            self.running += 1
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.process.is_alive():
+                    return worker
+                self._all.discard(worker)
+        try:
+            return self._new_worker()
+        except BaseException:
+            with self._lock:
+                self.running -= 1
+            raise
+
+    def _new_worker(self) -> _Worker:
+        with self._start_lock:
+            if self._ctx is None:
+                self._ctx = _context()
+            worker = _Worker(self._ctx, self.target)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    def close(self) -> None:
+        """Kill every worker, busy or not; a later run is Busy."""
+        with self._lock:
+            self._closed = True
+            workers, self._idle = list(self._all), []
+            self._all.clear()
+        for w in workers:
+            w.kill()
+
+
+_default_pool: AnalysisPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> AnalysisPool:
+    """The pool `handle` uses when it is called without one (the app as a plain function)."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None:
+            _default_pool = AnalysisPool()
+        return _default_pool
+
+
+def analysis_response(endpoint: str, body, pool: AnalysisPool | None = None) -> Response:
+    """The POST /api/<endpoint> answer: validate -> Request -> fitplan.service.respond, in a worker."""
+    request = build_request(endpoint, body)
+    pool = pool or default_pool()
+    try:
+        result = pool.run(request)
+    except Busy as err:
+        return busy_response(err.running)
+    except OverBudget as err:
+        return error_response(503, f"request: the analysis ran past its {err.budget_s:g} s budget and was stopped; "
+                                   f"ask for less (fewer sweep values, a smaller --max-cp or --micro-batch, fixed "
+                                   f"--tp/--pp) or run it with the CLI")
+    if result[0] == "bad":
+        if result[2]:
+            sys.stderr.write(result[2])
+        return error_response(400, result[1])
+    if result[0] != "reply":
+        sys.stderr.write(f"fitplan serve: {result[1]}\n")
+        return error_response(500, INTERNAL_ERROR)
+    exit_code, text, notes = result[1:]
+    headers = {"X-Fitplan-Exit-Code": str(exit_code)}
     if endpoint == "export":
-        r = json_response(200, {"exit_code": reply.exit_code, "ok": reply.exit_code == 0,
-                                "format": request.values["format"], "text": reply.text,
-                                "notes": [f"fitplan: note: {n}" for n in reply.notes]})
+        r = json_response(200, {"exit_code": exit_code, "ok": exit_code == 0,
+                                "format": request.values["format"], "text": text,
+                                "notes": [f"fitplan: note: {n}" for n in notes]})
         r.headers.update(headers)
         return r
     if endpoint == "markdown":
-        return Response(200, reply.text.encode(), "text/markdown; charset=utf-8",
+        return Response(200, text.encode(), "text/markdown; charset=utf-8",
                         {**headers, "Content-Disposition": 'attachment; filename="fitplan.md"'})
-    return Response(200, reply.text.encode(), "application/json", headers)
+    return Response(200, text.encode(), "application/json", headers)
 
 
 def _static_files() -> dict:
+    """name -> real path of each servable file in static/: a symlink is followed only when it
+    ends at a file inside static/ itself, never out of the package."""
     if not STATIC_DIR.is_dir():
         return {}
-    return {p.name: p for p in STATIC_DIR.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
+    root = STATIC_DIR.resolve()
+    files = {}
+    for p in STATIC_DIR.iterdir():
+        real = p.resolve()
+        if p.suffix in CONTENT_TYPES and real.parent == root and real.is_file():
+            files[p.name] = real
+    return files
 
 
 API_KINDS = tuple(ENDPOINTS)
@@ -311,9 +601,10 @@ def _json_type(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
-def handle(method: str, path: str, headers, body: bytes | None) -> Response:
+def handle(method: str, path: str, headers, body: bytes | None, *, pool: AnalysisPool | None = None) -> Response:
     """The whole application as one function: method, path, a headers mapping (case-insensitive
-    .get, as http.server's), and the already size-checked body. Never raises."""
+    .get, as http.server's), the already size-checked body, and the pool the analyses run in
+    (default: one shared pool). Never raises."""
     try:
         route = urlsplit(path).path
         if method in ("GET", "HEAD"):
@@ -338,7 +629,7 @@ def handle(method: str, path: str, headers, body: bytes | None) -> Response:
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
                 reason = err.msg if isinstance(err, json.JSONDecodeError) else err.__class__.__name__
                 return error_response(400, f"request: the body is not valid JSON ({reason})")
-            return analysis_response(route[5:], data)
+            return analysis_response(route[5:], data, pool)
         return error_response(405, f"{method}: not allowed; use GET or POST")
     except RequestError as err:
         return error_response(err.status, err.message)
@@ -364,34 +655,125 @@ def _static(name: str) -> Response:
 
 # ---------------------------------------------------------------- HTTP
 
+class _RequestDeadline(Exception):
+    """The whole request did not arrive in time (not a TimeoutError: http.server would swallow that)."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket as a raw stream whose every read shares one deadline per request, so a client
+    trickling a byte at a time cannot hold a connection longer than the deadline."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.deadline = math.inf
+        self.received = 0          # bytes read since begin()
+
+    def begin(self, seconds: float) -> None:
+        self.deadline, self.received = time.monotonic() + seconds, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise _RequestDeadline
+        self.sock.settimeout(remaining)
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            raise _RequestDeadline from None
+        self.received += n
+        return n
+
+
+class _Writer(io.RawIOBase):
+    def __init__(self, sock):
+        self.sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.sock.sendall(data)
+        return len(data)
+
+
+_PROTOCOL_ERRORS = {400: "request: a malformed request line or header",
+                    414: "request: the request line is too long",
+                    431: "request: too many or too long header lines",
+                    501: "request: not implemented; use GET or POST",
+                    505: "request: use HTTP/1.0 or HTTP/1.1"}
+
+
 class Handler(BaseHTTPRequestHandler):
-    """A thin adapter from http.server to `handle`."""
+    """A thin adapter from http.server to `handle`, with the connection's limits."""
     server_version = "fitplan"
     sys_version = ""
     protocol_version = "HTTP/1.1"
-    timeout = 30     # seconds a connection may idle mid-request
+
+    def setup(self):
+        self.connection = self.request
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+        self.wfile = _Writer(self.connection)
+
+    def handle_one_request(self):
+        self._reader.begin(getattr(self.server, "request_deadline_s", REQUEST_DEADLINE_S))
+        self.requestline, self.request_version, self.command = "", self.protocol_version, None
+        try:
+            super().handle_one_request()
+        except _RequestDeadline:
+            self.close_connection = True
+            if self._reader.received:       # a request had begun: say why it is cut off
+                seconds = getattr(self.server, "request_deadline_s", REQUEST_DEADLINE_S)
+                self._send(error_response(408, f"request: not received within {seconds:g} s; "
+                                               f"the connection is closed"), write_timeout=1.0)
 
     def do_GET(self):
-        self._answer("GET", None)
+        self._answer(self.command)
 
-    def do_HEAD(self):
-        self._answer("HEAD", None)
+    # every other method, TRACE and CONNECT too, gets handle's JSON 405 (an unknown one a JSON 501)
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = do_GET
 
-    def do_POST(self):
+    def _answer(self, method: str):
+        body = self._body(method)
+        if body is None:
+            return
+        if not self._host_ok():
+            return self._send(error_response(403, "request: this server answers only to a loopback Host "
+                                                  "(127.0.0.1 or localhost) and the names given with "
+                                                  "--allowed-host"))
+        self._send(handle(method, self.path, self.headers, body if method == "POST" else None,
+                          pool=getattr(self.server, "pool", None)), head=method == "HEAD")
+
+    def _body(self, method: str) -> bytes | None:
+        """The request's body, read whatever the method (a GET's too, so that it is never parsed
+        as a second request); None when a refusal has been sent instead."""
+        lengths = self.headers.get_all("Content-Length") or []
         if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            return self._send(error_response(411, "request: send a Content-Length, not a chunked body"))
-        length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
-            self.close_connection = True
-            return self._send(error_response(411, "request: a POST needs a Content-Length header"))
-        size = int(length)
+            return self._refuse(411, "request: send a Content-Length, not a chunked body")
+        if not lengths:
+            if method == "POST":
+                return self._refuse(411, "request: a POST needs a Content-Length header")
+            return b""
+        if len(lengths) > 1 or not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
+            return self._refuse(400, "request: give one Content-Length, a whole number of bytes")
+        size = int(lengths[0])
         if size > MAX_BODY_BYTES:
-            self.close_connection = True
             self._discard(size)
-            return self._send(error_response(413, f"request: the body is {size:,} bytes; the limit is "
-                                                  f"{MAX_BODY_BYTES:,} bytes ({MAX_BODY_BYTES // 1024} KiB)"))
-        self._answer("POST", self.rfile.read(size))
+            return self._refuse(413, f"request: the body is {size:,} bytes; the limit is "
+                                     f"{MAX_BODY_BYTES:,} bytes ({MAX_BODY_BYTES // 1024} KiB)")
+        body = self.rfile.read(size)
+        if len(body) < size:               # the client hung up mid-body
+            self.close_connection = True
+            return None
+        return body
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.close_connection = True
+        self._send(error_response(status, message))
+        return None
 
     def _discard(self, size: int) -> None:
         """Read and drop a refused body (up to DISCARD_LIMIT), so the client sees the 413 rather
@@ -404,60 +786,155 @@ class Handler(BaseHTTPRequestHandler):
                 return
             size -= len(chunk)
 
-    def do_PUT(self):
-        self._answer("PUT", None)
-
-    do_DELETE = do_PATCH = do_OPTIONS = do_PUT
-
-    def _answer(self, method: str, body: bytes | None):
-        if not self._host_ok():
-            return self._send(error_response(403, "request: this server answers only to a loopback Host "
-                                                  "(127.0.0.1 or localhost)"))
-        self._send(handle(method, self.path, self.headers, body), head=method == "HEAD")
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (a bad request line, an unknown method, ...) as one JSON line."""
+        self.close_connection = True
+        if not self.request_version or self.request_version == "HTTP/0.9":
+            self.request_version = self.protocol_version
+        self._send(error_response(int(code), _PROTOCOL_ERRORS.get(int(code), f"request: refused ({int(code)})")))
 
     def _host_ok(self) -> bool:
-        if not getattr(self.server, "loopback_only", False):
-            return True
-        host = self.headers.get("Host", "")
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
-        return name.lower() in LOOPBACK_NAMES
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return False
+        return host_name(hosts[0]) in getattr(self.server, "allowed_hosts", LOOPBACK_NAMES)
 
-    def _send(self, r: Response, head: bool = False):
-        self.send_response(r.status)
-        self.send_header("Content-Type", r.content_type)
-        self.send_header("Content-Length", str(len(r.body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        if "Cache-Control" not in r.headers:
-            self.send_header("Cache-Control", "no-store")
-        for k, v in r.headers.items():
-            self.send_header(k, v)
-        if self.close_connection:
-            self.send_header("Connection", "close")
+    def _send(self, r: Response, head: bool = False, write_timeout: float = WRITE_TIMEOUT_S):
         try:
+            self.connection.settimeout(write_timeout)
+            self.send_response(r.status)
+            self.send_header("Content-Type", r.content_type)
+            self.send_header("Content-Length", str(len(r.body)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            if "Cache-Control" not in r.headers:
+                self.send_header("Cache-Control", "no-store")
+            for k, v in r.headers.items():
+                self.send_header(k, v)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             if not head:
                 self.wfile.write(r.body)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True   # the page dropped a request it no longer needs (a newer input)
+        except (OSError, ValueError):     # the client went away or stopped reading
+            self.close_connection = True
 
     def log_message(self, format, *args):
         if not getattr(self.server, "quiet", False):
             super().log_message(format, *args)
 
 
+def host_name(header: str) -> str:
+    """The name in a Host header, lower case, without port or IPv6 brackets."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0].lower()
+    return header.rsplit(":", 1)[0].lower() if header.count(":") == 1 else header.lower()
+
+
+def allowed_host(name: str) -> str:
+    """An --allowed-host value, checked and normalised: a DNS name or an IP address."""
+    from fitplan.errors import SpecError
+    plain = name.strip("[]") if name.startswith("[") and name.endswith("]") else name
+    try:
+        return ipaddress.ip_address(plain).compressed
+    except ValueError:
+        pass
+    if len(name) <= 253 and HOST_NAME.fullmatch(name):
+        return name.lower()
+    raise SpecError(f"--allowed-host {name!r}: give a host name (letters, digits, '-' and '.') or an IP address")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str) -> str | None:
+    """The warning `fitplan serve` prints when it listens beyond loopback; None on loopback."""
+    if is_loopback(host):
+        return None
+    where = "every network interface" if host in WILDCARD_HOSTS else host
+    return (f"fitplan serve: warning: --host {host or repr(host)} listens on {where}: other machines can reach "
+            f"this server and run analyses on it; it still answers only to loopback Host names and those "
+            f"given with --allowed-host")
+
+
 class FitplanServer(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False      # closing does not wait for a slow client (the deadline ends it anyway)
     allow_reuse_address = True
+    request_queue_size = 2 * MAX_CONNECTIONS   # listen backlog: socketserver's 5 drops a burst's SYNs (1 s retries)
 
-    def __init__(self, address, *, quiet: bool = False):
+    def __init__(self, address, *, quiet: bool = False, allowed_hosts=(), pool: AnalysisPool | None = None,
+                 max_connections: int = MAX_CONNECTIONS, request_deadline_s: float = REQUEST_DEADLINE_S):
         host = address[0]
         if ":" in host:
-            import socket
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
         self.quiet = quiet
-        self.loopback_only = host in LOOPBACK_NAMES or host.startswith("127.")
+        self.loopback_only = is_loopback(host)
+        self.allowed_hosts = set(LOOPBACK_NAMES) | {allowed_host(h) for h in allowed_hosts}
+        if host not in WILDCARD_HOSTS:
+            self.allowed_hosts.add(host.lower())    # the address it was asked to listen on
+        self.pool = pool or AnalysisPool()
+        self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
+        self.connections = 0
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address):
+        with self._connections_lock:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if full:
+            return self._refuse(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self):
+        with self._connections_lock:
+            self.connections -= 1
+
+    def _refuse(self, request) -> None:
+        """Over the connection cap: one 503 line, written from the accepting thread without
+        waiting on the client, and the connection closed."""
+        r = busy_response(self.max_connections, "connections open")
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(r.body)}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+                f"Retry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.setblocking(False)
+            request.send(head + r.body)
+            request.shutdown(socket.SHUT_WR)
+            request.recv(65536)           # drop what already arrived, so the close is not a reset
+        except OSError:
+            pass
+        request.close()
+
+    def handle_error(self, request, client_address):
+        """A client that resets or stalls is routine; anything else goes to stderr."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+    def server_close(self):
+        super().server_close()
+        if getattr(self, "pool", None) is not None:    # None when binding failed in __init__
+            self.pool.close()
 
     @property
     def url(self) -> str:
@@ -465,22 +942,28 @@ class FitplanServer(ThreadingHTTPServer):
         return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False) -> FitplanServer:
-    """A bound, not yet serving server (port 0: an ephemeral port; see .url)."""
-    return FitplanServer((host, port), quiet=quiet)
+def make_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, quiet: bool = False, **limits) -> FitplanServer:
+    """A bound, not yet serving server (port 0: an ephemeral port; see .url). limits: allowed_hosts,
+    pool, max_connections, request_deadline_s (FitplanServer's keywords)."""
+    return FitplanServer((host, port), quiet=quiet, **limits)
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allowed_hosts=()) -> None:
     """Serve the page until interrupted: prints the address, then blocks. A port that cannot be
-    bound is a SpecError (the CLI prints it as one line and exits 2)."""
+    bound, or a bad --allowed-host, is a SpecError (the CLI prints it as one line and exits 2)."""
     from fitplan.errors import SpecError
     if not 0 <= port <= 65535:
         raise SpecError(f"--port must be 0 to 65535, got {port}")
+    allowed = [allowed_host(h) for h in allowed_hosts]
     try:
-        server = make_server(host, port)
+        server = make_server(host, port, allowed_hosts=allowed)
     except OSError as err:
         raise SpecError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err}); "
                         f"pick another --port") from None
+    warning = exposure_warning(host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    server.pool.start()
     print(f"fitplan serve: open {server.url}  (Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever()
