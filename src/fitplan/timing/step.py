@@ -175,7 +175,7 @@ def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTim
     if sh.moe is None:
         zero = 0 * like
         return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0)
-    intra = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=c.ep, G=setup.cluster.gpus_per_node)
+    intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=setup.cluster.gpus_per_node)
     S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp)
     n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=c.recompute)
     secs = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all",
