@@ -147,3 +147,16 @@ def test_gradient_group_spans_dp_and_cp():
     assert r.comm["cp"].intra_node and r.comm["dp"].intra_node and r.comm["dp"].degree == 4
     r = evaluate_step(_setup(), ParallelConfig(tp=2, cp=2, dp=16))
     assert r.comm["cp"].intra_node and not r.comm["dp"].intra_node
+
+
+def test_a_dp_group_over_cp_ranks_is_named_dp_x_cp():
+    """With cp > 1 the data-parallel group is dp x cp ranks (gradients and ZeRO shards span the
+    cp ranks); the reports name it so, not "dp 8" where dp = 1."""
+    from fitplan.report.advice import _links, time_table
+    r = evaluate_step(_setup(), ParallelConfig(tp=8, cp=8, dp=1, sequence_parallel=True))
+    dp = r.comm["dp"]
+    assert dp.degree == 8 and dp.name == "dp x cp"
+    assert "dp x cp 8 " in _links(r) and "; dp 8" not in _links(r)
+    assert "dp x cp " in time_table([None], [r]).rows[0][-1]
+    plain = evaluate_step(_setup(), ParallelConfig(tp=8, dp=8)).comm["dp"]
+    assert plain.name == "dp" and plain.degree == 8

@@ -30,7 +30,7 @@ def _links(step) -> str:
     for axis, c in step.comm.items():
         if c.degree > 1:
             where = "inside a node" if c.intra_node else "across nodes"
-            parts.append(f"{axis} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, "
+            parts.append(f"{c.name} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, "
                          f"{c.exposed_s:.3g} s exposed)")
     return "; ".join(parts) or "no model-parallel or data-parallel traffic"
 
@@ -40,8 +40,8 @@ def time_table(suggestions, step_list) -> Table:
     for i, (s, st) in enumerate(zip(suggestions, step_list), 1):
         sh = st.shares
         comm = sum(v for k, v in sh.items() if k not in ("time/compute", "time/bubble"))
-        moved = ", ".join(f"{a} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
-                          for a, c in st.comm.items() if c.degree > 1) or "-"
+        moved = ", ".join(f"{c.name} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
+                          for c in st.comm.values() if c.degree > 1) or "-"
         rows.append((str(i), f"{st.step_time_s:,.3f}", f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
                      f"{sh['time/compute']:.1%}", f"{comm:.1%}", f"{sh['time/bubble']:.1%}", moved))
     return Table(("#", "step s", "tokens/s", "MFU", "compute", "exposed comm", "bubble",

@@ -191,7 +191,7 @@ def compare(setup, cmp) -> list:
                      f"bubble {st.bubble_fraction:.1%}"))
         for axis, ac in st.comm.items():
             if ac.degree > 1:
-                comm_rows.append((l.name, axis, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
+                comm_rows.append((l.name, ac.name, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
                                   ("inside a node, " if ac.intra_node else "across nodes, ") + ac.link,
                                   f"{ac.exposed_s:,.3g}"))
     blocks = header(setup) + [

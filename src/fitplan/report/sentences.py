@@ -48,7 +48,7 @@ def cost(layout, c) -> str:
         return f"{layout.config.recompute.value} recompute ({st.hfu / st.mfu - 1:+.1%} FLOPs)"
     ac = st.comm[c.kind]
     where = "inside a node" if ac.intra_node else "across nodes"
-    return f"{c.kind} traffic ({PATTERN[c.kind]}, {where} over {ac.link})"
+    return f"{ac.name} traffic ({PATTERN[c.kind]}, {where} over {ac.link})"
 
 
 def reason(r) -> str:

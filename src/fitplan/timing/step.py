@@ -280,6 +280,11 @@ class AxisComm:
     exposed_s: float
     intra_node: bool
     link: str                # the link tier's name, e.g. "NVLink 3"
+    name: str = ""           # how reports name the group: "dp x cp" where the dp group spans cp too
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.axis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +321,11 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
+    name = {"dp": "dp x cp"} if config.cp > 1 else {}   # gradients and ZeRO shards span the cp ranks too
     comm = {axis: AxisComm(axis=axis, degree=degree[axis], bytes_per_step=out[f"comm/{axis}_bytes"],
                            exposed_s=exposed[axis], intra_node=bool(out[f"link/{axis}_intra"]),
-                           link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu)) for axis in AXES}
+                           link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu),
+                           name=name.get(axis, axis)) for axis in AXES}
     return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, terms=tuple(trace.terms),
                          step_time_s=out["time/step"], tokens_per_s=out["rate/tokens"],
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],
