@@ -30,8 +30,9 @@ def _links(step) -> str:
     for axis, c in step.comm.items():
         if c.degree > 1:
             where = "inside a node" if c.intra_node else "across nodes"
-            parts.append(f"{c.name} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, "
-                         f"{c.exposed_s:.3g} s exposed)")
+            busy, exposed = f"{c.busy_s:.3g}", f"{c.exposed_s:.3g}"   # traffic that hides says for how long
+            time = f"{exposed} s exposed" if busy == exposed else f"{busy} s on the link, {exposed} s of it exposed"
+            parts.append(f"{c.name} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, {time})")
     return "; ".join(parts) or "no model-parallel or data-parallel traffic"
 
 
