@@ -85,3 +85,34 @@ def test_spec_file_and_hf_config_give_the_preset_answer():
 def test_two_model_sources_is_an_error():
     code, _, err = run(["plan", "--preset", "gpt3-175b", "--hf-config", str(ROOT / "examples/hf/gpt2"), "--gpus", "8"])
     assert code == 2 and "one model source" in err
+
+
+EXPLICIT = ["plan", "--preset", "gpt3-175b", "--gpus", "16", "--tp", "8", "--pp", "2", "--sequence-parallel",
+            "--recompute", "selective"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_one_configuration_shows_its_step_time(fmt):
+    """The single-configuration report carries what --json and --suggest say about time: step,
+    tokens/s, MFU, the parts of the step in seconds, and each axis's bytes, link and tier."""
+    code, out, _ = run(EXPLICIT + ["--format", fmt])
+    _, js, _ = run(EXPLICIT + ["--json"])
+    t, comm = json.loads(js)["time"], json.loads(js)["comm"]
+    assert code == 0 and "Estimated step time" in out
+    assert f"{t['step_s']:,.3f}" in out and f"{t['tokens_per_s']:,.0f}" in out and f"{t['mfu']:.1%}" in out
+    for key, label in (("time/compute", "compute (recompute included)"), ("time/tp_exposed", "exposed tp traffic"),
+                       ("time/pp_exposed", "exposed pp traffic"), ("time/bubble", "the pipeline bubble")):
+        assert label in out and f"{t['parts_s'][key]:,.3f}" in out
+    assert f"tp 8 inside a node over {comm['tp']['link']} ({comm['tp']['bytes_per_step'] / 1e9:,.1f} GB/step/GPU" in out
+    assert f"pp 2 across nodes over {comm['pp']['link']}" in out
+    assert "exposed cp traffic" not in out and "exposed dp traffic" not in out     # degree 1: nothing sent
+
+
+@pytest.mark.parametrize("argv", [EXPLICIT, ["plan", "--preset", "gpt3-175b", "--gpus", "64", "--suggest"]])
+def test_no_time_on_a_gpu_without_the_recipes_precision_is_said(argv):
+    """fp8 on an A100: both reports keep their time heading and say in one line why there is no time."""
+    code, out, _ = run(argv + ["--gpu", "a100-80gb", "--precision", "fp8"])
+    assert code in (0, 1)
+    lines = [line for line in out.splitlines() if "not estimated" in line]
+    assert len(lines) == 1 and "a100-80gb has no fp8 peak rate" in lines[0]
+    assert "Estimated step time" in out

@@ -90,6 +90,45 @@ def config_line(c) -> str:
             f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}")
 
 
+def step_times(setup, items, draw) -> tuple[list | None, list]:
+    """The step time of each item (a suggestion or a breakdown) and the blocks `draw` makes of
+    them; or, when the GPU cannot run the recipe's precision (fp8 on an A100), None and one line
+    that says so, so that no report drops its time section silently."""
+    from fitplan.report.advice import steps
+    step_list = steps(setup, items)
+    if step_list is not None:
+        return step_list, draw(step_list)
+    from fitplan.errors import SpecError, one_line
+    from fitplan.timing.step import evaluate_step
+    try:
+        evaluate_step(setup, items[0].config)
+        why = "the time model declined this configuration"
+    except SpecError as error:
+        why = one_line(str(error))
+    return None, [Lines((f"not estimated: {why}",))]
+
+
+def _step_blocks(st) -> list:
+    """One configuration's step: its rates (advice.time_table's row), the parts it adds up
+    from in seconds, and each axis's traffic and link (advice._links)."""
+    from fitplan.report.advice import _links, time_table
+    row = time_table([None], [st])
+    summary = Table(row.header[1:], tuple(r[1:] for r in row.rows), align=row.align[1:], note=row.note)
+    shown = {"time/compute": True, "time/bubble": True,
+             "time/dp_after_step": bool(st.parts["time/dp_after_step"]),
+             **{f"time/{a}_exposed": c.degree > 1 for a, c in st.comm.items()}}
+    names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
+    secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
+    parts = tuple((names.get(k, label(k)), secs(v), f"{v / st.step_time_s:.1%}") for k, v in st.parts.items()
+                  if shown[k])
+    return [summary,
+            Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
+                  align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "
+                                    f"{st.bubble_fraction:.1%}; MFU {st.mfu:.1%}, HFU {st.hfu:.1%} (recompute "
+                                    f"included), {st.tflops_per_gpu:,.0f} TFLOP/s per GPU"),
+            Lines((f"links: {_links(st)}",))]
+
+
 def breakdown(setup, b) -> list:
     by_key = {t.key: t for t in b.terms}
     rows = []
@@ -114,13 +153,15 @@ def breakdown(setup, b) -> list:
         Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
         Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
                    f"{fmt_gib(b.usable_bytes)} GiB usable)")),
+    ] + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
+         *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + [
         Heading("Where each number comes from"), Lines(tuple(where)),
         Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
     ]
 
 
 def search(setup, r, bound, smallest) -> list:
-    from fitplan.report.advice import advice, steps, time_table
+    from fitplan.report.advice import advice, time_table
     blocks = header(setup) + [
         Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
@@ -154,9 +195,8 @@ def search(setup, r, bound, smallest) -> list:
     blocks += [Heading("Configurations that fit, least disturbance first"), Lines((f"ranked by {r.rank_order}",)),
                Table(("#", "dp", "tp", "pp", "cp", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
                       "headroom GiB", "why this rank"), rows, align="rrrrrrlrrrrrl")]
-    step_list = steps(setup, r.suggestions)
-    if step_list:
-        blocks += [Heading("Estimated step time of each"), time_table(r.suggestions, step_list)]
+    step_list, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
+    blocks += [Heading("Estimated step time of each"), *shown]
     best = r.suggestions[0]
     lines = [f"#1: {config_line(best.config)}",
              f"{fmt_gib(best.breakdown.per_gpu_bytes)} GiB per GPU, "
