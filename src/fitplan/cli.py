@@ -189,7 +189,7 @@ def run_presets(args, out) -> int:
         from fitplan.files.load import dump_toml
         out.write(dump_toml(*obj) if isinstance(obj, tuple) else dump_toml(obj))
     else:
-        out.write(repr(obj) + "\n")
+        out.write(render_text(document.preset_show(args.name)))
     return 0
 
 

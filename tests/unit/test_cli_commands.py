@@ -116,3 +116,47 @@ def test_no_time_on_a_gpu_without_the_recipes_precision_is_said(argv):
     lines = [line for line in out.splitlines() if "not estimated" in line]
     assert len(lines) == 1 and "a100-80gb has no fp8 peak rate" in lines[0]
     assert "Estimated step time" in out
+
+
+@pytest.mark.parametrize("name", sorted(presets.MODELS) + sorted(presets.GPUS) + sorted(presets.RECIPES))
+def test_presets_show_is_a_readable_summary(name):
+    """Without --toml: a report (headings, words, the preset's numbers and source), not a dataclass repr."""
+    code, out, _ = run(["presets", "show", name])
+    assert code == 0 and "Spec(" not in out and "Recipe(" not in out and "=" not in out.splitlines()[0]
+    source = out.split("\nsource\n", 1)[1].strip()
+    if name in presets.MODELS:
+        p = presets.MODELS[name]
+        m = p.model
+        assert out.startswith(f"model preset {name}\n")
+        assert f"layers {m.num_layers}, hidden {m.hidden_size}, {m.num_heads} attention heads" in out
+        assert f"sequence length                {p.seq_len:,}" in out and p.gpu in out
+        assert f"{(m.published_params or 0):,}" in out or "(from shapes)" in out
+        assert ("mixture of experts" in out) is (m.moe is not None)
+        assert ("multi-head latent attention" in out) is (m.mla is not None)
+        assert source == m.source
+    elif name in presets.GPUS:
+        g = presets.GPUS[name]
+        assert out.startswith(f"GPU preset {name}\n") and g.intra_node.name in out and g.inter_node.name in out
+        assert f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16" in out and f"{g.gpus_per_node} GPUs" in out
+        assert ("no fp8 tensor cores" in out) is (g.peak_fp8_flops_per_s is None)
+        assert source == g.source
+    else:
+        r = presets.RECIPES[name]
+        assert out.startswith(f"precision recipe {name}\n") and f"compute precision (GEMMs): {r.compute}" in out
+        total = next(line for line in out.splitlines() if line.strip().startswith("total"))
+        assert total.split() == ["total", f"{r.total_bytes:g}"]
+        assert source == r.source
+
+
+def test_presets_show_examples():
+    _, out, _ = run(["presets", "show", "gpt3-175b"])
+    assert "parameters 175,000,000,000 (published; shape-derived 174,604,259,328)" in out
+    assert "global batch                   1,536 sequences (3,145,728 tokens)" in out
+    assert "GPU (when --gpu is not given)  gpu-192gib" in out
+    _, out, _ = run(["presets", "show", "deepseek-v3"])
+    assert "256 routed experts of ffn 2048, 8 per token, 1 shared, the first 3 layers dense" in out
+    assert "kv_lora_rank 512" in out
+    _, out, _ = run(["presets", "show", "a100-80gb"])
+    assert "312 TFLOP/s bf16 dense, no fp8 tensor cores" in out and "HBM            2.039 TB/s" in out
+    _, out, _ = run(["presets", "show", "mixed-adam"])
+    assert "optimizer: adam_m        4" in out and "total                   16" in out
