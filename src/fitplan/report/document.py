@@ -328,11 +328,14 @@ def compare(setup, cmp) -> list:
                 comm_rows.append((l.name, ac.name, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
                                   ("inside a node, " if ac.intra_node else "across nodes, ") + ac.link,
                                   f"{ac.exposed_s:,.3g}"))
+    simple = presets.recipe("exercise-10")   # fitplan.compare's simplified budget
+    budget = f"{simple.total_bytes:g} B/param"
     blocks = header(setup) + [
         Heading("Pure tensor parallel, pure pipeline parallel and a hybrid"),
-        Table(("layout", "tp/pp/dp", "10 B/param GiB", "full state GiB", "activations none / selective / full GiB",
+        Table(("layout", "tp/pp/dp", f"{budget} GiB", "full state GiB", "activations none / selective / full GiB",
                "recompute", "per-GPU GiB", "verdict"), tuple(rows), align="llrrrlrl",
-              note="per busiest GPU; 10 B/param is the exercise's bf16 weights + 8 B Adam; the full state uses "
+              note=f"per busiest GPU; {budget} is bf16 weights + 8 B of Adam moments, no gradients or master copy: "
+                   f"the exercise's simplified budget (recipe {simple.name}); the full state uses "
                    f"{setup.training.recipe.name}; the recompute column is the least that fits"),
         Heading("Communication per step, per GPU"),
         Table(("layout", "axis", "degree", "pattern", "GB/step", "link", "exposed s"), tuple(comm_rows),
