@@ -261,7 +261,8 @@ def _model_preset(p) -> list:
                   f"{e.experts_per_token} per token, {e.num_shared_experts} shared, "
                   + (f"the first {e.first_dense_layers} layers dense, " if e.first_dense_layers else
                      "every layer routed, ")
-                  + (f"capacity factor {e.capacity_factor:g}" if e.capacity_factor else "dropless (no capacity factor)"),
+                  + (f"capacity factor {e.capacity_factor:g}" if e.capacity_factor
+                     else "dropless (no capacity factor)"),
                   f"active parameters per token {active_params(m):,}"]
     if m.mla is not None:
         a = m.mla

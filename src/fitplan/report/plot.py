@@ -77,8 +77,9 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
-    ax.set_xticks(list(xs), bar_labels(breakdowns, labels), rotation=15 if len(breakdowns) > 4 else 0, ha="right" if len(breakdowns) > 4
-                  else "center", multialignment="center", fontsize=9)
+    many = len(breakdowns) > 4
+    ax.set_xticks(list(xs), bar_labels(breakdowns, labels), rotation=15 if many else 0,
+                  ha="right" if many else "center", multialignment="center", fontsize=9)
     ax.set_ylabel("GiB per GPU")
     ax.set_title(title)
     ax.set_ylim(0, top)
