@@ -158,12 +158,14 @@ def _write_file(path: str, flag: str, write) -> None:
 
 def _plot(path: str, reply) -> None:
     from fitplan.answers import PlanAnswer, SweepAnswer
-    from fitplan.report.plot import plot_breakdowns, plot_sweep
+    from fitplan.report.plot import plot_breakdowns, plot_sweep, sweep_title
     a, setup = reply.answer, reply.resolved.setup
     if isinstance(a, SweepAnswer):
         plot_sweep([(p.x, p.per_gpu_bytes) for p in a.points], a.usable_bytes, path,
                    "GPU count" if a.over == "gpus" else "sequence length",
-                   mark="smallest" if a.over == "gpus" else "largest")
+                   mark="smallest" if a.over == "gpus" else "largest",
+                   title=sweep_title(setup.model.name, setup.cluster.gpu.name,
+                                     num_gpus=None if a.over == "gpus" else setup.cluster.num_gpus))
         return
     assert isinstance(a, PlanAnswer)
     if a.search is not None:
@@ -193,7 +195,7 @@ def run_presets(args, out) -> int:
         from fitplan.files.load import dump_toml
         out.write(dump_toml(*obj) if isinstance(obj, tuple) else dump_toml(obj))
     else:
-        out.write(repr(obj) + "\n")
+        out.write(render_text(document.preset_show(args.name)))
     return 0
 
 

@@ -85,3 +85,78 @@ def test_spec_file_and_hf_config_give_the_preset_answer():
 def test_two_model_sources_is_an_error():
     code, _, err = run(["plan", "--preset", "gpt3-175b", "--hf-config", str(ROOT / "examples/hf/gpt2"), "--gpus", "8"])
     assert code == 2 and "one model source" in err
+
+
+EXPLICIT = ["plan", "--preset", "gpt3-175b", "--gpus", "16", "--tp", "8", "--pp", "2", "--sequence-parallel",
+            "--recompute", "selective"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_one_configuration_shows_its_step_time(fmt):
+    """The single-configuration report carries what --json and --suggest say about time: step,
+    tokens/s, MFU, the parts of the step in seconds, and each axis's bytes, link and tier."""
+    code, out, _ = run(EXPLICIT + ["--format", fmt])
+    _, js, _ = run(EXPLICIT + ["--json"])
+    t, comm = json.loads(js)["time"], json.loads(js)["comm"]
+    assert code == 0 and "Estimated step time" in out
+    assert f"{t['step_s']:,.3f}" in out and f"{t['tokens_per_s']:,.0f}" in out and f"{t['mfu']:.1%}" in out
+    for key, label in (("time/compute", "compute (recompute included)"), ("time/tp_exposed", "exposed tp traffic"),
+                       ("time/pp_exposed", "exposed pp traffic"), ("time/bubble", "the pipeline bubble")):
+        assert label in out and f"{t['parts_s'][key]:,.3f}" in out
+    assert f"tp 8 inside a node over {comm['tp']['link']} ({comm['tp']['bytes_per_step'] / 1e9:,.1f} GB/step/GPU" in out
+    assert f"pp 2 across nodes over {comm['pp']['link']}" in out
+    assert "exposed cp traffic" not in out and "exposed dp traffic" not in out     # degree 1: nothing sent
+
+
+@pytest.mark.parametrize("argv", [EXPLICIT, ["plan", "--preset", "gpt3-175b", "--gpus", "64", "--suggest"]])
+def test_no_time_on_a_gpu_without_the_recipes_precision_is_said(argv):
+    """fp8 on an A100: both reports keep their time heading and say in one line why there is no time."""
+    code, out, _ = run(argv + ["--gpu", "a100-80gb", "--precision", "fp8"])
+    assert code in (0, 1)
+    lines = [line for line in out.splitlines() if "not estimated" in line]
+    assert len(lines) == 1 and "a100-80gb has no fp8 peak rate" in lines[0]
+    assert "Estimated step time" in out
+
+
+@pytest.mark.parametrize("name", sorted(presets.MODELS) + sorted(presets.GPUS) + sorted(presets.RECIPES))
+def test_presets_show_is_a_readable_summary(name):
+    """Without --toml: a report (headings, words, the preset's numbers and source), not a dataclass repr."""
+    code, out, _ = run(["presets", "show", name])
+    assert code == 0 and "Spec(" not in out and "Recipe(" not in out and "=" not in out.splitlines()[0]
+    source = out.split("\nsource\n", 1)[1].strip()
+    if name in presets.MODELS:
+        p = presets.MODELS[name]
+        m = p.model
+        assert out.startswith(f"model preset {name}\n")
+        assert f"layers {m.num_layers}, hidden {m.hidden_size}, {m.num_heads} attention heads" in out
+        assert f"sequence length                {p.seq_len:,}" in out and p.gpu in out
+        assert f"{(m.published_params or 0):,}" in out or "(from shapes)" in out
+        assert ("mixture of experts" in out) is (m.moe is not None)
+        assert ("multi-head latent attention" in out) is (m.mla is not None)
+        assert source == m.source
+    elif name in presets.GPUS:
+        g = presets.GPUS[name]
+        assert out.startswith(f"GPU preset {name}\n") and g.intra_node.name in out and g.inter_node.name in out
+        assert f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16" in out and f"{g.gpus_per_node} GPUs" in out
+        assert ("no fp8 tensor cores" in out) is (g.peak_fp8_flops_per_s is None)
+        assert source == g.source
+    else:
+        r = presets.RECIPES[name]
+        assert out.startswith(f"precision recipe {name}\n") and f"compute precision (GEMMs): {r.compute}" in out
+        total = next(line for line in out.splitlines() if line.strip().startswith("total"))
+        assert total.split() == ["total", f"{r.total_bytes:g}"]
+        assert source == r.source
+
+
+def test_presets_show_examples():
+    _, out, _ = run(["presets", "show", "gpt3-175b"])
+    assert "parameters 175,000,000,000 (published; shape-derived 174,604,259,328)" in out
+    assert "global batch                   1,536 sequences (3,145,728 tokens)" in out
+    assert "GPU (when --gpu is not given)  gpu-192gib" in out
+    _, out, _ = run(["presets", "show", "deepseek-v3"])
+    assert "256 routed experts of ffn 2048, 8 per token, 1 shared, the first 3 layers dense" in out
+    assert "kv_lora_rank 512" in out
+    _, out, _ = run(["presets", "show", "a100-80gb"])
+    assert "312 TFLOP/s bf16 dense, no fp8 tensor cores" in out and "HBM            2.039 TB/s" in out
+    _, out, _ = run(["presets", "show", "mixed-adam"])
+    assert "optimizer: adam_m        4" in out and "total                   16" in out

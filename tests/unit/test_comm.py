@@ -137,3 +137,50 @@ def test_dp_times_cp_group_is_intra_only_if_both_are():
     for dp, intra in ((2, True), (4, False)):
         dp_intra = CM.group_is_intra_node(stride=4, n=dp, G=8)
         assert bool(CM.dp_cp_group_is_intra_node(dp_intra=dp_intra, cp_intra=cp_intra)) is intra
+
+
+def _ep_groups_by_rank(tp, cp, pp, dp, ep):
+    """The expert-parallel groups by enumeration: global rank t + c*tp + s*tp*cp + d*tp*cp*pp;
+    one stage's tp x cp x dp ranks taken in that order, ep consecutive ones to a group."""
+    for s in range(pp):
+        local = [t + c * tp + s * tp * cp + d * tp * cp * pp for d in range(dp) for c in range(cp) for t in range(tp)]
+        for g in range(0, len(local), ep):
+            yield local[g:g + ep]
+
+
+@pytest.mark.parametrize("G", [4, 8, 16])
+def test_ep_group_placement_matches_the_rank_grid(G):
+    """Every layout of up to 64 GPUs with power-of-two degrees: the formula says "inside a node"
+    exactly when every enumerated ep group sits on one node of G consecutive ranks."""
+    degrees = (1, 2, 4, 8, 16)
+    checked = 0
+    for tp in degrees:
+        for cp in degrees:
+            for pp in degrees:
+                for dp in degrees:
+                    if tp * cp * pp * dp > 64:
+                        continue
+                    for ep in degrees:
+                        if (tp * cp * dp) % ep:
+                            continue
+                        enumerated = all(len({r // G for r in group}) == 1
+                                         for group in _ep_groups_by_rank(tp, cp, pp, dp, ep))
+                        formula = CM.ep_group_is_intra_node(t=tp, c=cp, p=pp, ep=ep, G=G)
+                        assert bool(formula) is enumerated, (tp, cp, pp, dp, ep, G)
+                        checked += 1
+    assert checked > 500
+    # the search's arrays give the same answers elementwise
+    t, c, p, e = (np.array(v) for v in ([4, 4, 8, 1], [1, 1, 1, 1], [2, 1, 2, 2], [8, 8, 8, 8]))
+    assert CM.ep_group_is_intra_node(t=t, c=c, p=p, ep=e, G=8).tolist() == [False, True, True, False]
+
+
+def test_ep_group_that_spans_two_nodes():
+    """tp=4, pp=2, dp=2, ep=8 on 8-GPU nodes: a stage's expert group is its tp ranks on both
+    data-parallel replicas, ranks 0-3 and 8-11 (dp members tp*pp = 8 apart): two nodes, though
+    8 ranks would fit one. ep within one tp x cp block, or pp = 1, stays contiguous."""
+    assert list(_ep_groups_by_rank(4, 1, 2, 2, 8))[0] == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert not CM.ep_group_is_intra_node(t=4, c=1, p=2, ep=8, G=8)
+    assert CM.ep_group_is_intra_node(t=4, c=1, p=1, ep=8, G=8)           # pp = 1: ranks 0-7
+    assert CM.ep_group_is_intra_node(t=8, c=1, p=2, ep=8, G=8)           # the tp block itself
+    assert CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=4, G=8)           # 4 dp replicas 2 apart: 0, 2, 4, 6
+    assert not CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=8, G=8)       # 0, 2, ..., 14

@@ -97,3 +97,19 @@ def test_explicit_config_json_has_time_and_comm():
     assert set(data["time"]) >= {"step_s", "compute_s", "exposed_comm_s", "bubble_s", "tokens_per_s", "mfu", "hfu"}
     assert data["comm"]["tp"]["intra_node"] and not data["comm"]["pp"]["intra_node"]
     assert data["time"]["step_s"] == pytest.approx(sum(data["time"]["parts_s"].values()))
+
+
+def test_the_simplified_budget_says_what_it_is(result):
+    """The 10 B/param column is the exercise-10 recipe: bf16 weights + 8 B of Adam moments, no
+    gradients or master copy. The report says so where it prints the column."""
+    from fitplan import presets
+    r = presets.recipe("exercise-10")
+    assert (r.weights_bytes, r.grads_bytes, r.master_bytes, r.optimizer_bytes, r.total_bytes) == (2, 0, 0, 8, 10)
+    tp = by_name(result, "pure TP")
+    assert tp.simplified_state_bytes * 16 == tp.state_bytes * 10        # same psi, 10 B instead of 16
+    out = io.StringIO()
+    main(["compare", "--preset", "dense-100b", "--gpus", "64"], out=out)
+    text = " ".join(out.getvalue().split())
+    assert "10 B/param GiB" in text
+    assert ("10 B/param is bf16 weights + 8 B of Adam moments, no gradients or master copy: the exercise's "
+            "simplified budget (recipe exercise-10)") in text

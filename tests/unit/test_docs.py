@@ -85,3 +85,19 @@ def test_docs_citations_resolve(top):
         elif anchor not in known[name]:
             broken.append(f"{where}: docs/{name} has no heading with anchor #{anchor}")
     assert broken == []
+
+
+def test_readme_names_each_presets_default_gpu():
+    """Where the README introduces the presets it says which GPU each plans for without --gpu;
+    the sentence must stay true of fitplan.presets."""
+    from fitplan import presets
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    by_gpu = {}
+    for name, p in presets.MODELS.items():
+        by_gpu.setdefault(p.gpu, []).append(name)
+    assert by_gpu == {"gpu-192gib": ["gpt3-175b"], "h100-80gb": sorted(set(presets.MODELS) - {"gpt3-175b"},
+                                                                          key=list(presets.MODELS).index)}
+    assert ("`gpt3-175b` defaults to `gpu-192gib`, the exercise's 192 GiB part (10 GiB reserved, 8 per node), and "
+            "every other preset to `h100-80gb`") in readme
+    g = presets.GPUS["gpu-192gib"]
+    assert (g.memory_bytes, g.default_reserve_bytes, g.gpus_per_node) == (192 * 2**30, 10 * 2**30, 8)

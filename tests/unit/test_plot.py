@@ -71,3 +71,56 @@ def test_matplotlib_is_imported_only_when_drawing():
     code = "import sys, fitplan.report.plot, fitplan.memory.breakdown; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _drawn(monkeypatch):
+    """What the last figure says: title, tick labels, legend entries (captured as it is saved)."""
+    from fitplan.report import plot
+    seen, save = {}, plot._save
+
+    def capture(fig, plt, path):
+        ax = fig.axes[0]
+        seen.update(title=ax.get_title(), ticks=[t.get_text() for t in ax.get_xticklabels()],
+                    legend=[t.get_text() for t in ax.get_legend().get_texts()])
+        return save(fig, plt, path)
+    monkeypatch.setattr(plot, "_save", capture)
+    return seen
+
+
+def test_bars_are_named_by_their_layout(tmp_path, monkeypatch):
+    from fitplan.report.plot import bar_labels
+    from fitplan.report.sentences import layout_words
+    seen = _drawn(monkeypatch)
+    breakdowns = [evaluate(SETUP, c) for c in CONFIGS.values()]
+    plot_breakdowns(breakdowns, ["#1", "#2", "#3"], tmp_path / "bars.png")
+    assert seen["ticks"] == ["#1\ndp8 zero1", "#2\ndp8 zero3 full", "#3\ntp8 sp selective"]
+    assert bar_labels(breakdowns[:1], ["dp8 zero1"]) == ["dp8 zero1"]          # a label that is the layout: once
+    assert layout_words(ParallelConfig(tp=8, pp=2, sequence_parallel=True, recompute=Recompute.SELECTIVE)) \
+        == "tp8 pp2 sp selective"
+    assert layout_words(ParallelConfig(dp=4, tp=2, pp=2, virtual_stages=2, zero=ZeroStage.OS, micro_batch=2)) \
+        == "dp4 tp2 pp2 v2 zero1 mb2"
+    assert layout_words(ParallelConfig()) == "one GPU"
+
+
+def test_suggestion_plot_from_the_cli_names_layouts(tmp_path, monkeypatch):
+    import io
+    from fitplan.cli import main
+    seen = _drawn(monkeypatch)
+    assert main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--top", "2", "--plot",
+                 str(tmp_path / "p.png")], out=io.StringIO(), err=io.StringIO()) == 0
+    assert seen["ticks"][0] == "#1\ntp8 pp2 sp selective"
+
+
+def test_sweep_names_model_and_gpu_and_the_usable_line(tmp_path, monkeypatch):
+    import io
+    from fitplan.cli import main
+    from fitplan.report.plot import sweep_title
+    seen = _drawn(monkeypatch)
+    assert main(["sweep", "--preset", "gpt3-175b", "--gpus", "8", "--over", "gpus", "--values", "8,16,32",
+                 "--plot", str(tmp_path / "s.png")], out=io.StringIO(), err=io.StringIO()) == 0
+    assert seen["title"] == sweep_title("gpt3-175b", "gpu-192gib") \
+        == "gpt3-175b on gpu-192gib GPUs: least per-GPU memory of any configuration"
+    assert "usable memory (182.0 GiB)" in seen["legend"] and not any("capacity" in t for t in seen["legend"])
+    assert main(["sweep", "--preset", "llama3.1-8b", "--gpus", "8", "--over", "seq-len", "--values", "4096,8192",
+                 "--plot", str(tmp_path / "q.png")], out=io.StringIO(), err=io.StringIO()) == 0
+    assert seen["title"].startswith("llama3.1-8b on 8 x h100-80gb: ")

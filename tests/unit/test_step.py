@@ -147,3 +147,44 @@ def test_gradient_group_spans_dp_and_cp():
     assert r.comm["cp"].intra_node and r.comm["dp"].intra_node and r.comm["dp"].degree == 4
     r = evaluate_step(_setup(), ParallelConfig(tp=2, cp=2, dp=16))
     assert r.comm["cp"].intra_node and not r.comm["dp"].intra_node
+
+
+def test_a_dp_group_over_cp_ranks_is_named_dp_x_cp():
+    """With cp > 1 the data-parallel group is dp x cp ranks (gradients and ZeRO shards span the
+    cp ranks); the reports name it so, not "dp 8" where dp = 1."""
+    from fitplan.report.advice import _links, time_table
+    r = evaluate_step(_setup(), ParallelConfig(tp=8, cp=8, dp=1, sequence_parallel=True))
+    dp = r.comm["dp"]
+    assert dp.degree == 8 and dp.name == "dp x cp"
+    assert "dp x cp 8 " in _links(r) and "; dp 8" not in _links(r)
+    assert "dp x cp " in time_table([None], [r]).rows[0][-1]
+    plain = evaluate_step(_setup(), ParallelConfig(tp=8, dp=8)).comm["dp"]
+    assert plain.name == "dp" and plain.degree == 8
+
+
+def test_zero3_traffic_that_hides_says_how_long_it_holds_the_link():
+    """llama3.1-70b, 64 H100s, global batch 512, tp=1 pp=8 cp=8 ZeRO-3: m = 512 micro-batches,
+    each gathering the stage's 9.6e9 bf16 weights twice and reduce-scattering its gradients
+    once over the dp x cp group of 8 (NVLink 4, 450 GB/s): 3*512*(7/8)*19.2 GB = 25,824 GB per
+    step per GPU, 57.4 s of link time. It hides behind the 67.7 s of compute it overlaps
+    (per micro-batch: a 37 ms gather in a 42 ms forward, 75 ms in a 90 ms backward), so only
+    the last 25 MiB bucket is exposed. Both numbers were right; the report now prints the
+    57.4 s so the tiny exposure can be checked."""
+    from fitplan.report.advice import _links
+    setup = _setup(model="llama3.1-70b", seq_len=8192, global_batch=512)
+    r = evaluate_step(setup, ParallelConfig(tp=1, pp=8, cp=8, dp=1, zero=ZeroStage.OS_G_P,
+                                            recompute=Recompute.SELECTIVE))
+    dp, term = r.comm["dp"], {t.key: t.value for t in r.terms}
+    S = term["comm/dp_param_message"]                                # psi*w, the larger stage
+    assert S == term["comm/dp_grad_message"] == pytest.approx(19.2e9, rel=1e-3)
+    assert dp.bytes_per_step == pytest.approx(3 * 512 * 7 / 8 * S)   # 2m gathers + m reduce-scatters
+    assert dp.bytes_per_step == pytest.approx(25_824e9, rel=1e-4)
+    assert dp.busy_s == pytest.approx(3 * 512 * (7 * 3e-6 + 7 / 8 * S / 450e9))
+    assert dp.busy_s == pytest.approx(57.42, abs=0.01)
+    window = term["time/dp_window"]
+    assert window == pytest.approx(r.parts["time/compute"]) == pytest.approx(67.66, abs=0.01)
+    assert dp.busy_s < window and dp.exposed_s == pytest.approx(term["comm/dp_tail_s"])
+    assert "dp x cp 8 inside a node over NVLink 4 (25,824.2 GB/step/GPU, 57.4 s on the link, 7.2e-05 s of it " \
+           "exposed)" in _links(r)
+    for axis in r.comm.values():           # what is exposed is part of the link time, never more
+        assert axis.exposed_s <= axis.busy_s * (1 + 1e-12)

@@ -4,7 +4,6 @@ the CLI's own one-line error. Then the request checks, the limits and the static
 import json
 import socket
 import tempfile
-from pathlib import Path
 
 import pytest
 

@@ -200,6 +200,14 @@ def test_a_moe_bar_draws_every_term(browser, server):
     # total is the suggestion's per_gpu_bytes (the page once dropped ep and drew 367 GiB for 73 GiB)
     assert int(float(first.get_attribute("data-total"))) == plan["minimum_viable"]["per_gpu_bytes"]
     assert plan["minimum_viable"]["ep"] > 1
+    # the suggestion tables have an ep column, each row its suggestion's expert-parallel degree
+    table = page.locator("#table-disturbance table")
+    head = [table.locator("thead th").nth(i).inner_text() for i in range(table.locator("thead th").count())]
+    assert head[:6] == ["#", "tp", "pp", "dp", "cp", "ep"]
+    rows = table.locator("tbody tr")
+    assert [rows.nth(i).get_attribute("data-ep") for i in range(rows.count())] \
+        == [str(s["ep"]) for s in plan["suggestions"]]
+    assert rows.first.locator("td").nth(5).inner_text() == str(plan["minimum_viable"]["ep"])
     legend = page.inner_text("#memory-chart .legend")
     assert parts.label("activations/moe_buffers") in legend and parts.label("reserve") in legend
     page.wait_for_selector("#compare-table", timeout=TIMEOUT_MS)

@@ -25,8 +25,8 @@ RECIPES = {r.name: r for r in (
            description="mixed precision SGD with fp32 momentum (12 B/param)",
            source="Transformer Math 101 (SGD with momentum: 8 B/param of optimizer state)"),
     Recipe(name="exercise-10", weights_bytes=2, grads_bytes=0, master_bytes=0, moments=ADAM,
-           description="the exercise's simplified budget: bf16 weights + 8 B of Adam state (10 B/param); "
-                       "no gradients, no master copy",
+           description="the exercise's simplified budget: bf16 weights + 8 B of Adam moments, no gradients or "
+                       "master copy (10 B/param)",
            source="the seed exercise (a baseline, not a trainable recipe)"),
     Recipe(name="fp8", weights_bytes=1, grads_bytes=4, master_bytes=4, moments=ADAM, compute="fp8",
            description="fp8 primary weights (Megatron --fp8-param-gather), fp32 main grads, fp32 master, "

@@ -30,8 +30,9 @@ def _links(step) -> str:
     for axis, c in step.comm.items():
         if c.degree > 1:
             where = "inside a node" if c.intra_node else "across nodes"
-            parts.append(f"{axis} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, "
-                         f"{c.exposed_s:.3g} s exposed)")
+            busy, exposed = f"{c.busy_s:.3g}", f"{c.exposed_s:.3g}"   # traffic that hides says for how long
+            time = f"{exposed} s exposed" if busy == exposed else f"{busy} s on the link, {exposed} s of it exposed"
+            parts.append(f"{c.name} {c.degree} {where} over {c.link} ({fmt_gb(c.bytes_per_step)} GB/step/GPU, {time})")
     return "; ".join(parts) or "no model-parallel or data-parallel traffic"
 
 
@@ -40,8 +41,8 @@ def time_table(suggestions, step_list) -> Table:
     for i, (s, st) in enumerate(zip(suggestions, step_list), 1):
         sh = st.shares
         comm = sum(v for k, v in sh.items() if k not in ("time/compute", "time/bubble"))
-        moved = ", ".join(f"{a} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
-                          for a, c in st.comm.items() if c.degree > 1) or "-"
+        moved = ", ".join(f"{c.name} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
+                          for c in st.comm.values() if c.degree > 1) or "-"
         rows.append((str(i), f"{st.step_time_s:,.3f}", f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
                      f"{sh['time/compute']:.1%}", f"{comm:.1%}", f"{sh['time/bubble']:.1%}", moved))
     return Table(("#", "step s", "tokens/s", "MFU", "compute", "exposed comm", "bubble",
@@ -83,8 +84,12 @@ def justify(setup, rec, alt) -> tuple[str, ...]:
     """Why the recommended layout and not the next-fastest safe one: step, memory, each axis's
     exposed communication and link, recompute and bubble, and the trade in one sentence."""
     from fitplan import parts
-    from fitplan.timing.step import evaluate_step
-    a, b = evaluate_step(setup, rec.config), evaluate_step(setup, alt.config)
+    timed = steps(setup, [rec, alt])
+    if timed is None:
+        return (f"against the next layout with a safe margin ({short(alt.config)}): "
+                f"{fmt_gib(rec.breakdown.per_gpu_bytes)} vs {fmt_gib(alt.breakdown.per_gpu_bytes)} GiB per GPU; "
+                f"no step times to weigh them (the GPU has no peak rate for this recipe's precision)",)
+    a, b = timed
     lines = [f"against the next-fastest layout with a safe margin ({short(alt.config)}): step "
              f"{a.step_time_s:,.3f} vs {b.step_time_s:,.3f} s; {fmt_gib(rec.breakdown.per_gpu_bytes)} vs "
              f"{fmt_gib(alt.breakdown.per_gpu_bytes)} GiB per GPU (headroom {fmt_gib(rec.breakdown.headroom_bytes)} "

@@ -92,6 +92,45 @@ def config_line(c) -> str:
             f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}")
 
 
+def step_times(setup, items, draw) -> tuple[list | None, list]:
+    """The step time of each item (a suggestion or a breakdown) and the blocks `draw` makes of
+    them; or, when the GPU cannot run the recipe's precision (fp8 on an A100), None and one line
+    that says so, so that no report drops its time section silently."""
+    from fitplan.report.advice import steps
+    step_list = steps(setup, items)
+    if step_list is not None:
+        return step_list, draw(step_list)
+    from fitplan.errors import SpecError, one_line
+    from fitplan.timing.step import evaluate_step
+    try:
+        evaluate_step(setup, items[0].config)
+        why = "the time model declined this configuration"
+    except SpecError as error:
+        why = one_line(str(error))
+    return None, [Lines((f"not estimated: {why}",))]
+
+
+def _step_blocks(st) -> list:
+    """One configuration's step: its rates (advice.time_table's row), the parts it adds up
+    from in seconds, and each axis's traffic and link (advice._links)."""
+    from fitplan.report.advice import _links, time_table
+    row = time_table([None], [st])
+    summary = Table(row.header[1:], tuple(r[1:] for r in row.rows), align=row.align[1:], note=row.note)
+    shown = {"time/compute": True, "time/bubble": True,
+             "time/dp_after_step": bool(st.parts["time/dp_after_step"]),
+             **{f"time/{a}_exposed": c.degree > 1 for a, c in st.comm.items()}}
+    names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
+    secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
+    parts = tuple((names.get(k, label(k)), secs(v), f"{v / st.step_time_s:.1%}") for k, v in st.parts.items()
+                  if shown[k])
+    return [summary,
+            Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
+                  align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "
+                                    f"{st.bubble_fraction:.1%}; MFU {st.mfu:.1%}, HFU {st.hfu:.1%} (recompute "
+                                    f"included), {st.tflops_per_gpu:,.0f} TFLOP/s per GPU"),
+            Lines((f"links: {_links(st)}",))]
+
+
 def breakdown(setup, b) -> list:
     by_key = {t.key: t for t in b.terms}
     rows = []
@@ -116,13 +155,15 @@ def breakdown(setup, b) -> list:
         Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
         Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
                    f"{fmt_gib(b.usable_bytes)} GiB usable)")),
+    ] + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
+         *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + [
         Heading("Where each number comes from"), Lines(tuple(where)),
         Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
     ]
 
 
 def search(setup, r, bound, smallest) -> list:
-    from fitplan.report.advice import steps, time_table
+    from fitplan.report.advice import time_table
     blocks = header(setup) + [
         Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
@@ -157,9 +198,8 @@ def search(setup, r, bound, smallest) -> list:
     blocks += [Heading(f"Configurations that fit, {first}"), Lines((f"ranked by {r.rank_order}",)),
                Table(("#", "dp", "tp", "pp", "cp", "ep", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
                       "headroom GiB", "why this rank"), rows, align="rrrrrrrlrrrrrl")]
-    step_list = steps(setup, r.suggestions)
-    if step_list:
-        blocks += [Heading("Estimated step time of each"), time_table(r.suggestions, step_list)]
+    _, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
+    blocks += [Heading("Estimated step time of each"), *shown]
     return blocks + recommendation(setup, r)
 
 
@@ -214,6 +254,101 @@ def preset_list() -> list:
             Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl")]
 
 
+def _rate(bytes_per_s) -> str:
+    return f"{bytes_per_s / 1e12:g} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:g} GB/s"
+
+
+def _link(link) -> str:
+    return f"{link.name}, {_rate(link.bytes_per_s)} per GPU per direction, {link.latency_s * 1e6:g} us per message"
+
+
+# The training settings a model preset carries (fitplan.presets.models.ModelPreset), in words;
+# a setting added there is shown under its field name until it gets words here.
+PRESET_SETTINGS = {"seq_len": "sequence length", "micro_batch": "micro-batch", "global_batch": "global batch",
+                   "gpu": "GPU (when --gpu is not given)"}
+
+
+def preset_show(name: str) -> list:
+    """`fitplan presets show NAME`: what a model, GPU or precision preset holds, readably."""
+    if name in presets.MODELS:
+        return _model_preset(presets.MODELS[name])
+    if name in presets.GPUS:
+        return _gpu_preset(presets.GPUS[name])
+    if name in presets.RECIPES:
+        return _recipe_preset(presets.RECIPES[name])
+    presets.model(name)   # unknown: raises with the nearest names
+    raise AssertionError(name)
+
+
+def _model_preset(p) -> list:
+    from dataclasses import fields
+    from fitplan.counts.params import active_params
+    m = p.model
+    count = (f"{m.published_params:,} (published; shape-derived {shape_params(m):,})" if m.published_params
+             else f"{shape_params(m):,} (from shapes)")
+    lines = [f"layers {m.num_layers}, hidden {m.hidden_size}, {m.num_heads} attention heads "
+             f"({m.num_kv_heads} key/value heads{f', head dim {m.head_dim}' if m.head_dim else ''}), "
+             f"ffn {m.ffn_hidden_size}, vocabulary {m.vocab_size:,}, context {m.max_seq_len:,}",
+             f"{m.mlp.value} MLP, {m.norm.value}, {m.position.value} positions, "
+             f"{'tied' if m.tied_embeddings else 'untied'} embeddings, {'' if m.linear_bias else 'no '}linear bias, "
+             f"{'' if m.qkv_bias else 'no '}qkv bias",
+             f"parameters {count}"]
+    if m.moe is not None:
+        e = m.moe
+        lines += [f"mixture of experts: {e.num_experts} routed experts of ffn {e.expert_ffn_size}, "
+                  f"{e.experts_per_token} per token, {e.num_shared_experts} shared, "
+                  + (f"the first {e.first_dense_layers} layers dense, " if e.first_dense_layers else
+                     "every layer routed, ")
+                  + (f"capacity factor {e.capacity_factor:g}" if e.capacity_factor
+                     else "dropless (no capacity factor)"),
+                  f"active parameters per token {active_params(m):,}"]
+    if m.mla is not None:
+        a = m.mla
+        lines.append(f"multi-head latent attention: q_lora_rank {a.q_lora_rank}, kv_lora_rank {a.kv_lora_rank}, "
+                     f"qk_nope_head_dim {a.qk_nope_head_dim}, qk_rope_head_dim {a.qk_rope_head_dim}, "
+                     f"v_head_dim {a.v_head_dim}")
+    settings = []
+    for f in fields(p):
+        if f.name == "model":
+            continue
+        value = getattr(p, f.name)
+        text = "not given" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+        if f.name == "global_batch" and value:
+            text += f" sequences ({value * p.seq_len:,} tokens)"
+        settings.append((PRESET_SETTINGS.get(f.name, f.name), text))
+    if not any(f.name in ("recipe", "precision") for f in fields(p)):
+        settings.append(("precision", f"{presets.recipes.DEFAULT_RECIPE} (fitplan's default; --precision changes it)"))
+    return [Heading(f"model preset {m.name}"), Lines(tuple(lines)),
+            Heading("training settings it carries"), Table(("setting", "value"), tuple(settings), align="ll"),
+            Heading("source"), Lines((m.source or "not stated",))]
+
+
+def _gpu_preset(g) -> list:
+    fp8 = (f"{g.peak_fp8_flops_per_s / 1e12:,g} TFLOP/s fp8 dense" if g.peak_fp8_flops_per_s
+           else "no fp8 tensor cores")
+    rows = (("memory", f"{fmt_gib(g.memory_bytes)} GiB ({g.memory_bytes:,} B); {fmt_gib(g.default_reserve_bytes)} "
+                       f"GiB reserved by default, {fmt_gib(g.memory_bytes - g.default_reserve_bytes)} GiB usable"),
+            ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
+            ("sustained", f"{g.efficiency:g} x h/(h + {g.efficiency_h0:g}) of peak (bench/calibrate.py)"),
+            ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
+            ("inside a node", _link(g.intra_node)),
+            ("across nodes", _link(g.inter_node)),
+            ("node", f"{g.gpus_per_node} GPUs"))
+    return [Heading(f"GPU preset {g.name}"), Table(("property", "value"), rows, align="ll"),
+            Heading("source"), Lines((g.source or "not stated",))]
+
+
+def _recipe_preset(r) -> list:
+    rows = [("weights", f"{r.weights_bytes:g}"), ("gradients", f"{r.grads_bytes:g}"),
+            ("master weights", f"{r.master_bytes:g}")]
+    rows += [(f"optimizer: {k}", f"{v:g}") for k, v in r.moments]
+    rows.append(("total", f"{r.total_bytes:g}"))
+    return [Heading(f"precision recipe {r.name}"), Lines((r.description,) if r.description else ()),
+            Table(("model state", "B/param"), tuple(rows), align="lr"),
+            Lines((f"compute precision (GEMMs): {r.compute}",)),
+            Heading("source"), Lines((r.source or "not stated",))]
+
+
 def compare(setup, cmp) -> list:
     rows, comm_rows = [], []
     for l in cmp.layouts:
@@ -229,14 +364,17 @@ def compare(setup, cmp) -> list:
                      f"bubble {st.bubble_fraction:.1%}"))
         for axis, ac in st.comm.items():
             if ac.degree > 1:
-                comm_rows.append((l.name, axis, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
+                comm_rows.append((l.name, ac.name, str(ac.degree), PATTERN[axis], fmt_gb(ac.bytes_per_step),
                                   ("inside a node, " if ac.intra_node else "across nodes, ") + ac.link,
                                   f"{ac.exposed_s:,.3g}"))
+    simple = presets.recipe("exercise-10")   # fitplan.compare's simplified budget
+    budget = f"{simple.total_bytes:g} B/param"
     blocks = header(setup) + [
         Heading("Pure tensor parallel, pure pipeline parallel and a hybrid"),
-        Table(("layout", "tp/pp/dp", "10 B/param GiB", "full state GiB", "activations none / selective / full GiB",
+        Table(("layout", "tp/pp/dp", f"{budget} GiB", "full state GiB", "activations none / selective / full GiB",
                "recompute", "per-GPU GiB", "verdict"), tuple(rows), align="llrrrlrl",
-              note="per busiest GPU; 10 B/param is the exercise's bf16 weights + 8 B Adam; the full state uses "
+              note=f"per busiest GPU; {budget} is bf16 weights + 8 B of Adam moments, no gradients or master copy: "
+                   f"the exercise's simplified budget (recipe {simple.name}); the full state uses "
                    f"{setup.training.recipe.name}; the recompute column is the least that fits"),
         Heading("Communication per step, per GPU"),
         Table(("layout", "axis", "degree", "pattern", "GB/step", "link", "exposed s"), tuple(comm_rows),

@@ -2,9 +2,10 @@
 
   plot_breakdowns  one stacked bar per configuration: the busiest GPU's bytes by term
                    (fitplan.memory.breakdown.PARTS), against the usable-memory line; labels and
-                   colours from the table of parts, fitplan.parts
+                   colours from the table of parts, fitplan.parts; each bar named by its label
+                   and its layout ("#1" over "tp8 pp2 sp selective")
   plot_sweep       per-GPU memory against GPU count (or sequence length), with the
-                   capacity line and the smallest (or largest) x that fits marked
+                   usable-memory line and the smallest (or largest) x that fits marked
 
 matplotlib is imported inside the functions, so `import fitplan` never needs it (install
 it with `pip install matplotlib`). Memory is drawn in GiB (2**30 bytes), one unit for the
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from fitplan.memory.breakdown import PARTS
 from fitplan import parts
+from fitplan.report.sentences import layout_words
 from fitplan.units import to_gib
 
 DPI = 100
@@ -28,9 +30,16 @@ def _pyplot():
     return plt
 
 
+def bar_labels(breakdowns, labels) -> list[str]:
+    """Each bar's label over its layout, e.g. "#1" over "tp8 pp2 sp selective"."""
+    return [label if label == layout_words(b.config) else f"{label}\n{layout_words(b.config)}"
+            for b, label in zip(breakdowns, labels)]
+
+
 def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of the busiest GPU") -> Path:
     """Stacked bars, one per Breakdown, segments in PARTS order; terms that are zero in
-    every bar are left out of the legend. Bars over the usable line are marked."""
+    every bar are left out of the legend. Bars over the usable line are marked; each bar is
+    named by its label and its layout (bar_labels)."""
     if len(breakdowns) != len(labels):
         raise ValueError(f"{len(breakdowns)} breakdowns but {len(labels)} labels")
     if not breakdowns:
@@ -68,8 +77,9 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
-    ax.set_xticks(list(xs), labels, rotation=15 if len(breakdowns) > 4 else 0, ha="right" if len(breakdowns) > 4
-                  else "center", fontsize=9)
+    many = len(breakdowns) > 4
+    ax.set_xticks(list(xs), bar_labels(breakdowns, labels), rotation=15 if many else 0,
+                  ha="right" if many else "center", multialignment="center", fontsize=9)
     ax.set_ylabel("GiB per GPU")
     ax.set_title(title)
     ax.set_ylim(0, top)
@@ -94,28 +104,36 @@ def fitting_x(points, capacity_bytes: int, *, mark: str = "smallest"):
     return min(fits) if mark == "smallest" else max(fits)
 
 
-def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "smallest",
+def sweep_title(model: str, gpu: str, *, num_gpus: int | None = None) -> str:
+    """The sweep chart's title names what was swept: the model and the GPU (and the GPU count
+    when the sweep is over sequence length)."""
+    on = f"{num_gpus} x {gpu}" if num_gpus else f"{gpu} GPUs"
+    return f"{model} on {on}: least per-GPU memory of any configuration"
+
+
+def plot_sweep(points, usable_bytes: int, path, xlabel: str, *, mark: str = "smallest",
                title: str = "Least per-GPU memory of any configuration") -> Path:
     """points: (x, per-GPU bytes or None) pairs, e.g. GPU count -> bytes of the best plan.
     A log2 x axis when x spans a factor of 16 or more (GPU counts); the x marked is
-    fitting_x(points, capacity_bytes, mark=mark)."""
+    fitting_x(points, usable_bytes, mark=mark). Name the model and GPU in the title
+    (sweep_title)."""
     points = sorted(points)
     if not points:
         raise ValueError("nothing to plot: no points")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.0), dpi=DPI)
     shown = [(x, to_gib(used)) for x, used in points if used is not None]
-    capacity = to_gib(capacity_bytes)
+    usable = to_gib(usable_bytes)
     if shown:
         ax.plot([x for x, _ in shown], [y for _, y in shown], marker="o", color="#08519c",
                 label="per-GPU memory")
-        over = [(x, y) for x, y in shown if y > capacity]
+        over = [(x, y) for x, y in shown if y > usable]
         if over:
             ax.scatter([x for x, _ in over], [y for _, y in over], color="#b30000", zorder=3,
                        label="does not fit")
     missing = [x for x, used in points if used is None]
-    ax.axhline(capacity, color="black", linestyle="--", linewidth=1.2, label=f"capacity ({capacity:.1f} GiB)")
-    best = fitting_x(points, capacity_bytes, mark=mark)
+    ax.axhline(usable, color="black", linestyle="--", linewidth=1.2, label=f"usable memory ({usable:.1f} GiB)")
+    best = fitting_x(points, usable_bytes, mark=mark)
     if best is not None:
         y = to_gib(dict(points)[best])
         ax.axvline(best, color="#31a354", linestyle=":", linewidth=1.2)
@@ -127,7 +145,7 @@ def plot_sweep(points, capacity_bytes: int, path, xlabel: str, *, mark: str = "s
     if min(xs) > 0 and max(xs) / min(xs) >= 16:
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
-    ys = [capacity] + [y for _, y in shown]
+    ys = [usable] + [y for _, y in shown]
     if min(ys) > 0 and max(ys) / min(ys) >= 16:
         # memory that halves with each doubling: a log axis keeps the points near the line apart
         from matplotlib.ticker import FuncFormatter

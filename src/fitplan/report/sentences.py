@@ -35,6 +35,18 @@ MONITOR = {   # Metric.key -> (what is measured, what a departure from the expec
 }
 
 
+def layout_words(c) -> str:
+    """A configuration in a few words, only what differs from one plain GPU: 'tp8 pp2 sp selective',
+    'dp4 tp2 pp2 v2 zero1', 'dp8' (the chart labels)."""
+    degrees = (("dp", c.dp), ("tp", c.tp), ("pp", c.pp), ("v", c.virtual_stages), ("cp", c.cp), ("ep", c.ep))
+    words = [f"{axis}{n}" for axis, n in degrees if n > 1]
+    words += [f"zero{int(c.zero)}"] if int(c.zero) else []
+    words += ["sp"] if c.sequence_parallel else []
+    words += [c.recompute.value] if c.recompute.value != "none" else []
+    words += [f"mb{c.micro_batch}"] if c.micro_batch > 1 else []
+    return " ".join(words) or "one GPU"
+
+
 def config_short(c) -> str:
     return f"tp={c.tp} pp={c.pp} dp={c.dp}, recompute {c.recompute.value}"
 
@@ -48,7 +60,7 @@ def cost(layout, c) -> str:
         return f"{layout.config.recompute.value} recompute ({st.hfu / st.mfu - 1:+.1%} FLOPs)"
     ac = st.comm[c.kind]
     where = "inside a node" if ac.intra_node else "across nodes"
-    return f"{c.kind} traffic ({PATTERN[c.kind]}, {where} over {ac.link})"
+    return f"{ac.name} traffic ({PATTERN[c.kind]}, {where} over {ac.link})"
 
 
 def reason(r) -> str:

@@ -17,8 +17,15 @@ A group of n members `stride` apart lies inside one node of G GPUs iff stride*n 
 stride*n divides G (nodes hold whole groups; otherwise some group straddles two nodes).
 A ring that leaves the node runs at the per-GPU inter-node rate: one tier per group,
 no hierarchical (intra-then-inter) algorithms.
+
+Expert parallelism has no stride of its own: its ep ranks are drawn from one pipeline
+stage's tp x cp x dp ranks (expert tensor parallel 1, as in Megatron-LM's expert grid, which
+lays ep right after expert-tp and lets it run on into the data-parallel ranks), taken in
+that order. Up to tp*cp of them are consecutive ranks; past that, the group continues on
+the next data-parallel replica, tp*cp*pp ranks further on, so with pp > 1 a group of more
+than tp*cp ranks is not contiguous (ep_group_is_intra_node).
 """
-from fitplan.arith import select
+from fitplan.arith import maximum, select
 from fitplan.explain import BYTES, COUNT, SECONDS, formula
 from fitplan.sources import Cite
 from fitplan.specs.cluster import GpuSpec
@@ -79,6 +86,22 @@ def group_is_intra_node(*, stride, n, G):
 def dp_cp_group_is_intra_node(*, dp_intra, cp_intra):
     """The dp x cp group (cp members tp apart, dp members tp*cp*pp apart) fits a node iff both do."""
     return dp_intra & cp_intra
+
+
+@formula("link/ep_intra", "p == 1 or ep within a tp*c block: intra(stride 1, n=ep); else "
+         "intra(stride 1, n=t*c) and intra(stride t*c*p, n=ep/(t*c))", GRID, COUNT,
+         ("ep ranks are one pipeline stage's tp x cp x dp ranks in that order (expert tensor parallel 1): "
+          "consecutive within a tp x cp block, then tp*cp*pp apart across data-parallel replicas",))
+def ep_group_is_intra_node(*, t, c, p, ep, G):
+    """True where every expert-parallel group lies inside one node. A group that does not
+    tile the tp x cp blocks (neither divides the other) counts as leaving the node when
+    p > 1: one of its groups steps over the other stages' ranks."""
+    inner = t * c
+    contiguous = group_is_intra_node(stride=1, n=ep, G=G)
+    within = (ep <= inner) & (inner % ep == 0)
+    spans = ((ep % inner == 0) & group_is_intra_node(stride=1, n=inner, G=G)
+             & group_is_intra_node(stride=inner * p, n=maximum(ep // inner, 1), G=G))
+    return select((p == 1) | within, contiguous, spans)
 
 
 def link_inputs(intra, gpu: GpuSpec) -> dict:

@@ -94,11 +94,13 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c):
 @dataclass(frozen=True, slots=True)
 class AxisTime:
     """One parallel axis's traffic on the busiest GPU per step: the wire bytes it sends, the
-    seconds of it left on the critical path, and whether its group stays inside a node.
-    Scalars for one configuration, arrays over the search's candidates."""
+    seconds of it left on the critical path, whether its group stays inside a node, and the
+    seconds it keeps its link busy (exposed or hidden). Scalars for one configuration, arrays
+    over the search's candidates."""
     bytes: object
     exposed_s: object
     intra: object
+    busy_s: object = 0
 
 
 def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD,
@@ -133,6 +135,7 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     for axis in AXES:
         out[f"comm/{axis}_bytes"] = axes[axis].bytes
         out[f"link/{axis}_intra"] = axes[axis].intra
+        out[f"comm/{axis}_busy_s"] = axes[axis].busy_s
     out["time/step"] = ev(step_total_s, **dict(zip(
         ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
     out.update(_rates(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
@@ -166,7 +169,7 @@ def _tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra) -> AxisTime:
     secs = ev(CM.ring_collective_s, key="comm/tp_s", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce",
               **CM.link_inputs(intra, setup.cluster.gpu))
     wire = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce")
-    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
+    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
 
 
 def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTime:
@@ -174,14 +177,15 @@ def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTim
     has nothing to dispatch: zero (shaped like `like`), still a Term so every part is explained."""
     if sh.moe is None:
         zero = 0 * like
-        return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0)
-    intra = ev(CM.group_is_intra_node, key="link/ep_intra", stride=1, n=c.ep, G=setup.cluster.gpus_per_node)
+        return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0,
+                        zero)
+    intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=setup.cluster.gpus_per_node)
     S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp)
     n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=c.recompute)
     secs = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all",
               **CM.link_inputs(intra, setup.cluster.gpu))
     wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all")
-    return AxisTime(wire, ev(T.exposed_s, key="time/ep_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
+    return AxisTime(wire, ev(T.exposed_s, key="time/ep_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
 
 
 def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra, F_core, peak, eff) -> AxisTime:
@@ -194,7 +198,8 @@ def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra, F_core, peak, eff)
     window_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=F_core)
     window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
                 F=ev(C.per_gpu_flops, key="flops/cp_window_per_gpu", F=window_flops, t=c.tp, c=c.cp))
-    return AxisTime(wire, ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0), intra)
+    return AxisTime(wire, ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0), intra,
+                    secs)
 
 
 def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
@@ -203,7 +208,7 @@ def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
     n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
     secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **CM.link_inputs(intra, setup.cluster.gpu))
     wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
-    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra)
+    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
 
 
 def _bubble_s(ev, c, *, m, T_busy):
@@ -252,7 +257,7 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     window = ev(T.dp_window_s, zero=zero, m=m, T_f=T_f, T_b=T_b, overlap=dp_overlap)
     exposed = ev(T.exposed_s, key="time/dp_exposed", T_window=window, T_tail=tail,
                  T_comm=ev(T.dp_overlapped_s, T_grad=grad_s, T_param=param_s, zero=zero))
-    return AxisTime(wire, exposed, intra), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
+    return AxisTime(wire, exposed, intra, grad_s + param_s), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
 
 
 def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
@@ -277,9 +282,15 @@ class AxisComm:
     axis: str
     degree: int              # the group size the traffic runs over (dp x cp for dp)
     bytes_per_step: float    # bytes this GPU sends per step (ring wire bytes)
-    exposed_s: float
+    exposed_s: float         # the part of busy_s on the critical path
     intra_node: bool
     link: str                # the link tier's name, e.g. "NVLink 3"
+    busy_s: float = 0.0      # seconds the traffic occupies its link, hidden behind compute or not
+    name: str = ""           # how reports name the group: "dp x cp" where the dp group spans cp too
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.axis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +327,11 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
+    name = {"dp": "dp x cp"} if config.cp > 1 else {}   # gradients and ZeRO shards span the cp ranks too
     comm = {axis: AxisComm(axis=axis, degree=degree[axis], bytes_per_step=out[f"comm/{axis}_bytes"],
                            exposed_s=exposed[axis], intra_node=bool(out[f"link/{axis}_intra"]),
-                           link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu)) for axis in AXES}
+                           link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu),
+                           busy_s=float(out[f"comm/{axis}_busy_s"]), name=name.get(axis, axis)) for axis in AXES}
     return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, terms=tuple(trace.terms),
                          step_time_s=out["time/step"], tokens_per_s=out["rate/tokens"],
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],

@@ -294,20 +294,20 @@
       box.append(node("p", { class: "empty", textContent: "nothing fits, so there is nothing to rank" }));
       return;
     }
-    const head = ["#", "tp", "pp", "dp", "cp", "ZeRO", "SP", "recompute", "mb", "v", "GiB/GPU", "headroom",
+    const head = ["#", "tp", "pp", "dp", "cp", "ep", "ZeRO", "SP", "recompute", "mb", "v", "GiB/GPU", "headroom",
                   "step s", "tokens/s", "MFU", "why this rank · export"];
     const table = node("table", { class: "suggestions", "data-rank": rank });
     table.append(node("thead", {}, node("tr", {}, ...head.map(h => node("th", { textContent: h })))));
     const body = node("tbody");
     plan.suggestions.forEach((s, i) => {
       const t = s.time;
-      const tr = node("tr", { "data-tp": s.tp, "data-pp": s.pp, "data-dp": s.dp, "data-cp": s.cp,
+      const tr = node("tr", { "data-tp": s.tp, "data-pp": s.pp, "data-dp": s.dp, "data-cp": s.cp, "data-ep": s.ep,
                               "data-sp": s.sequence_parallel, "data-recompute": s.recompute, "data-zero": s.zero });
-      const cells = [i + 1, s.tp, s.pp, s.dp, s.cp, s.zero, s.sequence_parallel ? "on" : "off", s.recompute,
+      const cells = [i + 1, s.tp, s.pp, s.dp, s.cp, s.ep, s.zero, s.sequence_parallel ? "on" : "off", s.recompute,
                      s.micro_batch, s.virtual_stages, gib(s.per_gpu_bytes), gib(s.headroom_bytes),
                      t ? fmt(stepSeconds(t), 3) : "–", t ? int(Math.round(t.tokens_per_s)) : "–",
                      t ? `${fmt(100 * t.mfu, 1)}%` : "–"];
-      cells.forEach((c, j) => tr.append(node("td", { class: j === 7 || j === 6 ? "" : "num", textContent: String(c) })));
+      cells.forEach((c, j) => tr.append(node("td", { class: j === 7 || j === 8 ? "" : "num", textContent: String(c) })));
       const ex = node("div", { class: "export-cell" });
       for (const [format, label] of EXPORTS) {
         const b = node("button", { type: "button", class: "export-btn", textContent: label, "data-format": format,
