@@ -112,4 +112,4 @@ def justify(setup, rec, alt) -> tuple[str, ...]:
 def _where(c) -> str:
     if c.degree <= 1:
         return "no group"
-    return f"{c.link} {'inside a node' if c.intra_node else 'across nodes'} ({c.axis} {c.degree})"
+    return f"{c.link} {'inside a node' if c.intra_node else 'across nodes'} ({c.name or c.axis} {c.degree})"
