@@ -210,18 +210,17 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
         if "attention_kernel" not in values or "dropout" not in values:
             assumed.append(f"attention kernel {kernel}, dropout {'on' if dropout else 'off'}: {trained} "
                            f"(--attention-kernel, --dropout/--no-dropout set them)")
-        if "global_batch" not in values:
-            if start.global_batch is not None:
-                assumed.append(f"global batch {start.global_batch} sequences: the preset's "
-                               f"({preset.batch_source or preset.model.source})")
-            else:
-                start = replace(start, global_batch=default_global_batch(seq_len))
-                assumed.append(f"global batch {start.global_batch} sequences: fitplan's default of "
-                               f"{DEFAULT_TOKENS_PER_STEP // 2**20}M tokens per step (Llama 3's first batch), none "
-                               f"being given or published; --global-batch sets it")
+        if "global_batch" not in values and start.global_batch is not None:
+            assumed.append(f"global batch {start.global_batch} sequences: the preset's "
+                           f"({preset.batch_source or preset.model.source})")
     else:
         start = base
     training = replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+    if training.global_batch is None:   # every comparison runs at one batch (issue 18)
+        training = replace(training, global_batch=default_global_batch(seq_len))
+        assumed.append(f"global batch {training.global_batch} sequences: fitplan's default of "
+                       f"{DEFAULT_TOKENS_PER_STEP // 2**20}M tokens per step (Llama 3's first batch), none "
+                       f"being given or published; --global-batch sets it")
     return training, tuple(assumed)
 
 
