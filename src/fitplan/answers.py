@@ -52,10 +52,18 @@ class PlanAnswer:
         return any(s.breakdown.fits for s in self.seed.strategies)
 
 
+def default_max_cp(seq_len: int) -> int:
+    """The context-parallel degrees worth searching grow with the sequence: 8 below 128K tokens,
+    16 from 128K (Llama 3 Herd Table 4 trained 131,072-token sequences with cp 16), 32 from 1M
+    (fitplan's extension of the same tokens per rank); --max-cp overrides."""
+    return 32 if seq_len >= 2**20 else 16 if seq_len >= 2**17 else 8
+
+
 def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
     """The search space for this setup, with each given axis fixed."""
     from fitplan.search import default_space   # NumPy is loaded only by the search
-    space = default_space(setup.cluster.num_gpus, micro_batch=micro_batch, max_cp=opts.max_cp,
+    max_cp = opts.max_cp if opts.max_cp is not None else default_max_cp(setup.training.seq_len)
+    space = default_space(setup.cluster.num_gpus, micro_batch=micro_batch, max_cp=max_cp,
                           allow_cross_node_tp=opts.allow_cross_node_tp,
                           num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
     return replace(space, **{axis: (value,) for axis, value in fixed.items()})

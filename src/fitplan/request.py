@@ -38,8 +38,9 @@ class SearchOptions:
                          example="throughput", help="least disturbance first, or shortest step time first")
     allow_cross_node_tp: bool = declared("bool", default=False, flag="--allow-cross-node-tp", group="search",
                                          example=True, help="let tensor-parallel groups span nodes")
-    max_cp: int = declared("int", default=8, flag="--max-cp", group="search", lo=1, hi=64, example=4,
-                           help="the largest context-parallel degree searched")
+    max_cp: int | None = declared("int", default=None, flag="--max-cp", group="search", lo=1, hi=64, example=4,
+                                  help="the largest context-parallel degree searched (default: 8, 16 from 128K "
+                                       "tokens, 32 from 1M)")
     top: int = declared("int", default=5, flag="--top", group="search", lo=1, hi=100, example=3,
                         help="how many configurations to show")
 

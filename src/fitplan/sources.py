@@ -36,6 +36,9 @@ SOURCES = {
                           "torch/nn/parallel/distributed.py (bucket_cap_mb=25); Li et al., VLDB 2020"),
     "deepspeed": Source("DeepSpeed memory estimators", "Microsoft", 2023,
                         "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs"),
+    "flash-attention": Source("FlashAttention benchmarks", "Dao et al.", 2022,
+                              "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py (causal: half the "
+                              "s^2 FLOPs)"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -60,4 +63,4 @@ def short_name(key: str) -> str:
             "megatron-schedules": "Megatron-LM schedules", "transformer-math": "Transformer Math 101",
             "bitsandbytes": "Dettmers et al.", "fp8": "Micikevicius et al.", "fitplan": "fitplan",
             "deepspeed": "DeepSpeed", "thakur": "Thakur et al.", "pytorch-ddp": "PyTorch DDP",
-            "vendor": "vendor sheet"}[key]
+            "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks"}[key]

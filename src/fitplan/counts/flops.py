@@ -86,6 +86,14 @@ def model_flops(*, F_forward):
     return 3 * F_forward
 
 
+@formula("flops/forward_causal", "F_forward - L*F_core/2", Cite("flash-attention", "benchmark_flash_attention.py"),
+         FLOPS, ("a causal mask skips half of the s^2 scores: the convention of FlashAttention's benchmarks and of "
+                 "MFU figures quoted with causal attention; fitplan's time model still runs the full core",))
+def causal_forward_flops(*, F_forward, L, F_core):
+    """The forward with the attention core counted at half, for a causal MFU."""
+    return F_forward - L * F_core / 2
+
+
 @formula("flops/hardware", "F_forward + F_backward", Cite("korthikanti", "Eq. 8, as derived in App. A"), FLOPS,
          ("the recomputed forward counted as executed (hardware FLOPs); selective adds 4Bs^2h per layer, "
           "i.e. 1 + 2s/(9h) over the layers, not Eq. 8's printed 1 + s/(3h)",))

@@ -126,7 +126,8 @@ def _step_blocks(st) -> list:
     return [summary,
             Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
                   align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "
-                                    f"{st.bubble_fraction:.1%}; MFU {st.mfu:.1%}, HFU {st.hfu:.1%} (recompute "
+                                    f"{st.bubble_fraction:.1%}; MFU {st.mfu:.1%} ({st.mfu_causal:.1%} with a "
+                                    f"causal mask's half of the attention FLOPs), HFU {st.hfu:.1%} (recompute "
                                     f"included), {st.tflops_per_gpu:,.0f} TFLOP/s per GPU"),
             Lines((f"links: {_links(st)}",))]
 
@@ -240,8 +241,8 @@ def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     st = (steps(setup, [s]) or [None])[0]
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"
-    return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}; "
-                    f"{st.num_microbatches} micro-batches per step")
+    return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
+                    f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step")
 
 
 def preset_list() -> list:

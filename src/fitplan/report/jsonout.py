@@ -89,6 +89,7 @@ def time_dict(st) -> dict:
     return {"step_s": st.step_time_s, "compute_s": float(st.parts["time/compute"]),
             "exposed_comm_s": {a: float(s) for a, s in st.exposed_comm_s.items()},
             "bubble_s": float(st.parts["time/bubble"]), "tokens_per_s": st.tokens_per_s, "mfu": st.mfu,
+            "mfu_causal": st.mfu_causal,
             "hfu": st.hfu, "tflops_per_gpu": st.tflops_per_gpu, "num_microbatches": int(st.num_microbatches),
             "bubble_fraction": st.bubble_fraction, "parts_s": {k: float(v) for k, v in st.parts.items()}}
 

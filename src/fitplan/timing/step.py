@@ -267,10 +267,15 @@ def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
     whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers, recompute=c.recompute,
                        n_dense=None if model.moe is None else model.moe.first_dense_layers)
     model_f = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
+    causal_f = ev(F.model_flops, key="flops/model_step_causal", F_forward=ev(
+        F.causal_forward_flops, key="flops/step/forward_causal", F_forward=whole["forward"], L=model.num_layers,
+        F_core=whole["core"]))
     hw_f = ev(F.hardware_flops, key="flops/hardware_step", F_forward=whole["forward"], F_backward=whole["backward"])
     N = c.tp * c.pp * c.dp * c.cp
     return {"flops/model_step": model_f, "flops/hardware_step": hw_f,
             "ratio/mfu": ev(C.flops_utilisation, key="ratio/mfu", F=model_f, T_step=T_step, N=N, peak=peak),
+            "ratio/mfu_causal": ev(C.flops_utilisation, key="ratio/mfu_causal", F=causal_f, T_step=T_step, N=N,
+                                   peak=peak),
             "ratio/hfu": ev(C.flops_utilisation, key="ratio/hfu", F=hw_f, T_step=T_step, N=N, peak=peak),
             "rate/flops_per_gpu": ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=T_step, N=N),
             "rate/tokens": ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)}
@@ -302,8 +307,9 @@ class StepBreakdown:
     step_time_s: float
     tokens_per_s: float
     tflops_per_gpu: float        # achieved hardware TFLOP/s per GPU (1e12 FLOP/s), recompute included
-    mfu: float                   # fractions in [0, 1]
+    mfu: float                   # fractions in [0, 1]; the attention core counted in full (Narayanan et al.)
     hfu: float
+    mfu_causal: float            # the attention core counted at half, for a causal mask (FlashAttention's)
     num_microbatches: int
     bubble_fraction: float
     comm: dict                   # axis -> AxisComm, for AXES
@@ -335,7 +341,8 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
     return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, terms=tuple(trace.terms),
                          step_time_s=out["time/step"], tokens_per_s=out["rate/tokens"],
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],
-                         hfu=out["ratio/hfu"], num_microbatches=out["pipeline/microbatches"],
+                         hfu=out["ratio/hfu"], mfu_causal=out["ratio/mfu_causal"],
+                         num_microbatches=out["pipeline/microbatches"],
                          bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap)
 
 
