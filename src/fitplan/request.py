@@ -12,7 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from fitplan.specs.declare import Decl, Flagged, num_text, declared, flagged, out_of_range
+from fitplan.specs.declare import Flagged, declared, flagged, num_text, out_of_range
 from fitplan.units import UNIT_PARSERS
 
 FORMATS = ("text", "markdown", "json")
@@ -145,7 +145,3 @@ def checked(f: Flagged, value):
             if problem:
                 raise SpecError(problem)
     return value
-
-
-def decl_for(command: str, key: str) -> Decl:
-    return next(f.decl for f in command_flags(command) if f.key == key)

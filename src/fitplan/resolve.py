@@ -23,8 +23,6 @@ from fitplan.specs.declare import out_of_range
 from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
-SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "max_seq_len",
-         "mlp", "norm", "position", "tied_embeddings", "linear_bias", "qkv_bias", "head_dim", "published_params")
 AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
 
 

@@ -206,7 +206,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     usable = setup.cluster.usable_bytes
     base = _grid(num_gpus, space)
     rejected: dict = {}
-    keys, members, closest = [], [], None
+    keys, steps, members, closest = [], [], [], None
     legal_by_sp = {}
     for sp in space.sequence_parallel:
         per_group: dict = {}
@@ -230,24 +230,25 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if closest is None or totals[low] < closest[0]:
             closest = (totals[low], _config(grid, idx[low]))
         if fits.any():
-            key = _rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch)
-            step = step_seconds(setup, grid.take(idx[fits])) if timed else np.full(len(key), np.nan)
-            keys.append(np.column_stack([step, key]))
+            keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
+            if timed:
+                steps.append(step_seconds(setup, grid.take(idx[fits])))
             members.append((grid, idx[fits]))
     fit = sum(len(i) for _, i in members)
     picks: dict = {}
     if fit:
-        allkeys = np.concatenate(keys)   # column 0: step seconds (NaN untimed), then the RANK_ORDER key
+        allkeys = np.concatenate(keys)                        # the RANK_ORDER key, one row per candidate
+        step_s = np.concatenate(steps) if timed else None     # estimated step seconds, when timed
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
         exact = _exact(setup, members, group_of, index_of)
-        by_disturbance = np.lexsort(allkeys[:, 1:].T[::-1])
-        by_time = np.lexsort(allkeys.T[::-1]) if timed else by_disturbance
+        by_disturbance = np.lexsort(allkeys.T[::-1])
+        by_time = np.lexsort(np.column_stack([step_s, allkeys]).T[::-1]) if timed else by_disturbance
         order = by_time if rank == "throughput" else by_disturbance
-        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, allkeys if rank == "throughput" else None)
+        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, step_s if rank == "throughput" else None)
         if recommend:
             picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
-            safe = _take(exact, by_time, ALTERNATIVES + 1, space, allkeys if timed else None, scan=RECOMMEND_SCAN,
+            safe = _take(exact, by_time, ALTERNATIVES + 1, space, step_s, scan=RECOMMEND_SCAN,
                          keep=lambda b: is_safe(setup, b))
             picks["recommended"] = safe[0] if safe else None
             picks["alternatives"] = tuple(safe[1:])
@@ -286,7 +287,7 @@ def _exact(setup, members, group_of, index_of):
     return get
 
 
-def _take(exact, order, count: int, space: SearchSpace, timed_keys, *, scan: int | None = None, keep=None) -> list:
+def _take(exact, order, count: int, space: SearchSpace, step_s, *, scan: int | None = None, keep=None) -> list:
     """The first `count` candidates in `order` that fit exactly (float screening can misjudge one
     within a byte of the limit) and pass `keep`, looking at no more than `scan` of them."""
     out = []
@@ -296,8 +297,8 @@ def _take(exact, order, count: int, space: SearchSpace, timed_keys, *, scan: int
         config, b = exact(pos)
         if b.fits and (keep is None or keep(b)):
             reason = rank_reason(config, space.requested_micro_batch)
-            if timed_keys is not None:
-                reason = f"step ~{timed_keys[pos, 0]:.4g} s; {reason}"
+            if step_s is not None:
+                reason = f"step ~{step_s[pos]:.4g} s; {reason}"
             out.append(Suggestion(config, b, reason))
     return out
 

@@ -49,6 +49,18 @@ def shots(tmp_path):
     return d
 
 
+def opened(browser, server, preset: str | None = None, gpus: int | None = None):
+    """A fresh page on the server, settled; with a preset and GPU count chosen when given."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server.url)
+    settle(page)
+    if preset is not None:
+        page.select_option("#preset", preset)
+        page.fill("#gpus", str(gpus))
+        settle(page)
+    return page
+
+
 def settle(page):
     """Wait until the answer for the latest input is drawn (the page clears body[data-busy])."""
     page.wait_for_selector("body[data-ready]:not([data-busy])", state="attached", timeout=TIMEOUT_MS)
@@ -147,9 +159,7 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
 def test_a_pasted_and_an_uploaded_hf_config(browser, server, shots):
     root = Path(__file__).resolve().parents[2]
     config = root / "examples" / "hf" / "llama-3.1-8b" / "config.json"
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(server.url)
-    settle(page)
+    page = opened(browser, server)
     page.locator(".segmented label", has_text="HF config.json").click()   # the label, as a user does
     page.fill("#hf-name", "llama-3.1-8b")
     page.fill("#hf-config", config.read_text())
@@ -184,12 +194,7 @@ def test_a_moe_bar_draws_every_term(browser, server):
     """The page's terms are the server's table of parts (GET /api/presets -> parts): a Mixtral bar
     has its MoE all-to-all buffers segment, and the step-time legend names every time part."""
     from fitplan import parts
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(server.url)
-    settle(page)
-    page.select_option("#preset", "mixtral-8x7b")
-    page.fill("#gpus", "16")
-    settle(page)
+    page = opened(browser, server, "mixtral-8x7b", 16)
     code, plan = cli_json("plan", "--preset", "mixtral-8x7b", "--gpus", "16", "--suggest", "--json")
     assert code == 0 and plan["feasible"]
     first = page.locator("#memory-chart svg g.bar").first
@@ -221,9 +226,7 @@ def test_all_settings_are_generated_from_the_declarations(browser, server):
     and cluster field the hand-made form lacks; a value set there reaches the API and the
     CLI line, and the answer is the CLI's for the same flag."""
     from fitplan.web.server import fields_payload
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(server.url)
-    settle(page)
+    page = opened(browser, server)
     hand_made = {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "seq_len", "precision",
                  "gpu", "gpus", "gpus_per_node"}
     expected = [f["key"] for f in fields_payload()["plan"]

@@ -15,6 +15,7 @@ and tests/unit/test_fields.py walks every declared field through all three.
 A flag's request key, the name the JSON API uses, is the flag without its dashes, with
 '-' turned into '_' (--kv-heads -> kv_heads). A field without a flag says why (`file_only`).
 """
+import functools
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 
@@ -134,9 +135,11 @@ def decl_of(f) -> Decl:
     return f.metadata["decl"]
 
 
-def spec_fields(cls):
-    """(dataclass field, Decl) for every declared field of cls, in declaration order."""
-    return [(f, decl_of(f)) for f in fields(cls) if "decl" in f.metadata]
+@functools.cache
+def spec_fields(cls) -> tuple:
+    """(dataclass field, Decl) for every declared field of cls, in declaration order. Cached:
+    every spec's construction walks them (check_ranges)."""
+    return tuple((f, decl_of(f)) for f in fields(cls) if "decl" in f.metadata)
 
 
 def file_key(f) -> str:
@@ -144,7 +147,7 @@ def file_key(f) -> str:
 
 
 def default_of(f):
-    return f.default if f.default is not MISSING else MISSING
+    return f.default   # MISSING when the field has none
 
 
 def request_key(flag: str) -> str:

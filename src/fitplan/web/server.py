@@ -137,6 +137,7 @@ def schema(endpoint: str) -> dict:
 
 def fields_payload() -> dict:
     """GET /api/fields: each endpoint's fields, for the page's form and for clients."""
+    from fitplan.specs.declare import UNIT_KINDS
     out = {}
     for endpoint in ENDPOINTS:
         items = []
@@ -146,7 +147,7 @@ def fields_payload() -> dict:
             d = f.decl
             items.append({"key": key, "flag": f.flag, "off_flag": f.off_flag, "kind": d.kind, "group": d.group,
                           "help": d.help, "root": f.path[0],
-                          "unit": d.unit or {"size": "B", "rate": "B/s", "seconds": "s"}.get(d.kind, ""),
+                          "unit": d.unit or UNIT_KINDS.get(d.kind, ""),
                           "choices": list(map(str, d.choice_values)) or None, "min": d.lo, "max": d.hi,
                           "required": f.required,
                           "example": _plain(d.example)})
