@@ -66,7 +66,8 @@ def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
     space = default_space(setup.cluster.num_gpus, micro_batch=micro_batch, max_cp=max_cp,
                           allow_cross_node_tp=opts.allow_cross_node_tp,
                           num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
-    return replace(space, **{axis: (value,) for axis, value in fixed.items()})
+    from fitplan.search import SETTINGS
+    return replace(space, **{axis: value if axis in SETTINGS else (value,) for axis, value in fixed.items()})
 
 
 def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) -> SearchAnswer:

@@ -20,7 +20,7 @@ from fitplan.counts import flops as F
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.parts import ACTIVATIONS, part_keys
 from fitplan.specs import compat
-from fitplan.specs.parallel import ParallelConfig, Recompute
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute
 from fitplan.timing import compute as C
 from fitplan.timing.step import StepBreakdown, evaluate_step
 
@@ -104,7 +104,7 @@ def _problem(setup: Setup, config: ParallelConfig) -> str:
 
 
 def _least_recompute(setup: Setup, config: ParallelConfig) -> tuple[ParallelConfig, Breakdown]:
-    for rc in Recompute:
+    for rc in SEARCHED_RECOMPUTE:
         c = replace(config, recompute=rc)
         b = evaluate(setup, c)
         if b.fits:
@@ -118,7 +118,7 @@ def layout(setup: Setup, name: str, config: ParallelConfig) -> Layout:
         return Layout(name=name, config=config, problem=problem)
     simple = replace(setup, training=replace(setup.training, recipe=presets.recipe("exercise-10")))
     stored = tuple((rc, sum(evaluate(setup, replace(config, recompute=rc)).parts[k] for k in STORED))
-                   for rc in Recompute)
+                   for rc in SEARCHED_RECOMPUTE)
     chosen, memory = _least_recompute(setup, config)
     return Layout(name=name, config=chosen, problem="",
                   simplified_state_bytes=evaluate(simple, chosen).state_bytes,

@@ -7,7 +7,7 @@ and activations warm colours, so the two groups read as blocks in a stacked bar.
 """
 from dataclasses import dataclass
 
-STATES, ACTIVATIONS, RESERVE, TIME = "states", "activations", "reserve", "time"
+STATES, ACTIVATIONS, RUNTIME, RESERVE, TIME = "states", "activations", "runtime", "reserve", "time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +15,7 @@ class Part:
     key: str        # slash path, as in a Term: "states/weights", "time/bubble"
     label: str
     color: str      # "#rrggbb"
-    group: str      # STATES, ACTIVATIONS, RESERVE or TIME
+    group: str      # STATES, ACTIVATIONS, RUNTIME (buffers the runtime holds), RESERVE or TIME
 
 
 TABLE = (
@@ -29,6 +29,7 @@ TABLE = (
     Part("activations/output", "output-layer extras", "#fdae6b", ACTIVATIONS),
     Part("activations/recompute_workspace", "recompute workspace", "#969696", ACTIVATIONS),
     Part("activations/moe_buffers", "MoE all-to-all buffers", "#54278f", ACTIVATIONS),
+    Part("runtime/gathered_weights", "ZeRO-3 weights kept from forward to backward", "#74a9cf", RUNTIME),
     Part("reserve", "reserve (capacity minus usable)", "#cfcfcf", RESERVE),
     Part("time/compute", "compute (recompute included)", "#2e75b6", TIME),
     Part("time/tp_exposed", "exposed tp traffic", "#c55a11", TIME),

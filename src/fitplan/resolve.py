@@ -24,6 +24,9 @@ from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
 AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
+# configuration fields that are one setting for the whole search, not an axis (fitplan.search.SETTINGS)
+SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
+            "recompute_num_layers", "recompute_method")
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +297,8 @@ def config_of(resolved: Resolved) -> ParallelConfig:
     config = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero=c.get("zero", ZeroStage.NONE),
                             sequence_parallel=bool(c.get("sequence_parallel", False)),
                             recompute=c.get("recompute", Recompute.NONE), micro_batch=resolved.micro_batch,
-                            virtual_stages=c.get("virtual_stages", 1), ep=c.get("ep", 1))
+                            virtual_stages=c.get("virtual_stages", 1), ep=c.get("ep", 1),
+                            **{name: c[name] for name in SETTINGS if name in c})
     compat.require(setup.model, setup.training, setup.cluster, config,
                    allow_cross_node_tp=resolved.search.allow_cross_node_tp)
     return config
@@ -304,4 +308,4 @@ def fixed_axes(resolved: Resolved) -> dict:
     """With --suggest, each configuration flag given fixes that axis of the search."""
     if "dp" in resolved.config:
         raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
-    return {axis: resolved.config[axis] for axis in AXES if axis in resolved.config}
+    return {axis: resolved.config[axis] for axis in AXES + SETTINGS if axis in resolved.config}

@@ -16,7 +16,10 @@ from fitplan.errors import SpecError
 from fitplan.analysis import is_safe
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_total, evaluate
 from fitplan.specs import compat
-from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute, RecomputeMethod, Schedule, ZeroStage
+# Settings every candidate shares: the user's value (with --suggest) or the default.
+SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
+            "recompute_num_layers", "recompute_method")
 
 # A space larger than this takes more than a few seconds (about 5-10 M candidates/s on one core,
 # bench/search.py) and a few hundred MiB; it is refused with the levers that narrow it.
@@ -40,10 +43,18 @@ class SearchSpace:
     virtual_stages: tuple[int, ...]
     zero: tuple[ZeroStage, ...] = tuple(ZeroStage)
     sequence_parallel: tuple[bool, ...] = (False, True)
-    recompute: tuple[Recompute, ...] = tuple(Recompute)
+    recompute: tuple[Recompute, ...] = SEARCHED_RECOMPUTE
     requested_micro_batch: int = 1
     allow_cross_node_tp: bool = False
     ep: tuple[int, ...] = (1,)
+    # SETTINGS: one value for every candidate
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    shard_degree: int | None = None
+    reshard_after_forward: bool = True
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    recompute_num_layers: int | None = None
+    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -87,6 +98,13 @@ class _Grid:
     zero: ZeroStage = ZeroStage.NONE
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    shard_degree: int | None = None
+    reshard_after_forward: bool = True
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    recompute_num_layers: int | None = None
+    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -94,14 +112,15 @@ class _Grid:
     def take(self, idx: np.ndarray) -> "_Grid":
         """The candidates at idx, numeric axes as float64 (the screening pass's dtype)."""
         f = lambda a: a[idx].astype(np.float64)
-        return _Grid(f(self.tp), f(self.pp), f(self.dp), f(self.cp), f(self.micro_batch), f(self.virtual_stages),
-                     f(self.ep), self.zero, self.sequence_parallel, self.recompute)
+        return replace(self, tp=f(self.tp), pp=f(self.pp), dp=f(self.dp), cp=f(self.cp),
+                       micro_batch=f(self.micro_batch), virtual_stages=f(self.virtual_stages), ep=f(self.ep))
 
 
 def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
     degrees = [(t, p, c) for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0]
+    settings = {name: getattr(space, name) for name in SETTINGS}
     if not degrees:
-        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(7)))
+        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(7)), **settings)
     deg = np.array(degrees, dtype=np.int64)
     mb = np.array(space.micro_batches, dtype=np.int64)
     vs = np.array(space.virtual_stages, dtype=np.int64)
@@ -110,7 +129,7 @@ def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
                                                   np.arange(len(eps)), indexing="ij"))
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
-                 ep=eps[x])
+                 ep=eps[x], **settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +327,7 @@ def _config(grid: _Grid, i: int) -> ParallelConfig:
                           zero=ZeroStage(grid.zero), sequence_parallel=bool(grid.sequence_parallel),
                           recompute=grid.recompute,
                           micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]),
-                          ep=int(grid.ep[i]))
+                          ep=int(grid.ep[i]), **{name: getattr(grid, name) for name in SETTINGS})
 
 
 def rank_reason(config: ParallelConfig, requested_mb: int) -> str:

@@ -39,6 +39,17 @@ SOURCES = {
     "flash-attention": Source("FlashAttention benchmarks", "Dao et al.", 2022,
                               "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py (causal: half the "
                               "s^2 FLOPs)"),
+    "qi-zero-bubble": Source("Zero Bubble Pipeline Parallelism", "Qi, Wan, Huang, Lin", 2023, "arXiv:2401.10241"),
+    "deepseek-v3": Source("DeepSeek-V3 Technical Report", "DeepSeek-AI", 2024, "arXiv:2412.19437"),
+    "gpipe": Source("GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
+                    "Huang et al.", 2019, "arXiv:1811.06965"),
+    "megatron-split": Source("Megatron-LM pipeline layer split", "NVIDIA", 2025,
+                             "megatron/core/transformer/transformer_block.py get_num_layers_to_build; "
+                             "--account-for-embedding/loss-in-pipeline-split, "
+                             "--decoder-first/last-pipeline-num-layers"),
+    "torchtitan": Source("torchtitan", "PyTorch", 2025,
+                         "torchtitan/models/llama3/infra/parallelize.py (op-level selective AC, FSDP2 "
+                         "reshard_after_forward, data_parallel_shard/replicate_degree)"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -63,4 +74,6 @@ def short_name(key: str) -> str:
             "megatron-schedules": "Megatron-LM schedules", "transformer-math": "Transformer Math 101",
             "bitsandbytes": "Dettmers et al.", "fp8": "Micikevicius et al.", "fitplan": "fitplan",
             "deepspeed": "DeepSpeed", "thakur": "Thakur et al.", "pytorch-ddp": "PyTorch DDP",
-            "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks"}[key]
+            "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks",
+            "qi-zero-bubble": "Qi et al. (zero bubble)", "deepseek-v3": "DeepSeek-V3", "gpipe": "GPipe",
+            "megatron-split": "Megatron-LM", "torchtitan": "torchtitan"}[key]

@@ -47,10 +47,13 @@ def test_vectorized_equals_scalar():
     the candidates are read by ParallelConfig's attribute names, degrees as arrays."""
     from types import SimpleNamespace
 
+    from fitplan.search import SETTINGS
+    SETTING_DEFAULTS = {name: getattr(ParallelConfig(), name) for name in SETTINGS}
+
     import numpy as np
     configs = [ParallelConfig(tp=t, pp=p, dp=4 // (t * p)) for t, p in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1))]
     arrays = {k: np.array([getattr(c, k) for c in configs], dtype=np.float64)
               for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "virtual_stages")}
-    grid = SimpleNamespace(**arrays, zero=CONFIG.zero, sequence_parallel=False, recompute=CONFIG.recompute)
+    grid = SimpleNamespace(**arrays, **SETTING_DEFAULTS, zero=CONFIG.zero, sequence_parallel=False, recompute=CONFIG.recompute)
     got = busiest_total(SETUP, grid)
     assert list(got) == [evaluate(SETUP, c).per_gpu_bytes for c in configs]

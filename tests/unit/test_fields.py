@@ -31,7 +31,9 @@ from fitplan.web.server import build_request
 BASES = ("gpt3-125m", "llama3.1-8b", "mixtral-8x7b", "deepseek-v3")
 GPU_COUNTS = (8, 2, 16)
 # Configuration fields that are legal only beside another axis.
-COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}}
+COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}, "first_stage_layers": {"pp": 2},
+              "last_stage_layers": {"pp": 2}, "schedule": {"pp": 2}, "shard_degree": {"zero": 1},
+              "reshard_after_forward": {"zero": 3}, "recompute_num_layers": {"recompute": "full"}}
 SPEC_ROOTS = ("model", "training", "cluster")
 
 

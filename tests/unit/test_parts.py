@@ -9,14 +9,14 @@ from fitplan.timing.step import PARTS as TIME_PARTS
 
 def test_the_core_parts_are_the_table_keys_in_order():
     assert MEMORY_PARTS + ("reserve",) + TIME_PARTS == tuple(p.key for p in parts.TABLE)
-    assert len(MEMORY_PARTS) == 10 and len(TIME_PARTS) == 8
+    assert len(MEMORY_PARTS) == 11 and len(TIME_PARTS) == 8
     assert parts.part_keys(parts.STATES) == MEMORY_PARTS[:4]
 
 
 def test_each_part_has_its_own_label_and_colour():
     assert len({p.label for p in parts.TABLE}) == len({p.color for p in parts.TABLE}) == len(parts.TABLE)
     assert all(p.color.startswith("#") and len(p.color) == 7 for p in parts.TABLE)
-    assert {p.group for p in parts.TABLE} == {parts.STATES, parts.ACTIVATIONS, parts.RESERVE, parts.TIME}
+    assert {p.group for p in parts.TABLE} == {parts.STATES, parts.ACTIVATIONS, parts.RUNTIME, parts.RESERVE, parts.TIME}
 
 
 def test_payload_is_json_and_names_every_part():

@@ -14,6 +14,9 @@ from fitplan.memory.breakdown import Setup
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.timing import DpOverlap, evaluate_step, step_time
 from fitplan.timing.step import PARTS
+from fitplan.search import SETTINGS
+
+SETTING_DEFAULTS = {name: getattr(ParallelConfig(), name) for name in SETTINGS}
 
 
 def _setup(model="llama3.1-8b", gpu="h100-80gb", num_gpus=64, seq_len=4096, global_batch=256,
@@ -37,7 +40,7 @@ CONFIGS = [dict(tp=1, pp=1, dp=64, cp=1, micro_batch=1, virtual_stages=1),
 def test_raw_arrays_equal_scalar_evaluation(zero, recompute, overlap):
     setup = _setup()
     arrays = {k: np.array([c[k] for c in CONFIGS]) for k in CONFIGS[0]}
-    grid = SimpleNamespace(**arrays, ep=1, zero=zero, sequence_parallel=True, recompute=recompute)
+    grid = SimpleNamespace(**arrays, **SETTING_DEFAULTS, ep=1, zero=zero, sequence_parallel=True, recompute=recompute)
     out = step_time(RAW, setup, grid, dp_overlap=overlap)
     for i, c in enumerate(CONFIGS):
         one = evaluate_step(setup, ParallelConfig(zero=zero, recompute=recompute, sequence_parallel=True, **c),

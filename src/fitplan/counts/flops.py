@@ -58,18 +58,24 @@ def forward_flops(*, L, F_linear, F_core, F_logits):
     return L * (F_linear + F_core) + F_logits
 
 
-def _recompute_text(*, recompute, **_):
-    return {"none": "0", "selective": "L*F_core", "full": "L*(F_linear + F_core)"}[str(recompute)]
+def _recompute_text(*, recompute, frac=1, **_):
+    return {"none": "0", "selective": "L*F_core",
+            "full": "L*(F_linear + F_core)" if frac == 1 else "frac*L*(F_linear + F_core)  (frac: recomputed layers)",
+            "op": "L*F_rerun  (the matmuls not saved: wk, wo, w3/fc2)",
+            "norms": "L*F_rerun  (MLA's up-projections; norms cost no GEMM FLOPs)"}[str(recompute)]
 
 
 @formula("flops/recompute", _recompute_text, Cite("korthikanti", "Sec. 5 and App. A"), FLOPS,
          ("selective reruns the attention core only; full reruns every layer's forward, not the logits",))
-def recompute_flops(*, L, F_linear, F_core, recompute):
-    """Forward FLOPs rerun during the backward pass."""
+def recompute_flops(*, L, F_linear, F_core, recompute, F_rerun=0, frac=1):
+    """Forward FLOPs rerun during the backward pass. frac: the share of layers full recompute
+    covers (Megatron-LM --recompute-method block with --recompute-num-layers)."""
     if recompute == Recompute.FULL:
-        return L * (F_linear + F_core)
+        return frac * L * (F_linear + F_core)
     if recompute == Recompute.SELECTIVE:
         return L * F_core
+    if recompute in (Recompute.OP, Recompute.NORMS):
+        return L * F_rerun
     return 0 * F_core
 
 

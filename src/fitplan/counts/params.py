@@ -15,7 +15,7 @@ the column-parallel biases and the vocabulary-parallel embedding and head are sp
 the row-parallel biases and the norms are replicated on every tp rank. The learned
 position table is replicated too. [korthikanti Sec. 3 / Megatron-LM tensor_parallel.layers]
 """
-from fitplan.arith import ceil_div, maximum, minimum, select
+from fitplan.arith import ceil_div, select
 from fitplan.explain import COUNT, formula
 from fitplan.sources import Cite
 from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
@@ -43,6 +43,19 @@ def _mla_up_out(model: ModelSpec) -> int:
     m, h, a = model.mla, model.hidden_size, model.num_heads
     q_up = (m.q_lora_rank or h) * a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
     return q_up + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+
+
+def rerun_matmul_params(model: ModelSpec, recompute) -> int:
+    """Weight-matrix parameters whose matmuls a partial recompute reruns per layer. op
+    (torchtitan op-level SAC, every second matmul saved): wk, wo and w3 (or fc2), h*kv + q*h
+    + h*f (an MoE layer's expert GEMMs are not rerun). norms (DeepSeek-V3 Sec. 3.2.3): MLA's
+    up-projections from the latents (no GEMMs for a model without MLA)."""
+    h = model.hidden_size
+    if str(recompute) == "op":
+        return h * model.kv_size + model.q_size * h + (h * model.ffn_hidden_size if model.moe is None else 0)
+    if str(recompute) == "norms" and model.mla is not None:
+        return _mla_up_out(model) - model.num_heads * model.mla.v_head_dim * h
+    return 0
 
 
 def attention_matmul_params(model: ModelSpec) -> int:
@@ -181,27 +194,22 @@ def narayanan_eq2(*, l, h, V, s):
     return 12 * l * h * h + 13 * l * h + (V + s) * h
 
 
-def _stage_text(**kw):
-    return ("L/p*(S/t + R) + ceil(V*h/t) + P_pos [+ last-stage extras when p = 1]" if kw["is_first"]
-            else "L/p*(S/t + R) + N_f + head [+ first-stage extras when p = 1]")
+def _stage_text(*, emb, out, n_dense=None, **_):
+    layers = "l*(S/t + R)" if n_dense is None else "n_dense*(S/t + R) + (l - n_dense)*(S_moe/t + R_moe)"
+    ends = (" + ceil(V*h/t) + P_pos" if emb else "") + (" + N_f + ceil(head/t)" if out else "")
+    return layers + ends
 
 
-@formula("params/dense_layers_on_stage", "min(L_d, L/p) on the first stage, max(0, L_d - L + L/p) on the last",
-         Cite("fitplan", "formulas.md#moe (dense layers first, as DeepSeek-V3)"), COUNT)
-def dense_layers_on_stage(*, L, L_d, p, is_first):
-    """Dense-MLP layers among a stage's L/p when the first L_d layers are dense."""
-    return select(is_first, minimum(L_d, L // p), maximum(0, L_d - L + L // p))
-
-
-@formula("params/stage_experts", "(L/p - n_dense)*X/ep", Cite("fitplan", "formulas.md#moe"), COUNT)
-def stage_expert_params(*, L, p, n_dense, X, ep):
-    """Routed-expert parameters one GPU holds: its E/ep experts of each MoE layer on the stage."""
-    return (L // p - n_dense) * ceil_div(X, ep)
+@formula("params/stage_experts", "(l - n_dense)*X/ep", Cite("fitplan", "formulas.md#moe"), COUNT)
+def stage_expert_params(*, l, n_dense, X, ep):
+    """Routed-expert parameters one GPU holds: its E/ep experts of each of the stage's l - n_dense MoE layers."""
+    return (l - n_dense) * ceil_div(X, ep)
 
 
 @formula("params/stage", _stage_text, SPLIT, COUNT)
-def stage_params(*, L, S, R, Vh, P_pos, N_f, head, tied, t, p, is_first, n_dense=None, S_moe=0, R_moe=0):
-    """Parameters held by one GPU of the first (is_first) or last pipeline stage.
+def stage_params(*, l, S, R, Vh, P_pos, N_f, head, tied, t, p, emb, out, n_dense=None, S_moe=0, R_moe=0):
+    """Parameters held by one GPU of a pipeline stage with l layers; emb: it holds the
+    embedding (the first stage), out: the final norm and output layer (the last stage).
 
     S, R: per-layer sharded and replicated counts; Vh = V*h; P_pos learned positions;
     N_f final norm; head = V*h if untied else 0. With tied embeddings and p > 1 the last
@@ -210,13 +218,11 @@ def stage_params(*, L, S, R, Vh, P_pos, N_f, head, tied, t, p, is_first, n_dense
     MoE models: n_dense of the stage's layers are dense (S, R), the rest MoE (S_moe, R_moe,
     routed experts excluded: stage_expert_params); n_dense=None means all dense.
     """
-    n_d = L // p if n_dense is None else n_dense
-    layers = n_d * (ceil_div(S, t) + R) + (L // p - n_d) * (ceil_div(S_moe, t) + R_moe)
-    emb = ceil_div(Vh, t) + P_pos
+    n_d = l if n_dense is None else n_dense
+    layers = n_d * (ceil_div(S, t) + R) + (l - n_d) * (ceil_div(S_moe, t) + R_moe)
     out_matrix = select(tied, select(p > 1, Vh, 0), head)
-    out = N_f + ceil_div(out_matrix, t)
-    single = p == 1
-    return layers + select(is_first, emb + select(single, out, 0), out + select(single, emb, 0))
+    return (layers + select(emb, ceil_div(Vh, t) + P_pos, 0)
+            + select(out, N_f + ceil_div(out_matrix, t), 0))
 
 
 @formula("params/scaled", "psi_shape * N_published / N_shape", Cite("fitplan", "formulas.md#published-counts"), COUNT)

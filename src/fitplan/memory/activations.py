@@ -39,6 +39,12 @@ def _paper_shaped(*, h, q, kv, f, n, e, M, D, r_extra=0, kernel="eager", k=0, **
 
 def _layer_text(*, recompute, sp, t, c, **kw):
     div_c = "" if c == 1 else "/c"
+    if recompute == Recompute.OP:
+        return ("(e*s*b*h*[2 SwiGLU]*[t if no SP] + s*b*(e*(2q + kv + f) + 4a))/(t*c)  (input, w2 out; wq, wv, "
+                "w1, SDPA out and logsumexp)")
+    if recompute == Recompute.NORMS:
+        return ("(R'*[t if no SP] + T' + S)/(t*c), R'=s*b*h*(2e+2DM) (norm outputs recomputed), "
+                "T' drops MLA's Q, K, V (up-projections recomputed)")
     if _paper_shaped(**kw):
         if recompute == Recompute.FULL:
             return ("2*s*b*h/t" if sp and t > 1 else "2*s*b*h") + div_c
@@ -86,15 +92,39 @@ def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_
     r_extra adds replicated widths (MLA's latents)."""
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
-    R = s * b * (h * (4 * e + 2 * D * M) + e * r_extra)
-    T = s * b * (e * (2 * q + 2 * kv) + _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E))
+    mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E)
+    if recompute == Recompute.OP:
+        return op_sac_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, n=n, e=e, t=t, c=c, sp=sp,
+                                  mlp=e * f if k == 0 else mlp)
+    if recompute == Recompute.NORMS:   # the two norms' outputs, MLA's latent norms and up-projections (Q, K, V) go
+        R = s * b * (h * (2 * e + 2 * D * M) + e * r_extra // 2)
+        T = s * b * (e * (2 * q + 2 * kv - select(r_extra > 0, q + 2 * kv, 0)) + mlp)
+    else:
+        R = s * b * (h * (4 * e + 2 * D * M) + e * r_extra)
+        T = s * b * (e * (2 * q + 2 * kv) + mlp)
     S = 0 if recompute == Recompute.SELECTIVE else attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel)
     return ceil_div(R * select(sp, 1, t) + T + S, t * c)
 
 
+def op_sac_layer_bytes(*, s, b, h, a, q, kv, n, e, t, c, sp, mlp):
+    """torchtitan's op-level selective checkpointing (activation_checkpoint.mode = "selective",
+    selective_ac_option = "op", torchtitan/models/llama3/infra/parallelize.py): inside each
+    layer it saves the outputs of SDPA (the attention output and its fp32 logsumexp) and of
+    every second matmul, counted in the order wq, wk, wv, wo, w1, w3, w2, so wq, wv, w1 and
+    (SwiGLU) w2; everything else is recomputed from the layer's input, which the checkpoint
+    keeps. h-wide tensors (the input, w2's output) are sequence-sharded only under SP. MoE
+    layers keep their MLP's stored tensors (grouped expert GEMMs are not aten.mm)."""
+    wide = e * s * b * h * (2 if n == 3 else 1)
+    narrow = s * b * (e * (2 * q + kv) + mlp) + 4 * a * s * b
+    return ceil_div(wide * select(sp, 1, t) + narrow, t * c)
+
+
 @formula("activations/recompute_workspace",
          lambda *, recompute, **_: {"none": "0", "selective": "S/(t*c)  (one layer's attention core)",
-                                    "full": "(R*[t] + T + S)/(t*c)  (one layer, no recompute)"}[str(recompute)],
+                                    "full": "(R*[t] + T + S)/(t*c)  (one layer, no recompute)",
+                                    "op": "(R*[t] + T + S)/(t*c)  (one layer, no recompute; an upper bound)",
+                                    "norms": "(R*[t] + T + S)/(t*c)  (one layer, no recompute; an upper bound)"
+                                    }[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0,
                               kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0):
@@ -104,7 +134,7 @@ def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, rec
     kind when a model mixes dense and MoE layers: the caller passes that one)."""
     if recompute == Recompute.NONE:
         return 0 * b
-    if recompute == Recompute.FULL:
+    if recompute in (Recompute.FULL, Recompute.OP, Recompute.NORMS):
         return per_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, M=M, D=D, t=t, c=c, sp=sp,
                                recompute=Recompute.NONE, r_extra=r_extra, kernel=kernel, k=k, rho=rho, f_e=f_e,
                                f_s=f_s, E=E)
@@ -118,14 +148,27 @@ def moe_buffers_bytes(*, s, b, h, e, k, rho, t, c):
     return ceil_div(2 * e * k * rho * s * b * h, t * c)
 
 
-@formula("activations/chunks_in_flight",
-         "min(m, p - r) for v = 1; min(m*v, 2(p - r - 1) + (v - 1)p + 1) for v > 1",
-         Cite("megatron-schedules", "forward_backward_pipelining_*: warmup micro-batches + 1"), COUNT)
-def chunks_in_flight(*, p, v, r, m):
-    """Model chunks (each L/(p*v) layers) whose activations pipeline rank r holds at its
-    peak under 1F1B: the warm-up forwards plus the first steady-state one. For r = 0 and
+def _chunks_text(*, schedule="1f1b", **_):
+    return {"1f1b": "min(m, p - r) for v = 1; min(m*v, 2(p - r - 1) + (v - 1)p + 1) for v > 1",
+            "zero-bubble": "min(m, p - r)  (ZB-H1 keeps 1F1B's peak)",
+            "gpipe": "m  (every forward before any backward)",
+            "dualpipe": "p + 1 half-rank chunks (two stages per rank)"}[str(schedule)]
+
+
+@formula("activations/chunks_in_flight", _chunks_text,
+         Cite("megatron-schedules", "forward_backward_pipelining_*: warmup micro-batches + 1 (ZB-H1 keeps it: "
+                                    "Qi et al. 2023 Sec. 3.1; DualPipe p + 1: DeepSeek-V3 Table 2)"), COUNT)
+def chunks_in_flight(*, p, v, r, m, schedule="1f1b"):
+    """Model chunks (each 1/v of the rank's layers) whose activations pipeline rank r holds
+    at its peak. 1F1B: the warm-up forwards plus the first steady-state one; for r = 0 and
     m >= p this is L layers' worth for v = 1 [korthikanti Sec. 4.2.3] and
-    L*(1 + (p - 1)/(p*v)) for interleaved 1F1B [korthikanti Sec. 4.2.3, interleave factor]."""
+    L*(1 + (p - 1)/(p*v)) for interleaved 1F1B [korthikanti Sec. 4.2.3, interleave factor].
+    ZB-H1 has 1F1B's peak [qi 2023 Sec. 3.1]; GPipe holds all m; DualPipe p + 1 chunks of
+    half a rank (its two stages) [deepseek-v3 Sec. 3.2.1, Table 2], the caller passes v = 2."""
+    if schedule == "gpipe":
+        return m * v
+    if schedule == "dualpipe":
+        return minimum(m, p) + 1
     one = minimum(m, p - r)
     interleaved = minimum(m * v, 2 * (p - r - 1) + (v - 1) * p + 1)
     return select(v == 1, one, interleaved)
@@ -140,17 +183,19 @@ def embedding_bytes(*, s, b, h, M, D, t, c, sp, n_mb):
     return n_mb * (ceil_div(D * M * s * b * h, select(sp, t, 1) * c) + ceil_div(8 * s * b, c))
 
 
-@formula("activations/embedding_microbatches",
-         "min(m, p) for v = 1; min(m, ceil(p*(1 + (p - 1)/(p*v)))) for v > 1",
+@formula("activations/embedding_microbatches", "ceil(chunks/v)  (micro-batches whose chunks the rank holds)",
          Cite("megatron", "in_flight_microbatches"), COUNT)
-def embedding_microbatches(*, p, v, m):
-    return minimum(m, select(v == 1, p, ceil_div(p * v + p - 1, v)))
+def embedding_microbatches(*, chunks, v):
+    """Micro-batches in flight on the rank that holds the embedding: its held chunks over v."""
+    return ceil_div(chunks, v)
 
 
 @formula("activations/output",
-         lambda *, sp, **_: ("2*e*s*b*h/(t*c)" if sp else "2*e*s*b*h/c") + " + 4*s*b*V/(t*c)", SEC43,
+         lambda *, sp, n_mb=1, **_: ("" if n_mb == 1 else "n_mb*(") + ("2*e*s*b*h/(t*c)" if sp else "2*e*s*b*h/c")
+         + " + 4*s*b*V/(t*c)" + ("" if n_mb == 1 else ")"), SEC43,
          assumes=("logits kept in fp32 for the cross-entropy (Korthikanti Sec. 4.3)",))
-def output_bytes(*, s, b, h, V, e, t, c, sp):
+def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1):
     """Last stage: final-norm input and output-projection input (2sbh/t each in Sec. 4.3)
-    and the fp32 logits of the vocabulary-parallel cross-entropy, 4sbV/t."""
-    return ceil_div(2 * e * s * b * h, select(sp, t, 1) * c) + ceil_div(4 * s * b * V, t * c)
+    and the fp32 logits of the vocabulary-parallel cross-entropy, 4sbV/t, for the n_mb
+    micro-batches whose loss waits for its backward (1 under 1F1B, all m under GPipe)."""
+    return n_mb * (ceil_div(2 * e * s * b * h, select(sp, t, 1) * c) + ceil_div(4 * s * b * V, t * c))

@@ -7,19 +7,21 @@ embedding, the most micro-batches in flight) and the last (the output layer and 
 """
 from dataclasses import dataclass, field
 
-from fitplan.arith import ceil_div, is_array, maximum, select
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
+from fitplan.counts import stages as ST
 from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
 from fitplan.memory import states as S
-from fitplan.parts import ACTIVATIONS, STATES, part_keys
+from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
 from fitplan.specs.model import Mlp, Position
+from fitplan.specs.parallel import Recompute
 
-PARTS = part_keys(STATES, ACTIVATIONS)   # the table of parts, fitplan.parts
-STATE_PARTS = PARTS[:4]
+PARTS = part_keys(STATES, ACTIVATIONS, RUNTIME)   # the table of parts, fitplan.parts
+STATE_PARTS = part_keys(STATES)
 UNBOUNDED_MICROBATCHES = 2**40   # no global batch given: assume enough micro-batches to fill the pipeline
 STAGE = Cite("korthikanti", "Sec. 4.2.3")
 
@@ -99,33 +101,72 @@ class Shapes:
 
 
 def _stage_layers_text(*, n_dense=None, **_):
-    return ("A_layer*L/p  (one micro-batch through this stage's layers)" if n_dense is None else
-            "n_dense*A_layer + (L/p - n_dense)*A_moe  (one micro-batch through this stage's layers)")
+    return ("A_layer*l  (one micro-batch through this stage's l layers)" if n_dense is None else
+            "n_dense*A_layer + (l - n_dense)*A_moe  (one micro-batch through this stage's l layers)")
 
 
 @formula("activations/layers", _stage_layers_text, STAGE)
-def stage_layers_bytes(*, A_layer, L, p, n_dense=None, A_moe=0):
-    n_d = L // p if n_dense is None else n_dense
-    return A_layer * n_d + A_moe * (L // p - n_d)
+def stage_layers_bytes(*, A_layer, l, n_dense=None, A_moe=0):
+    n_d = l if n_dense is None else n_dense
+    return A_layer * n_d + A_moe * (l - n_d)
 
 
 @formula("activations/pipeline_in_flight", "A_stage*(chunks - v)/v  (the other micro-batches in flight)", STAGE)
 def in_flight_bytes(*, A_stage, v, chunks):
-    """chunks model chunks of L/(p*v) layers each are held; one micro-batch's worth, v of
+    """chunks model chunks of l/v layers each are held; one micro-batch's worth, v of
     them, is counted in activations/layers."""
     return ceil_div(A_stage * (chunks - v), v)
 
 
-def stage_psi(ev, setup: Setup, c, *, first: bool, key: str | None = None, n_dense=None):
-    """Parameters one GPU of the first (or last) pipeline stage holds before ZeRO, routed
-    experts excluded (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One pipeline rank as the memory and time models see it: its index, its layers (both
+    stages' under DualPipe), how many of them are dense (MoE models; None for dense models),
+    and whether it holds the embedding and the output head. Ints for one configuration,
+    arrays over the search's candidates."""
+    index: object
+    layers: object
+    n_dense: object
+    embedding: object
+    head: object
+
+
+def _split_kw(setup: Setup, c) -> dict:
+    pins = {k: v for k, v in (("first", c.first_stage_layers), ("last", c.last_stage_layers)) if v is not None}
+    return dict(L=setup.model.num_layers, p=c.pp, **pins)
+
+
+def stage_at(ev, setup: Setup, c, i) -> Stage:
+    """Pipeline rank i: its layers from the split (fitplan.counts.stages); under DualPipe
+    rank i runs stage i of one direction and stage p-1-i of the other [deepseek-v3 Sec. 3.2.1],
+    so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head."""
+    from fitplan.specs.parallel import Schedule
+    kw, moe = _split_kw(setup, c), setup.model.moe
+    layers = lambda j, k: ev(ST.stage_layers, key=k, v=c.virtual_stages, i=j, **kw)
+    dense = (lambda j, k: None) if moe is None else (lambda j, k: ev(
+        ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=c.virtual_stages, i=j, **kw))
+    p = c.pp
+    if c.schedule == Schedule.DUALPIPE:
+        mirror = p - 1 - i
+        l = layers(i, "pipeline/stage_layers") + layers(mirror, "pipeline/mirror_stage_layers")
+        n_d = None if moe is None else (dense(i, "params/dense_layers_on_stage")
+                                        + dense(mirror, "params/dense_layers_on_mirror_stage"))
+        ends = (i == 0) | (i == p - 1)
+        return Stage(i, l, n_d, ends, ends)
+    return Stage(i, layers(i, "pipeline/stage_layers"), dense(i, "params/dense_layers_on_stage"),
+                 (i == 0) | (p == 1), (i == p - 1) | (p == 1))
+
+
+def stage_psi(ev, setup: Setup, c, *, stage: Stage, key: str | None = None):
+    """Parameters one GPU of a pipeline stage holds before ZeRO, routed experts excluded
+    (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
     model = setup.model
-    moe = {} if model.moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model),
+    moe = {} if model.moe is None else dict(n_dense=stage.n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
-    psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
+    psi = ev(P.stage_params, key=key, l=stage.layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
-             is_first=first, **moe)
+             emb=stage.embedding, out=stage.head, **moe)
     return _published(ev, setup, psi, key)
 
 
@@ -137,62 +178,137 @@ def _published(ev, setup: Setup, psi, key):
               derived=P.shape_params(model))
 
 
-def stage_expert_psi(ev, setup: Setup, c, *, n_dense, key: str | None = None):
+def stage_expert_psi(ev, setup: Setup, c, *, stage: Stage, key: str | None = None):
     """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
     model = setup.model
-    psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=c.pp, n_dense=n_dense,
-               X=P.expert_params(model), ep=c.ep)
+    psi_e = ev(P.stage_expert_params, key=key, l=stage.layers, n_dense=stage.n_dense, X=P.expert_params(model),
+               ep=c.ep)
     return _published(ev, setup, psi_e, key and key + "_experts")
 
 
-def stage_memory(ev, setup: Setup, c, *, first: bool) -> dict:
-    """Bytes per term on one GPU of the first (first=True) or the last pipeline stage.
-    c: a ParallelConfig, or the search's grid (the same attribute names; its degrees,
-    micro-batch and virtual stages are arrays, its zero, sequence_parallel and recompute
-    scalars)."""
+@formula("states/shard_group", lambda *, shard=None, **_: "dp*c" if shard is None else "shard degree",
+         Cite("fitplan", "formulas.md#hybrid-sharding (FSDP2 data_parallel_shard_degree; Megatron-LM "
+                         "--num-distributed-optimizer-instances)"), "count")
+def shard_group(*, dp, c, shard=None):
+    """The ranks ZeRO shards state over: all dp x cp, or the hybrid-sharding group."""
+    return dp * c if shard is None else shard + 0 * dp
+
+
+@formula("runtime/gathered_weights", "w*(psi + psi_e)*(1 - 1/N_d)  (the stage's weights gathered at the forward's end)",
+         Cite("fitplan", "formulas.md#hybrid-sharding (FSDP2 reshard_after_forward=False)"),
+         assumes=("with reshard_after_forward off every gathered layer stays until its backward",))
+def gathered_weights_bytes(*, psi, psi_e, w, n_d, n_ed, keep):
+    """ZeRO-3/FSDP without resharding after forward: the rest of each layer's weights, beyond
+    this rank's shard, is held from the forward to the backward; at the turn all of them."""
+    return keep * (ceil_div(psi * w * (n_d - 1), n_d) + ceil_div(psi_e * w * (n_ed - 1), n_ed))
+
+
+def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage | None = None) -> dict:
+    """Bytes per term on one GPU of a pipeline stage: `stage`, or the first (first=True) or
+    last (first=False) one. c: a ParallelConfig, or the search's grid (the same attribute
+    names; its degrees, micro-batch and virtual stages are arrays, its zero,
+    sequence_parallel, recompute and the SETTINGS scalars)."""
+    from fitplan.specs.parallel import Schedule
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
+    if stage is None:
+        stage = stage_at(ev, setup, c, 0 * pp if first else pp - 1)
     moe = model.moe
-    n_dense = None if moe is None else ev(P.dense_layers_on_stage, L=model.num_layers, L_d=moe.first_dense_layers,
-                                          p=pp, is_first=first)
-    psi = stage_psi(ev, setup, c, first=first, n_dense=n_dense)
-    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, n_dense=n_dense),
-                                          n_ed=tp * dp * cp // c.ep)
-    n_d, zero = dp * cp, c.zero
+    n_dense = stage.n_dense
+    psi = stage_psi(ev, setup, c, stage=stage)
+    n_d = ev(shard_group, dp=dp, c=cp, shard=c.shard_degree) if c.shard_degree is not None else dp * cp
+    replicas = dp * cp // n_d
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, stage=stage),
+                                          n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
+    zero = c.zero
     out = {
         "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
         "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
         "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
         "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero, **experts),
     }
+    if zero == 3 and not c.reshard_after_forward:
+        out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
+                                            w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=1)
+    else:
+        out["runtime/gathered_weights"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
     layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
     a_layer = ev(A.per_layer_bytes, **layer)
-    chunks = ev(A.chunks_in_flight, p=pp, v=v, r=0 if first else pp - 1, m=m)
+    dual = c.schedule == Schedule.DUALPIPE
+    v_held = 2 if dual else v
+    chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
+    l = stage.layers
     if moe is None:
-        a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp)
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
         workspace = ev(A.recompute_workspace_bytes, **layer)
         buffers = 0 * a_layer
     else:
         mk = sh.moe
         moe_layer = dict(layer, **mk.kw())
         a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **moe_layer)
-        a_stage = ev(stage_layers_bytes, A_layer=a_layer, L=model.num_layers, p=pp, n_dense=n_dense, A_moe=a_moe)
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
         workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
                             ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
         buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp) * select(
-            model.num_layers // pp - n_dense > 0, 1, 0)
+            l - n_dense > 0, 1, 0)
+    if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
+        a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer)
     out["activations/layers"] = a_stage
-    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v, chunks=chunks)
-    n_mb = lambda: ev(A.embedding_microbatches, p=pp, v=v, m=m)
-    out["activations/embedding"] = _held(select(pp == 1, True, first), lambda: ev(
+    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v_held, chunks=chunks)
+    n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
+    out["activations/embedding"] = _held(stage.embedding, lambda: ev(
         A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb()), a_layer)
-    out["activations/output"] = _held(select(pp == 1, True, not first), lambda: ev(
-        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp), a_layer)
+    out["activations/output"] = _held(stage.head, lambda: ev(
+        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
+        **({} if c.schedule != Schedule.GPIPE else {"n_mb": m})), a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
     return out
+
+
+@formula("activations/layers",
+         lambda *, method, **_: "min(N, l)*A_input + (l - min(N, l))*A_keep_stage/l  (block: the first N layers "
+                                "recomputed)" if method == "block" else
+         "ceil(l/N)*A_input  (uniform: each group of N layers keeps its input)",
+         Cite("megatron", "--recompute-method uniform|block --recompute-num-layers N (transformer_block.py "
+                          "_checkpointed_forward)"))
+def partial_recompute_stage_bytes(*, A_input, A_keep_stage, l, N, method):
+    """Full recompute of part of a stage [Megatron-LM --recompute-granularity full]. block:
+    the first N layers of the stage keep only their input, the rest everything (A_keep_stage:
+    the stage's bytes without recompute; its mean per layer for the kept ones). uniform:
+    every layer is recomputed, in groups of N layers that each keep their first input."""
+    if method == "block":
+        n = minimum(N, l)
+        return n * A_input + ceil_div((l - n) * A_keep_stage, maximum(l, 1))
+    return ceil_div(l, N) * A_input
+
+
+@formula("activations/recompute_workspace",
+         lambda *, method, **_: "A_keep_layer  (one layer recomputed at a time)" if method == "block" else
+         "min(N, l)*A_keep_layer  (a group of N layers recomputed at once)",
+         Cite("megatron", "transformer_block.py _checkpointed_forward"))
+def partial_recompute_workspace_bytes(*, A_keep_layer, l, N, method):
+    return A_keep_layer if method == "block" else minimum(N, l) * A_keep_layer
+
+
+def _partial_full(ev, setup: Setup, c, *, layer, l, n_dense, a_input):
+    """Megatron's --recompute-num-layers with --recompute-method: the stage's stored bytes and
+    the workspace, from the layers' bytes without recompute (a_input: a layer's input)."""
+    keep = dict(layer, recompute=Recompute.NONE)
+    a_keep = ev(A.per_layer_bytes, key="activations/per_layer_kept", **keep)
+    if setup.model.moe is None:
+        stage_keep = ev(stage_layers_bytes, key="activations/layers_kept", A_layer=a_keep, l=l)
+        widest = a_keep
+    else:
+        a_keep_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer_kept", **keep, **Shapes.of(setup).moe.kw())
+        stage_keep = ev(stage_layers_bytes, key="activations/layers_kept", A_layer=a_keep, l=l, n_dense=n_dense,
+                        A_moe=a_keep_moe)
+        widest = maximum(a_keep, a_keep_moe)
+    method, N = str(c.recompute_method), c.recompute_num_layers
+    return (ev(partial_recompute_stage_bytes, A_input=a_input, A_keep_stage=stage_keep, l=l, N=N, method=method),
+            ev(partial_recompute_workspace_bytes, A_keep_layer=widest, l=l, N=N, method=method))
 
 
 def _held(holds, compute, like):
@@ -210,11 +326,13 @@ def total(parts: dict):
 class Breakdown:
     """The busiest GPU of one configuration, term by term, with the Terms that explain it."""
     config: ParallelConfig
-    stage: str                 # "only" (pp = 1), "first" or "last"
+    stage: str                 # "only" (pp = 1), "first", "last" or "stage i"
     parts: dict                # key -> bytes, in PARTS order
     terms: tuple[Term, ...]    # every formula evaluated for that stage, in call order
     usable_bytes: int
     reserve_bytes: int
+    stage_index: int = 0                 # the busiest pipeline rank
+    stage_layers: tuple[int, ...] = ()   # layers per pipeline stage, stage 0 first
 
     @property
     def state_bytes(self) -> int:
@@ -238,22 +356,32 @@ class Breakdown:
 
 
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
-    """Exact integer breakdown of the busiest GPU, with its explanation."""
-    stages = [True] if config.pp == 1 else [True, False]
+    """Exact integer breakdown of the busiest GPU, with its explanation: every pipeline rank
+    is evaluated, the largest total wins (the lowest rank among equals)."""
     best = None
-    for first in stages:
+    for i in range(config.pp):
         trace = Trace()
-        parts = stage_memory(trace, setup, config, first=first)
+        st = stage_at(trace, setup, config, i)
+        parts = stage_memory(trace, setup, config, stage=st)
         if best is None or total(parts) > total(best[1]):
-            best = (first, parts, trace)
-    first, parts, trace = best
-    stage = "only" if config.pp == 1 else ("first" if first else "last")
+            best = (i, parts, trace)
+    i, parts, trace = best
+    p = config.pp
+    stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     return Breakdown(config=config, stage=stage, parts=parts, terms=tuple(trace.terms),
-                     usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes)
+                     usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes,
+                     stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
+                                                          config.first_stage_layers, config.last_stage_layers))
 
 
 def busiest_total(setup: Setup, c):
-    """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path)."""
-    first = total(stage_memory(RAW, setup, c, first=True))
-    last = total(stage_memory(RAW, setup, c, first=False))
-    return maximum(first, last)   # equal when pp = 1: the one stage holds both ends
+    """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path):
+    the most of the candidate ranks (candidate_ranks)."""
+    p = c.pp
+    b = ST.boundary_stage(L=setup.model.num_layers, p=p, v=c.virtual_stages, first=c.first_stage_layers,
+                          last=c.last_stage_layers)
+    out = None
+    for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
+        t = total(stage_memory(RAW, setup, c, stage=stage_at(RAW, setup, c, i)))
+        out = t if out is None else maximum(out, t)
+    return out

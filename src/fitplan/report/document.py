@@ -86,6 +86,27 @@ STAGE_NAMES = {"only": "every GPU holds the whole model depth (pp = 1)",
                "last": "last pipeline stage (output layer and logits)"}
 
 
+def stage_name(b) -> str:
+    """The busiest pipeline rank in words, with the layers per stage where pp > 1."""
+    name = STAGE_NAMES.get(b.stage, f"pipeline {b.stage} of {b.config.pp} (its layers with the most micro-batches "
+                                    f"in flight)")
+    if b.config.pp == 1:
+        return name
+    return f"{name}; layers per stage {_stage_list(b.stage_layers)}"
+
+
+def _stage_list(layers) -> str:
+    """7, 8 x 14, 7: runs of equal counts folded."""
+    out, i = [], 0
+    while i < len(layers):
+        j = i
+        while j + 1 < len(layers) and layers[j + 1] == layers[i]:
+            j += 1
+        out.append(f"{layers[i]}" if j == i else f"{layers[i]} x {j - i + 1}")
+        i = j + 1
+    return ", ".join(out)
+
+
 def config_line(c) -> str:
     return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp}{f' ep={c.ep}' if c.ep > 1 else ''} zero={int(c.zero)} "
             f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
@@ -139,6 +160,8 @@ def breakdown(setup, b) -> list:
         if key == "activations/moe_buffers" and setup.model.moe is None:
             continue
         term = by_key.get(key)
+        if term is None and key.startswith("runtime/"):   # a runtime buffer this layout does not create
+            continue
         rows.append((label(key), fmt_gib(b.parts[key]), term.formula if term else "not held on this stage",
                      str(term.cite) if term else ""))
     rows += [("total", fmt_gib(b.per_gpu_bytes), "sum of the above", ""),
@@ -152,7 +175,7 @@ def breakdown(setup, b) -> list:
         where += [f"{t.key} = {value}", f"    {t.formula}; {_inputs(t)}  [{t.cite}]"]
     return header(setup) + [
         Heading(f"Configuration: {config_line(b.config)}"),
-        Lines((f"busiest GPU: {STAGE_NAMES[b.stage]}",)),
+        Lines((f"busiest GPU: {stage_name(b)}",)),
         Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
         Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
                    f"{fmt_gib(b.usable_bytes)} GiB usable)")),

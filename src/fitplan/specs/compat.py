@@ -8,8 +8,9 @@ for a configuration the user typed into a SpecError.
 from dataclasses import dataclass
 from typing import Callable
 
-from fitplan.arith import logical_not
+from fitplan.arith import logical_not, select
 from fitplan.errors import SpecError
+from fitplan.specs.parallel import Recompute, Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,35 @@ class Violation:
     message: str
 
 
+def _layers_fit(L, c):
+    """Default split: every one of the p*v chunks keeps a layer. Pinned ends: pp > 1, the
+    pins leave at least one layer per middle stage (exactly none when pp = 2)."""
+    first, last = c.first_stage_layers, c.last_stage_layers
+    if first is None and last is None:
+        return L >= c.pp * c.virtual_stages
+    pinned = (first or 0) + (last or 0)
+    both = first is not None and last is not None
+    middle = L - pinned
+    return (c.pp > 1) & select(c.pp == 2, middle == 0 if both else middle >= 1,
+                               middle >= (c.pp - 2) + (0 if both else 1))
+
+
+def _layers_message(L, c) -> str:
+    first, last = c.first_stage_layers, c.last_stage_layers
+    if first is None and last is None:
+        return (f"{L} layers cannot fill pp x virtual stages = {c.pp} x {c.virtual_stages} chunks; "
+                f"lower --pp or --virtual-stages")
+    if c.pp == 1:
+        return "--first-stage-layers/--last-stage-layers pin pipeline stages; they need pp > 1"
+    return (f"--first-stage-layers {first} and --last-stage-layers {last} leave {L - (first or 0) - (last or 0)} of "
+            f"the {L} layers for the other {c.pp - (first is not None) - (last is not None)} stages, which need at "
+            f"least one each (pp = 2 with both pinned: they must add up to {L})")
+
+
+def _even_at_least_pp(m, p):
+    return (m % 2 == 0) & (m >= p)
+
+
 RULES = (
     Rule("heads_not_divisible_by_tp",
          lambda m, t, k, c, x: (m.num_heads % c.tp == 0) & (m.num_kv_heads % c.tp == 0),
@@ -33,10 +63,9 @@ RULES = (
     Rule("ffn_not_divisible_by_tp",
          lambda m, t, k, c, x: m.ffn_hidden_size % c.tp == 0,
          lambda m, t, k, c: f"ffn size {m.ffn_hidden_size} must be divisible by tp={c.tp}"),
-    Rule("layers_not_divisible_by_pp_x_v",
-         lambda m, t, k, c, x: m.num_layers % (c.pp * c.virtual_stages) == 0,
-         lambda m, t, k, c: f"layers ({m.num_layers}) must be divisible by pp x virtual stages = "
-                            f"{c.pp} x {c.virtual_stages}; pick degrees that divide {m.num_layers}"),
+    Rule("too_few_layers_for_stages",   # every model chunk keeps a layer (fitplan.counts.stages)
+         lambda m, t, k, c, x: _layers_fit(m.num_layers, c),
+         lambda m, t, k, c: _layers_message(m.num_layers, c)),
     Rule("seq_not_divisible_by_cp",
          lambda m, t, k, c, x: t.seq_len % c.cp == 0,
          lambda m, t, k, c: f"sequence length {t.seq_len} must be divisible by cp={c.cp}"),
@@ -44,11 +73,38 @@ RULES = (
          lambda m, t, k, c, x: True if t.global_batch is None else t.global_batch % (c.dp * c.micro_batch) == 0,
          lambda m, t, k, c: f"global batch {t.global_batch} must be divisible by dp x micro-batch = "
                             f"{c.dp} x {c.micro_batch}; change --global-batch, --dp or --micro-batch"),
-    Rule("interleave_needs_microbatches_multiple_of_pp",   # [narayanan Sec. 2.2.2]
+    # Megatron-LM asks m to be a multiple of p when interleaving [narayanan Sec. 2.2.2]; Llama 3 relaxed
+    # that to any m >= p, with the bubble that follows (Llama 3 report Sec. 3.3.2): fitplan allows it.
+    Rule("interleave_needs_microbatches_at_least_pp",
          lambda m, t, k, c, x: True if t.global_batch is None else
-         (c.virtual_stages == 1) | ((t.global_batch // (c.dp * c.micro_batch)) % c.pp == 0),
-         lambda m, t, k, c: f"the interleaved schedule needs the number of micro-batches "
-                            f"({t.global_batch // (c.dp * c.micro_batch)}) to be a multiple of pp={c.pp}"),
+         (c.virtual_stages == 1) | (t.global_batch // (c.dp * c.micro_batch) >= c.pp),
+         lambda m, t, k, c: f"the interleaved schedule needs at least pp={c.pp} micro-batches, got "
+                            f"{t.global_batch // (c.dp * c.micro_batch)}; raise --global-batch or lower --micro-batch"),
+    Rule("schedule_needs_pp",
+         lambda m, t, k, c, x: (c.pp > 1) | (c.schedule == Schedule.ONE_F_ONE_B),
+         lambda m, t, k, c: f"--schedule {c.schedule} is a pipeline schedule; it needs pp > 1"),
+    Rule("schedule_not_interleaved",
+         lambda m, t, k, c, x: (c.virtual_stages == 1) | (c.schedule == Schedule.ONE_F_ONE_B),
+         lambda m, t, k, c: f"--schedule {c.schedule} has no interleaved form here; use --virtual-stages 1 "
+                            f"(interleaving is 1f1b's)"),
+    Rule("dualpipe_needs_even_pp_and_microbatches",   # deepseek-ai/DualPipe: two directions, half each
+         lambda m, t, k, c, x: True if c.schedule != Schedule.DUALPIPE else (c.pp % 2 == 0) & (
+             True if t.global_batch is None else _even_at_least_pp(t.global_batch // (c.dp * c.micro_batch), c.pp)),
+         lambda m, t, k, c: f"DualPipe runs half the micro-batches from each end: it needs an even pp (got {c.pp}) "
+                            f"and an even number of micro-batches, at least pp"),
+    Rule("shard_degree_not_dividing_dp_cp",
+         lambda m, t, k, c, x: True if c.shard_degree is None else (c.dp * c.cp) % c.shard_degree == 0,
+         lambda m, t, k, c: f"--shard-degree {c.shard_degree} must divide the data-parallel ranks dp x cp = "
+                            f"{c.dp * c.cp}: ZeRO state is sharded within groups of that size"),
+    Rule("shard_degree_needs_zero",
+         lambda m, t, k, c, x: (c.shard_degree is None) | (c.zero >= 1),
+         lambda m, t, k, c: "--shard-degree shards ZeRO state; it needs --zero 1, 2 or 3"),
+    Rule("keep_gathered_weights_needs_zero3",
+         lambda m, t, k, c, x: c.reshard_after_forward | (c.zero == 3),
+         lambda m, t, k, c: "--no-reshard-after-forward keeps ZeRO-3/FSDP's gathered weights; it needs --zero 3"),
+    Rule("recompute_num_layers_needs_full",
+         lambda m, t, k, c, x: (c.recompute_num_layers is None) | (c.recompute == Recompute.FULL),
+         lambda m, t, k, c: "--recompute-num-layers picks the layers of full recompute; add --recompute full"),
     Rule("tp_crosses_nodes",
          lambda m, t, k, c, x: x | (c.tp <= k.gpus_per_node),
          lambda m, t, k, c: f"tp={c.tp} is larger than the {k.gpus_per_node} GPUs in a node, so tensor "

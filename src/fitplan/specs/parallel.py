@@ -18,14 +18,35 @@ class ZeroStage(IntEnum):
 
 
 class Recompute(StrEnum):
-    """Activation recomputation [korthikanti Sec. 5]. Ordered by how much it recomputes."""
+    """Activation recomputation. Ordered by how much it recomputes (`level`)."""
     NONE = "none"
-    SELECTIVE = "selective"   # drop the attention core (softmax, its dropout), recompute it
-    FULL = "full"             # keep only each layer's input, recompute the whole forward
+    NORMS = "norms"           # DeepSeek-V3 Sec. 3.2.3: recompute the RMSNorms and MLA's up-projections
+    SELECTIVE = "selective"   # drop the attention core (softmax, its dropout), recompute it [korthikanti Sec. 5]
+    OP = "op"                 # torchtitan op-level SAC: save matmul (every second one) and attention outputs
+    FULL = "full"             # keep only each layer's input, recompute the whole forward [korthikanti Sec. 5]
 
     @property
     def level(self) -> int:
-        return ("none", "selective", "full").index(self.value)
+        return ("none", "norms", "selective", "op", "full").index(self.value)
+
+
+# What the search and compare try by default; norms and op are framework-specific, used when asked for.
+SEARCHED_RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+
+
+class Schedule(StrEnum):
+    """The pipeline schedule: in-flight micro-batches, bubble, parameter copies
+    (fitplan.timing.pipeline, fitplan.memory.activations)."""
+    ONE_F_ONE_B = "1f1b"        # PipeDream-Flush [narayanan Sec. 2.2.1]; interleaved with --virtual-stages
+    GPIPE = "gpipe"             # all forwards, then all backwards [huang 2019 (GPipe); narayanan Sec. 2.2.1]
+    ZERO_BUBBLE = "zero-bubble" # ZB-H1: weight gradients deferred into the bubble [qi 2023 Sec. 3]
+    DUALPIPE = "dualpipe"       # bidirectional, two stages per rank [deepseek-v3 Sec. 3.2.1, Table 2]
+
+
+class RecomputeMethod(StrEnum):
+    """Megatron-LM --recompute-method, with --recompute-num-layers N (full recompute only)."""
+    UNIFORM = "uniform"   # every layer recomputed, checkpointed in groups of N layers
+    BLOCK = "block"       # the first N layers of each stage recomputed, the rest stored whole
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +79,31 @@ class ParallelConfig:
     # expert-parallel degree, drawn from the tp x dp x cp ranks (MoE only)
     ep: int = declared("int", default=1, flag="--ep", group=CONFIG, lo=1, hi=2**20, example=2,
                        help="expert-parallel degree (MoE models), drawn from the tp x dp x cp ranks")
+    # uneven pipeline stages: Megatron-LM --decoder-first/last-pipeline-num-layers
+    first_stage_layers: int | None = declared(
+        "int", default=None, flag="--first-stage-layers", group=CONFIG, lo=0, hi=10**5, example=3,
+        omitted="the even split (embedding and loss count as a layer each)",
+        help="layers on the first pipeline stage (default: an even split, the embedding counted as a layer)")
+    last_stage_layers: int | None = declared(
+        "int", default=None, flag="--last-stage-layers", group=CONFIG, lo=0, hi=10**5, example=3,
+        omitted="the even split (embedding and loss count as a layer each)",
+        help="layers on the last pipeline stage (default: an even split, the output head counted as a layer)")
+    schedule: Schedule = declared("enum", default=Schedule.ONE_F_ONE_B, enum=Schedule, flag="--schedule", group=CONFIG,
+                                  example=Schedule.GPIPE, help="pipeline schedule (interleaving: --virtual-stages)")
+    # hybrid sharding: FSDP2 data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances
+    shard_degree: int | None = declared(
+        "int", default=None, flag="--shard-degree", group=CONFIG, lo=1, hi=2**20, example=2,
+        omitted="all dp x cp ranks", help="hybrid sharding: shard ZeRO state over groups of N data-parallel ranks, "
+                                          "replicate across groups (default: one group of all)")
+    reshard_after_forward: bool = declared(
+        "bool", default=True, flag="--reshard-after-forward", off_flag="--no-reshard-after-forward", group=CONFIG,
+        example=False, help="ZeRO-3/FSDP: free gathered weights after forward (off: keep them for backward)")
+    recompute_num_layers: int | None = declared(
+        "int", default=None, flag="--recompute-num-layers", group=CONFIG, lo=1, hi=10**5, example=2,
+        omitted="every layer", help="full recompute: layers per group (uniform) or recomputed layers per stage (block)")
+    recompute_method: RecomputeMethod = declared(
+        "enum", default=RecomputeMethod.UNIFORM, enum=RecomputeMethod, flag="--recompute-method", group=CONFIG,
+        example=RecomputeMethod.BLOCK, help="full recompute with --recompute-num-layers: uniform or block")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "ep"):
@@ -65,7 +111,11 @@ class ParallelConfig:
         if not isinstance(self.zero, ZeroStage):
             raise SpecError(f"parallel.zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if not isinstance(self.recompute, Recompute):
-            raise SpecError(f"parallel.recompute must be none, selective or full, got {self.recompute!r}")
+            raise SpecError(f"parallel.recompute must be one of {', '.join(r.value for r in Recompute)}, "
+                            f"got {self.recompute!r}")
+        if not isinstance(self.schedule, Schedule):
+            raise SpecError(f"parallel.schedule must be one of {', '.join(x.value for x in Schedule)}, "
+                            f"got {self.schedule!r}")
         check_ranges(self, "parallel")
 
     @property

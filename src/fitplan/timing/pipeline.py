@@ -23,6 +23,25 @@ def bubble_fraction_interleaved(*, p, m, v):
     return (p - 1) / (v * m)
 
 
+def _schedule_text(*, schedule, **_):
+    return {"zero-bubble": "(p - 1)*T_f/(m*(T_f + T_b))  (ZB-H1, T_W = T_b/2)",
+            "dualpipe": "(p/2 - 1)*(T_f + T_b/2)/(m*(T_f + T_b))  (F&B = F + B, W = B/2)"}[schedule]
+
+
+@formula("pipeline/bubble_fraction", _schedule_text,
+         Cite("qi-zero-bubble", "Sec. 3.1; DualPipe: deepseek-v3 Table 2"), RATIO,
+         ("the backward splits evenly into input gradients and weight gradients (T_W = T_b/2)",
+          "DualPipe: an overlapped forward-and-backward chunk takes F + B (it hides communication, not compute)"))
+def bubble_fraction_schedule(*, p, m, T_f, T_b, schedule):
+    """ZB-H1 [qi 2023 Sec. 3.1]: bubble (p - 1)(T_F + T_B - T_W) where 1F1B has
+    (p - 1)(T_F + T_B + T_W), T_B and T_W the input- and weight-gradient halves of the
+    backward; with T_W = T_b/2 that is (p - 1)*T_f. DualPipe [deepseek-v3 Table 2]:
+    (p/2 - 1)(F&B + B - 3W) with F, B, W one stage's times, F&B = F + B, W = B/2."""
+    if schedule == "zero-bubble":
+        return (p - 1) * T_f / (m * (T_f + T_b))
+    return (p / 2 - 1) * (T_f + T_b / 2) / (m * (T_f + T_b))
+
+
 @formula("time/bubble", "fraction*T_busy", Cite("narayanan", "Sec. 2.2 and Eq. 1"), SECONDS, ASSUMES)
 def bubble_s(*, fraction, T_busy):
     """Idle seconds per step; T_busy is the m micro-batches' pipelined work on one stage."""

@@ -18,14 +18,15 @@ Micro-batches per step: global_batch // (dp*b), or 4*p when no global batch is g
 """
 from dataclasses import dataclass
 
-from fitplan.arith import maximum
+from fitplan.arith import maximum, minimum, select
+from fitplan.counts import stages as ST
 from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, stage_at, stage_expert_psi, stage_psi
 from fitplan.parts import TIME, part_keys
-from fitplan.specs.parallel import Recompute
+from fitplan.specs.parallel import Recompute, Schedule
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.timing import comm as CM
@@ -45,7 +46,7 @@ def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_afte
     return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after
 
 
-def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1) -> dict:
+def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1, head=1, frac=1) -> dict:
     """Forward, backward (with recompute) FLOPs of B sequences through L layers and the
     logits, keyed "core", "forward", "backward"; each Term under prefix. MoE models: n_dense
     of the L layers are dense; the linear FLOPs are the layers' average, with the routed
@@ -63,9 +64,16 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     v_heads = model.kv_size if model.mla is not None else None
     core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh.s, q=sh.q,
               **({} if v_heads is None else {"v": v_heads}))
-    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh.s, h=sh.h, V=model.vocab_size)
+    logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh.s, h=sh.h, V=model.vocab_size) * head
     fwd = ev(F.forward_flops, key=f"{prefix}/forward", L=L, F_linear=lin, F_core=core, F_logits=logits)
-    rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute)
+    extra = {}
+    if recompute in (Recompute.OP, Recompute.NORMS):
+        extra["F_rerun"] = ev(F.matmul_flops, key=f"{prefix}/rerun_linear", B=B, s=sh.s,
+                              P=P.rerun_matmul_params(model, recompute))
+    if recompute == Recompute.FULL and not (isinstance(frac, (int, float)) and frac == 1):
+        extra["frac"] = frac
+    rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute,
+             **extra)
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
     return {"core": core, "forward": fwd, "backward": bwd}
 
@@ -73,7 +81,7 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
 @formula("flops/average_layer_linear", "(n_dense*F_dense + (L - n_dense)*F_moe)/L",
          Cite("fitplan", "formulas.md#moe"), "flops")
 def average_layer_flops(*, F_dense, F_moe, n_dense, L):
-    return (n_dense * F_dense + (L - n_dense) * F_moe) / L
+    return (n_dense * F_dense + (L - n_dense) * F_moe) / maximum(L, 1)
 
 
 @formula("comm/moe_a2a_count", lambda *, recompute, **_: "m*L_moe*" + ("6" if str(recompute) == "full" else "4"),
@@ -112,21 +120,23 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
-    L = model.num_layers // c.pp   # layers on the busiest (last) stage
-    n_dense = None if model.moe is None else ev(P.dense_layers_on_stage, key="params/dense_layers_last",
-                                                L=model.num_layers, L_d=model.moe.first_dense_layers, p=c.pp,
-                                                is_first=False)
+    stage = ev_stage = stage_at(ev, setup, c, _pacing_rank(setup, c))
+    # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
+    half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
+    L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
+    n_dense = None if model.moe is None else stage.n_dense * half
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
-                    rho=1 if sh.moe is None else sh.moe.rho)
+                    rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0),
+                    frac=_recomputed_share(ev, c, stage.layers))
     T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=peak, eff=eff)
     intra = _intra_node(ev, setup, c)
     axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, intra=intra["tp"])}
     axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s)
     axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, intra=intra["cp"], F_core=mb["core"], peak=peak, eff=eff)
     axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=intra["pp"])
-    fraction, bubble = _bubble_s(ev, c, m=m, T_busy=compute + axes["tp"].exposed_s + axes["ep"].exposed_s
-                                 + axes["cp"].exposed_s + axes["pp"].exposed_s)
-    axes["dp"], after_step = _dp_time(ev, setup, c, m=m, intra=intra["dp"], T_f=T_f, T_b=T_b,
+    fraction, bubble = _bubble_s(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + axes["tp"].exposed_s
+                                 + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
+    axes["dp"], after_step = _dp_time(ev, setup, c, m=m, intra=intra, T_f=T_f, T_b=T_b,
                                       dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
@@ -159,6 +169,10 @@ def _intra_node(ev, setup: Setup, c) -> dict:
              for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp))}
     intra["dp"] = ev(CM.dp_cp_group_is_intra_node, cp_intra=intra["cp"], dp_intra=ev(
         CM.group_is_intra_node, key="link/dp_group_intra", stride=strides["dp"], n=c.dp, G=G))
+    if c.shard_degree is not None:   # a shard group: all cp ranks and shard/cp of the dp ranks
+        intra["dp_shard"] = ev(CM.dp_cp_group_is_intra_node, key="link/shard_group_intra", cp_intra=intra["cp"],
+                               dp_intra=ev(CM.group_is_intra_node, key="link/shard_dp_intra", stride=strides["dp"],
+                                           n=maximum(c.shard_degree // c.cp, 1), G=G))
     return intra
 
 
@@ -211,35 +225,78 @@ def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
     return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
 
 
-def _bubble_s(ev, c, *, m, T_busy):
-    """The bubble fraction (p - 1)/(v*m), and that share of the pipelined work."""
-    fraction = ev(PL.bubble_fraction_interleaved, p=c.pp, m=m, v=c.virtual_stages)
+def _bubble_s(ev, c, *, m, T_f, T_b, T_busy):
+    """The schedule's bubble fraction (fitplan.timing.pipeline), and that share of the pipelined work."""
+    if c.schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+        fraction = ev(PL.bubble_fraction_interleaved, p=c.pp, m=m, v=c.virtual_stages)
+    else:
+        fraction = ev(PL.bubble_fraction_schedule, p=c.pp, m=m, T_f=T_f, T_b=T_b, schedule=str(c.schedule))
     return fraction, ev(PL.bubble_s, fraction=fraction, T_busy=T_busy)
+
+
+@formula("flops/recomputed_share", "min(N, l)/l  (block: the first N of the stage's l layers)",
+         Cite("megatron", "--recompute-method block --recompute-num-layers N"), "ratio")
+def recomputed_share(*, N, l):
+    return minimum(N, l) / maximum(l, 1)
+
+
+def _recomputed_share(ev, c, l):
+    """The share of a stage's layers full recompute reruns: all, or --recompute-method block's N."""
+    if c.recompute != Recompute.FULL or c.recompute_num_layers is None or str(c.recompute_method) != "block":
+        return 1
+    return ev(recomputed_share, N=c.recompute_num_layers, l=l)
+
+
+def _pacing_rank(setup: Setup, c):
+    """The pipeline rank whose micro-batch takes longest: of the candidate ranks
+    (fitplan.memory.breakdown.busiest_total), the one with the most forward FLOPs; the later
+    rank among equals (the output layer's sends come last)."""
+    p = c.pp
+    b = ST.boundary_stage(L=setup.model.num_layers, p=p, v=c.virtual_stages, first=c.first_stage_layers,
+                          last=c.last_stage_layers)
+    best_i, best_f = None, None
+    for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
+        st = stage_at(RAW, setup, c, i)
+        f = step_flops(RAW, setup, "", B=1, L=st.layers, recompute=c.recompute, n_dense=st.n_dense,
+                       head=select(st.head, 1, 0))["forward"]
+        if best_i is None:
+            best_i, best_f = i, f
+        else:
+            later = f >= best_f
+            best_i, best_f = select(later, i, best_i), maximum(f, best_f)
+    return best_i
 
 
 def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_bytes):
     """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
-    stage (routed experts over their expert-data-parallel group). Returns the axis and the
-    seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
+    stage (routed experts over their expert-data-parallel group). Hybrid sharding
+    (--shard-degree N): reduce-scatter and gathers within groups of N ranks, and an
+    all-reduce of each 1/N gradient shard across the dp*cp/N groups. Returns the axis and
+    the seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
     model, recipe, zero = setup.model, setup.training.recipe, c.zero
-    psi = maximum(stage_psi(ev, setup, c, first=True, key="params/stage_first"),
-                  stage_psi(ev, setup, c, first=False, key="params/stage_last"))
+    p = c.pp
+    stages = [stage_at(RAW, setup, c, i) for i in (0 * p, p - 1)]
+    psi = maximum(stage_psi(ev, setup, c, stage=stages[0], key="params/stage_first"),
+                  stage_psi(ev, setup, c, stage=stages[1], key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
-    n_dp, link = c.dp * c.cp, CM.link_inputs(intra, setup.cluster.gpu)
+    n_all = c.dp * c.cp
+    hybrid = c.shard_degree is not None
+    n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
+    link = CM.link_inputs(intra["dp_shard"] if hybrid else intra["dp"], setup.cluster.gpu)
     rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
-    ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m)
+    ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward)
     groups = [("", S_g, S_w, n_dp)]
     if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
-        psi_e = maximum(*(stage_expert_psi(ev, setup, c, key=f"params/stage_{stage}_experts", n_dense=ev(
-            P.dense_layers_on_stage, key=f"params/dense_layers_{stage}", L=model.num_layers,
-            L_d=model.moe.first_dense_layers, p=c.pp, is_first=stage == "first")) for stage in ("first", "last")))
+        psi_e = maximum(*(stage_expert_psi(ev, setup, c, stage=st, key=f"params/stage_{name}_experts")
+                          for st, name in zip(stages, ("first", "last"))))
+        n_ed = c.tp * n_all // c.ep
         groups.append(("expert_",
                        ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1,
                           zero=0),
                        ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes,
-                          n_d=1, zero=0), c.tp * c.dp * c.cp // c.ep))
+                          n_d=1, zero=0), maximum(n_ed * n_dp // n_all, 1)))
     grad_s = param_s = wire = 0
     for tag, Sg, Sw, n in groups:
         grad_s = grad_s + (
@@ -252,12 +309,19 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
             ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_rs_bytes", count=rs, n=n, S=Sg, kind="reduce_scatter")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_ag_bytes", count=ag_g, n=n, S=Sg, kind="all_gather")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}param_ag_bytes", count=ag_w, n=n, S=Sw, kind="all_gather"))
+        if hybrid:   # the replicas all-reduce each group's 1/N shard once per step
+            shard = Sg / n
+            cross = CM.link_inputs(intra["dp"], setup.cluster.gpu)
+            grad_s = grad_s + ev(CM.ring_collective_s, key=f"comm/dp_{tag}replica_ar_s", count=1, n=n_all // n_dp,
+                                 S=shard, kind="all_reduce", **cross)
+            wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_all // n_dp,
+                             S=shard, kind="all_reduce")
     tail = ev(CM.ring_collective_s, key="comm/dp_tail_s", count=1, n=n_dp, **link,
               S=ev(T.dp_tail_bytes, S=S_g, bucket=bucket_bytes), kind="all_reduce" if zero == 0 else "reduce_scatter")
     window = ev(T.dp_window_s, zero=zero, m=m, T_f=T_f, T_b=T_b, overlap=dp_overlap)
     exposed = ev(T.exposed_s, key="time/dp_exposed", T_window=window, T_tail=tail,
                  T_comm=ev(T.dp_overlapped_s, T_grad=grad_s, T_param=param_s, zero=zero))
-    return AxisTime(wire, exposed, intra, grad_s + param_s), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
+    return AxisTime(wire, exposed, intra["dp"], grad_s + param_s), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
 
 
 def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
@@ -265,6 +329,9 @@ def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
     model = setup.model
     B = c.dp * m * c.micro_batch
     whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers, recompute=c.recompute,
+                       frac=_recomputed_share(RAW, c, ST.stage_layers.fn(L=model.num_layers, p=c.pp, v=c.virtual_stages,
+                                                                          i=c.pp - 1, first=c.first_stage_layers,
+                                                                          last=c.last_stage_layers)),
                        n_dense=None if model.moe is None else model.moe.first_dense_layers)
     model_f = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
     causal_f = ev(F.model_flops, key="flops/model_step_causal", F_forward=ev(

@@ -120,9 +120,12 @@ def dp_grad_all_gathers(*, zero):
     return select(zero == 0, 1, 0)
 
 
-@formula("comm/dp_param_ag", lambda *, zero, **_: {0: "0", 1: "1", 2: "1", 3: "2*m"}[int(zero)], ZERO7, COUNT)
-def dp_param_all_gathers(*, zero, m):
-    return select(zero == 3, 2 * m, select(zero >= 1, 1 + 0 * m, 0 * m))
+@formula("comm/dp_param_ag", lambda *, zero, reshard=True, **_: {0: "0", 1: "1", 2: "1",
+                                                                  3: "2*m" if reshard else "m"}[int(zero)],
+         ZERO7, COUNT, ("ZeRO-3 gathers each layer's weights in forward and again in backward; without "
+                        "resharding after forward (FSDP reshard_after_forward=False) only in forward",))
+def dp_param_all_gathers(*, zero, m, reshard=True):
+    return select(zero == 3, (2 if reshard else 1) * m, select(zero >= 1, 1 + 0 * m, 0 * m))
 
 
 @formula("time/dp_window", lambda *, zero, overlap, **_: "0" if overlap == "none" else

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute, ZeroStage
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.specs.model import Mlp
 from fitplan.validate import expected as X
 from fitplan.validate.measure import SavedTensorRecorder, local_tensor, param_storages, storage_key
@@ -357,7 +358,7 @@ def _tp_act(spec, *, rank, world, seq_len, b):
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     for sp in (False, True):
-        for recompute in Recompute:
+        for recompute in SEARCHED_RECOMPUTE:
             torch.manual_seed(0)
             block = Block(spec, DEFAULT_DROPOUT, recompute).to(torch.bfloat16).train()
             parallelize_module(block, mesh, tp_plan(spec, sp=sp))

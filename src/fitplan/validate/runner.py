@@ -5,6 +5,7 @@ from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import evaluate
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
@@ -44,7 +45,7 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
     rows = []
     section = f"activations per layer ({device}, dropout 0.1, one micro-batch)"
     for e in ACT_BYTES:
-        for recompute in Recompute:
+        for recompute in SEARCHED_RECOMPUTE:
             kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
             got = saved_activations(model, device=device, **kw)
             for prefix, moe_layer, layers in _layer_kinds(model):
@@ -68,7 +69,7 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
 
 def flops_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     rows = []
-    for recompute in Recompute:
+    for recompute in SEARCHED_RECOMPUTE:
         kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=recompute)
         rows.append(Row(section="FLOPs (FlopCounterMode, forward + backward, one micro-batch)", unit="FLOP",
                         quantity=f"hardware FLOPs {recompute.value}", planner=X.planner_flops(model, **kw),
