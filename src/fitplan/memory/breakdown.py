@@ -116,33 +116,32 @@ def in_flight_bytes(*, A_stage, v, chunks):
     return ceil_div(A_stage * (chunks - v), v)
 
 
-def stage_psi(ev, setup: Setup, c, *, first: bool, key: str | None = None, n_dense=None):
+def stage_psi(ev, model: ModelSpec, c, *, first: bool, key: str | None = None, n_dense=None):
     """Parameters one GPU of the first (or last) pipeline stage holds before ZeRO, routed
-    experts excluded (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
-    model = setup.model
+    experts excluded (stage_expert_psi). c: a ParallelConfig, or the search's grid (only its
+    tp and pp are read, so serving's layouts use it too: fitplan.serving)."""
     moe = {} if model.moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, L=model.num_layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
              is_first=first, **moe)
-    return _published(ev, setup, psi, key)
+    return _published(ev, model, psi, key)
 
 
-def _published(ev, setup: Setup, psi, key):
-    model = setup.model
+def _published(ev, model: ModelSpec, psi, key):
     if model.published_params is None:
         return psi
     return ev(P.scale_to_published, key=key and key + "_scaled", psi_shape=psi, published=model.published_params,
               derived=P.shape_params(model))
 
 
-def stage_expert_psi(ev, setup: Setup, c, *, n_dense, key: str | None = None):
-    """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
-    model = setup.model
+def stage_expert_psi(ev, model: ModelSpec, c, *, n_dense, key: str | None = None):
+    """Routed-expert parameters one GPU of a stage holds (0 for dense models): E/ep experts
+    of each MoE layer on the stage (c's pp and ep are read)."""
     psi_e = ev(P.stage_expert_params, key=key, L=model.num_layers, p=c.pp, n_dense=n_dense,
                X=P.expert_params(model), ep=c.ep)
-    return _published(ev, setup, psi_e, key and key + "_experts")
+    return _published(ev, model, psi_e, key and key + "_experts")
 
 
 def stage_memory(ev, setup: Setup, c, *, first: bool) -> dict:
@@ -155,8 +154,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool) -> dict:
     moe = model.moe
     n_dense = None if moe is None else ev(P.dense_layers_on_stage, L=model.num_layers, L_d=moe.first_dense_layers,
                                           p=pp, is_first=first)
-    psi = stage_psi(ev, setup, c, first=first, n_dense=n_dense)
-    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, n_dense=n_dense),
+    psi = stage_psi(ev, model, c, first=first, n_dense=n_dense)
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, model, c, n_dense=n_dense),
                                           n_ed=tp * dp * cp // c.ep)
     n_d, zero = dp * cp, c.zero
     out = {

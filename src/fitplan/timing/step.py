@@ -222,8 +222,8 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     stage (routed experts over their expert-data-parallel group). Returns the axis and the
     seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
     model, recipe, zero = setup.model, setup.training.recipe, c.zero
-    psi = maximum(stage_psi(ev, setup, c, first=True, key="params/stage_first"),
-                  stage_psi(ev, setup, c, first=False, key="params/stage_last"))
+    psi = maximum(stage_psi(ev, model, c, first=True, key="params/stage_first"),
+                  stage_psi(ev, model, c, first=False, key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
     n_dp, link = c.dp * c.cp, CM.link_inputs(intra, setup.cluster.gpu)
@@ -232,7 +232,7 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m)
     groups = [("", S_g, S_w, n_dp)]
     if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
-        psi_e = maximum(*(stage_expert_psi(ev, setup, c, key=f"params/stage_{stage}_experts", n_dense=ev(
+        psi_e = maximum(*(stage_expert_psi(ev, model, c, key=f"params/stage_{stage}_experts", n_dense=ev(
             P.dense_layers_on_stage, key=f"params/dense_layers_{stage}", L=model.num_layers,
             L_d=model.moe.first_dense_layers, p=c.pp, is_first=stage == "first")) for stage in ("first", "last")))
         groups.append(("expert_",
