@@ -39,6 +39,11 @@ SOURCES = {
     "flash-attention": Source("FlashAttention benchmarks", "Dao et al.", 2022,
                               "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py (causal: half the "
                               "s^2 FLOPs)"),
+    "deepseek-v2": Source("DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model",
+                          "DeepSeek-AI", 2024, "arXiv:2405.04434"),
+    "pope": Source("Efficiently Scaling Transformer Inference", "Pope et al.", 2022, "arXiv:2211.05102"),
+    "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
+                  2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -63,4 +68,5 @@ def short_name(key: str) -> str:
             "megatron-schedules": "Megatron-LM schedules", "transformer-math": "Transformer Math 101",
             "bitsandbytes": "Dettmers et al.", "fp8": "Micikevicius et al.", "fitplan": "fitplan",
             "deepspeed": "DeepSpeed", "thakur": "Thakur et al.", "pytorch-ddp": "PyTorch DDP",
-            "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks"}[key]
+            "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks", "deepseek-v2": "DeepSeek-V2",
+            "pope": "Pope et al.", "awq": "AWQ"}[key]
