@@ -1,6 +1,6 @@
 """fitplan's command line: argv -> Request -> fitplan.service.respond -> stdout.
 
-The flags of plan, search, export, sweep and compare are generated from the fields'
+The flags of plan, search, export, sweep, compare and infer are generated from the fields'
 declarations (fitplan.specs.declare, fitplan.request); this module only builds the
 parser, turns the parsed namespace into a Request and writes the reply (and the files a
 flag asks for: --plot, --output). Exit 0 fits, 1 does not fit, 2 bad input.
@@ -18,7 +18,8 @@ HELP = {"plan": "memory per GPU: the seed report, one configuration, or --sugges
         "search": "the same as 'plan --suggest'",
         "export": "Megatron-LM / DeepSpeed / torchtitan configuration for a plan",
         "sweep": "the least per-GPU memory any configuration needs, against GPU count or sequence length",
-        "compare": "pure TP, pure PP and a hybrid side by side: memory, traffic, bubble, time"}
+        "compare": "pure TP, pure PP and a hybrid side by side: memory, traffic, bubble, time",
+        "infer": "serving memory: weights and KV cache per GPU, the largest batch and context, the decode bound"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,6 +88,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     pre.add_argument("--toml", action="store_true", help="print the preset as an editable spec file")
     add_declared(sub.add_parser("export", help=HELP["export"]), "export")
     add_declared(sub.add_parser("compare", help=HELP["compare"]), "compare")
+    add_declared(sub.add_parser("infer", help=HELP["infer"]), "infer")
     val = sub.add_parser("validate", help="predicted vs measured against PyTorch on small reference models "
                                           "(needs pip install -e '.[torch]')")
     val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "all"), default="all")

@@ -11,6 +11,7 @@ import functools
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
+from fitplan.serving import KV_PRECISIONS, WEIGHT_PRECISIONS
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.specs.declare import Flagged, declared, flagged, num_text, out_of_range
 from fitplan.units import UNIT_PARSERS
@@ -80,6 +81,26 @@ class CompareOptions:
                            help="text, markdown or json")
 
 
+@dataclass(frozen=True, kw_only=True)
+class InferOptions:
+    """What is served (fitplan infer): the batch, the context, and the precisions."""
+    batch: int = declared("int", default=1, flag="--batch", group="serving", lo=1, hi=2**20, example=8,
+                          unit="sequences", help="sequences decoded at once")
+    context: int | None = declared("int", default=None, flag="--context", group="serving", lo=1, hi=10**9,
+                                   example=32768, unit="tokens",
+                                   help="tokens each sequence holds in the KV cache, prompt and output "
+                                        "(default: the model's max_seq_len)")
+    weight_precision: str = declared("choice", default="bf16", choices=WEIGHT_PRECISIONS, flag="--weight-precision",
+                                     group="serving", example="int4",
+                                     help="bf16 2 B, fp8 and int8 1 B, int4 0.5 B per weight plus an fp16 scale "
+                                          "and a 4-bit zero point per group of 128")
+    kv_precision: str = declared("choice", default="bf16", choices=KV_PRECISIONS, flag="--kv-precision",
+                                 group="serving", example="fp8", help="the KV cache's element: bf16 2 B, fp8 and "
+                                                                      "int8 1 B")
+    format: str = declared("choice", default="text", choices=FORMATS, flag="--format", group="output", api=False,
+                           help="text, markdown or json")
+
+
 # The roots of each command: (name, class). Spec roots come first; their flags set spec fields.
 SPEC_ROOTS = (("source", ModelSource), ("model", ModelSpec), ("training", TrainingSpec), ("cluster", ClusterSpec))
 COMMANDS = {
@@ -87,10 +108,14 @@ COMMANDS = {
     "export": SPEC_ROOTS + (("config", ParallelConfig), ("search", SearchOptions), ("export", ExportOptions)),
     "sweep": SPEC_ROOTS + (("config", ParallelConfig), ("search", SearchOptions), ("sweep", SweepOptions)),
     "compare": SPEC_ROOTS + (("config", ParallelConfig), ("compare", CompareOptions)),
+    # serving has no training spec: the model, the GPUs, the instance's tp x pp and what is served
+    "infer": (("source", ModelSource), ("model", ModelSpec), ("cluster", ClusterSpec), ("config", ParallelConfig),
+              ("infer", InferOptions)),
 }
 COMMANDS["search"] = COMMANDS["plan"]
-# compare lays out its own configurations: of the configuration flags it takes only the micro-batch
-COMPARE_CONFIG = ("micro_batch",)
+# Commands that take only some configuration flags: compare lays out its own configurations (of
+# the flags it takes only the micro-batch); infer plans one tp x pp instance.
+CONFIG_SUBSETS = {"compare": ("micro_batch",), "infer": ("tp", "pp")}
 
 
 @functools.cache
@@ -102,8 +127,8 @@ def command_flags(command: str) -> tuple[Flagged, ...]:
         if (root, cls) not in SPEC_ROOTS + (("config", ParallelConfig),):   # an option without a default is required
             defaults = {f.name: f.default for f in fields(cls)}
             flags = [replace(f, required=defaults[f.path[1]] is MISSING) for f in flags]
-        if command == "compare" and root == "config":
-            flags = [f for f in flags if f.path[-1] in COMPARE_CONFIG]
+        if command in CONFIG_SUBSETS and root == "config":
+            flags = [f for f in flags if f.path[-1] in CONFIG_SUBSETS[command]]
         out += flags
     return tuple(out)
 

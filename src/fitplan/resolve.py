@@ -15,7 +15,7 @@ from fitplan import presets
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import Setup
 from fitplan.presets.recipes import DEFAULT_RECIPE
-from fitplan.request import ModelSource, Request, SearchOptions, checked, command_flags, options
+from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
 from fitplan.specs.parallel import Recompute, ZeroStage
@@ -115,9 +115,12 @@ def _custom_model(request: Request, values: dict) -> ModelSpec:
     if missing:
         raise SpecError(f"--preset: no model given; name a preset, --hf-config, --spec, or a custom shape "
                         f"({', '.join(missing)} missing)")
-    seq_len = request.get("seq_len")
+    serving = request.command == "infer"   # no training: the served context sizes the model instead
+    seq_len = request.get("context" if serving else "seq_len")
     if seq_len is None:
-        raise SpecError("--seq-len: a custom model needs a sequence length, e.g. --seq-len 2048")
+        flag = "--context" if serving else "--seq-len"
+        raise SpecError(f"{flag}: a custom model needs a {'context' if serving else 'sequence length'}, "
+                        f"e.g. {flag} 2048")
     mlp = values.get(("mlp",), Mlp.GELU)
     if ("ffn_hidden_size",) not in values and mlp is Mlp.SWIGLU:
         raise SpecError("--ffn: a swiglu MLP has no conventional size; give --ffn")
@@ -309,3 +312,44 @@ def fixed_axes(resolved: Resolved) -> dict:
     if "dp" in resolved.config:
         raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
     return {axis: resolved.config[axis] for axis in AXES + SETTINGS if axis in resolved.config}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRequest:
+    """What `fitplan infer` asks: the model, the GPUs, the instance's degrees and what is
+    served; `assumed` names each default taken instead of a given value."""
+    model: ModelSpec
+    cluster: ClusterSpec
+    tp: int
+    pp: int
+    options: InferOptions
+    context: int
+    assumed: tuple[str, ...]
+
+
+def resolve_serving(request: Request) -> ServingRequest:
+    """A serving request's specs: no training spec; tp defaults to the GPUs pp leaves."""
+    spec = _spec_file(request)
+    model, preset, _ = _model(request, spec)
+    cluster = _cluster(request, spec, preset)
+    opts = options(InferOptions, request)
+    config = {path[0]: v for path, v in given(request, "config").items()}
+    assumed = []
+    pp = config.get("pp", 1)
+    tp = config.get("tp")
+    if tp is None:
+        if cluster.num_gpus % pp:
+            raise SpecError(f"--gpus {cluster.num_gpus} is not divisible by pp={pp}; tp is the GPUs pp leaves, so "
+                            f"pick a pp that divides {cluster.num_gpus} or give --tp")
+        tp = cluster.num_gpus // pp
+        assumed.append(f"tp {tp}: the {cluster.num_gpus} GPUs {'' if pp == 1 else f'over pp {pp} '}in one "
+                       f"tensor-parallel group (--tp sets it)")
+    context = opts.context
+    if context is None:
+        context = model.max_seq_len
+        assumed.append(f"context {context:,} tokens: the model's max_seq_len (--context sets it)")
+    elif context > model.max_seq_len and model.position is not Position.LEARNED:
+        assumed.append(f"context {context:,} tokens is past the model's max_seq_len {model.max_seq_len:,}: "
+                       f"planned as given (rotary positions set no hard limit; the model must be trained for it)")
+    return ServingRequest(model=model, cluster=cluster, tp=tp, pp=pp, options=opts, context=context,
+                          assumed=tuple(assumed))

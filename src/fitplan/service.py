@@ -26,8 +26,10 @@ class Reply:
 
 
 def respond(request: Request) -> Reply:
+    if request.command == "infer":   # serving: no training spec to resolve
+        return _infer(request)
     if request.command not in _COMMANDS:
-        raise SpecError(f"unknown command {request.command!r}; use plan, search, export, sweep or compare")
+        raise SpecError(f"unknown command {request.command!r}; use plan, search, export, sweep, compare or infer")
     resolved = resolve(request)
     return _COMMANDS[request.command](request, resolved)
 
@@ -92,6 +94,18 @@ def _export(request: Request, r: Resolved) -> Reply:
         return Reply(1, result.message + "\n", answer=result, resolved=r)
     text = result.text if result.text.endswith("\n") else result.text + "\n"
     return Reply(0, text, notes=tuple(result.notes), answer=result, resolved=r)
+
+
+def _infer(request: Request) -> Reply:
+    from fitplan.report import serving as serving_report
+    from fitplan.resolve import resolve_serving
+    from fitplan.serving import plan_serving
+    q = resolve_serving(request)
+    o = q.options
+    answer = plan_serving(q.model, q.cluster, tp=q.tp, pp=q.pp, batch=o.batch, context=q.context,
+                          weight_precision=o.weight_precision, kv_precision=o.kv_precision, assumed=q.assumed)
+    text = _render(o.format, serving_report.as_json, serving_report.blocks, answer)
+    return Reply(0 if answer.fits else 1, text, answer=answer)
 
 
 _COMMANDS = {"plan": _plan, "search": _plan, "compare": _compare, "sweep": _sweep, "export": _export}

@@ -50,6 +50,11 @@ SOURCES = {
     "torchtitan": Source("torchtitan", "PyTorch", 2025,
                          "torchtitan/models/llama3/infra/parallelize.py (op-level selective AC, FSDP2 "
                          "reshard_after_forward, data_parallel_shard/replicate_degree)"),
+    "deepseek-v2": Source("DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model",
+                          "DeepSeek-AI", 2024, "arXiv:2405.04434"),
+    "pope": Source("Efficiently Scaling Transformer Inference", "Pope et al.", 2022, "arXiv:2211.05102"),
+    "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
+                  2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -76,4 +81,6 @@ def short_name(key: str) -> str:
             "deepspeed": "DeepSpeed", "thakur": "Thakur et al.", "pytorch-ddp": "PyTorch DDP",
             "vendor": "vendor sheet", "flash-attention": "FlashAttention benchmarks",
             "qi-zero-bubble": "Qi et al. (zero bubble)", "deepseek-v3": "DeepSeek-V3", "gpipe": "GPipe",
-            "megatron-split": "Megatron-LM", "torchtitan": "torchtitan"}[key]
+            "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
+            "deepseek-v2": "DeepSeek-V2",
+            "pope": "Pope et al.", "awq": "AWQ"}[key]

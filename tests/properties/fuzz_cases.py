@@ -74,7 +74,7 @@ def cli_grammar(command: str):
     return out
 
 
-COMMANDS = ["plan", "plan", "plan", "search", "export", "sweep", "compare", "presets"]
+COMMANDS = ["plan", "plan", "plan", "search", "export", "sweep", "compare", "infer", "presets"]
 
 
 def _value(draw, flag: str, kind: str, choices: tuple, folder: Path) -> str:

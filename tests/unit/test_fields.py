@@ -116,9 +116,9 @@ def test_a_configuration_field_round_trips_through_flags_and_api(f):
     assert getattr(config_of(cli), f.path[-1]) == typed(f, f.decl.example)
 
 
-@pytest.mark.parametrize("command", ["plan", "sweep", "export"])
+@pytest.mark.parametrize("command", ["plan", "sweep", "export", "infer"])
 def test_every_option_field_gives_the_cli_request(command):
-    """Options (search, sweep, export): the same Request values from flags and from JSON. The
+    """Options (search, sweep, export, infer): the same Request values from flags and from JSON. The
     server sets the output format of plan and sweep itself (its endpoint's), so that one key
     is left out of the comparison there."""
     options = [f for f in api_flags(command).values() if f.path[0] not in SPEC_ROOTS + ("config", "source")]

@@ -131,22 +131,23 @@ class Stage:
     head: object
 
 
-def _split_kw(setup: Setup, c) -> dict:
-    pins = {k: v for k, v in (("first", c.first_stage_layers), ("last", c.last_stage_layers)) if v is not None}
-    return dict(L=setup.model.num_layers, p=c.pp, **pins)
+def _split_kw(model: ModelSpec, c) -> dict:
+    first, last = getattr(c, "first_stage_layers", None), getattr(c, "last_stage_layers", None)
+    pins = {k: v for k, v in (("first", first), ("last", last)) if v is not None}
+    return dict(L=model.num_layers, p=c.pp, **pins)
 
 
-def stage_at(ev, setup: Setup, c, i) -> Stage:
+def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     """Pipeline rank i: its layers from the split (fitplan.counts.stages); under DualPipe
     rank i runs stage i of one direction and stage p-1-i of the other [deepseek-v3 Sec. 3.2.1],
     so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head."""
     from fitplan.specs.parallel import Schedule
-    kw, moe = _split_kw(setup, c), setup.model.moe
-    layers = lambda j, k: ev(ST.stage_layers, key=k, v=c.virtual_stages, i=j, **kw)
+    kw, moe, v = _split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
+    layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)
     dense = (lambda j, k: None) if moe is None else (lambda j, k: ev(
-        ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=c.virtual_stages, i=j, **kw))
+        ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=v, i=j, **kw))
     p = c.pp
-    if c.schedule == Schedule.DUALPIPE:
+    if getattr(c, "schedule", None) == Schedule.DUALPIPE:
         mirror = p - 1 - i
         l = layers(i, "pipeline/stage_layers") + layers(mirror, "pipeline/mirror_stage_layers")
         n_d = None if moe is None else (dense(i, "params/dense_layers_on_stage")
@@ -157,33 +158,32 @@ def stage_at(ev, setup: Setup, c, i) -> Stage:
                  (i == 0) | (p == 1), (i == p - 1) | (p == 1))
 
 
-def stage_psi(ev, setup: Setup, c, *, stage: Stage, key: str | None = None):
+def stage_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
     """Parameters one GPU of a pipeline stage holds before ZeRO, routed experts excluded
-    (stage_expert_psi). c: a ParallelConfig, or the search's grid."""
-    model = setup.model
+    (stage_expert_psi). c: a ParallelConfig, or the search's grid (only its tp and pp are
+    read, so serving's layouts use it too: fitplan.serving)."""
     moe = {} if model.moe is None else dict(n_dense=stage.n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, l=stage.layers, S=P.layer_sharded_params(model),
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
              emb=stage.embedding, out=stage.head, **moe)
-    return _published(ev, setup, psi, key)
+    return _published(ev, model, psi, key)
 
 
-def _published(ev, setup: Setup, psi, key):
-    model = setup.model
+def _published(ev, model: ModelSpec, psi, key):
     if model.published_params is None:
         return psi
     return ev(P.scale_to_published, key=key and key + "_scaled", psi_shape=psi, published=model.published_params,
               derived=P.shape_params(model))
 
 
-def stage_expert_psi(ev, setup: Setup, c, *, stage: Stage, key: str | None = None):
-    """Routed-expert parameters one GPU of a stage holds (0 for dense models)."""
-    model = setup.model
+def stage_expert_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
+    """Routed-expert parameters one GPU of a stage holds (0 for dense models): E/ep experts
+    of each MoE layer on the stage (c's ep is read)."""
     psi_e = ev(P.stage_expert_params, key=key, l=stage.layers, n_dense=stage.n_dense, X=P.expert_params(model),
                ep=c.ep)
-    return _published(ev, setup, psi_e, key and key + "_experts")
+    return _published(ev, model, psi_e, key and key + "_experts")
 
 
 @formula("states/shard_group", lambda *, shard=None, **_: "dp*c" if shard is None else "shard degree",
@@ -212,13 +212,13 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
     if stage is None:
-        stage = stage_at(ev, setup, c, 0 * pp if first else pp - 1)
+        stage = stage_at(ev, model, c, 0 * pp if first else pp - 1)
     moe = model.moe
     n_dense = stage.n_dense
-    psi = stage_psi(ev, setup, c, stage=stage)
+    psi = stage_psi(ev, model, c, stage=stage)
     n_d = ev(shard_group, dp=dp, c=cp, shard=c.shard_degree) if c.shard_degree is not None else dp * cp
     replicas = dp * cp // n_d
-    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, setup, c, stage=stage),
+    experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, model, c, stage=stage),
                                           n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
     zero = c.zero
     out = {
@@ -361,7 +361,7 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     best = None
     for i in range(config.pp):
         trace = Trace()
-        st = stage_at(trace, setup, config, i)
+        st = stage_at(trace, setup.model, config, i)
         parts = stage_memory(trace, setup, config, stage=st)
         if best is None or total(parts) > total(best[1]):
             best = (i, parts, trace)
@@ -382,6 +382,6 @@ def busiest_total(setup: Setup, c):
                           last=c.last_stage_layers)
     out = None
     for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
-        t = total(stage_memory(RAW, setup, c, stage=stage_at(RAW, setup, c, i)))
+        t = total(stage_memory(RAW, setup, c, stage=stage_at(RAW, setup.model, c, i)))
         out = t if out is None else maximum(out, t)
     return out

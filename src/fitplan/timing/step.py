@@ -120,7 +120,7 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
-    stage = ev_stage = stage_at(ev, setup, c, _pacing_rank(setup, c))
+    stage = ev_stage = stage_at(ev, model, c, _pacing_rank(setup, c))
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
     L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
@@ -256,7 +256,7 @@ def _pacing_rank(setup: Setup, c):
                           last=c.last_stage_layers)
     best_i, best_f = None, None
     for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
-        st = stage_at(RAW, setup, c, i)
+        st = stage_at(RAW, setup.model, c, i)
         f = step_flops(RAW, setup, "", B=1, L=st.layers, recompute=c.recompute, n_dense=st.n_dense,
                        head=select(st.head, 1, 0))["forward"]
         if best_i is None:
@@ -275,9 +275,9 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     the seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
     model, recipe, zero = setup.model, setup.training.recipe, c.zero
     p = c.pp
-    stages = [stage_at(RAW, setup, c, i) for i in (0 * p, p - 1)]
-    psi = maximum(stage_psi(ev, setup, c, stage=stages[0], key="params/stage_first"),
-                  stage_psi(ev, setup, c, stage=stages[1], key="params/stage_last"))
+    stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    psi = maximum(stage_psi(ev, model, c, stage=stages[0], key="params/stage_first"),
+                  stage_psi(ev, model, c, stage=stages[1], key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
     n_all = c.dp * c.cp
@@ -289,7 +289,7 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward)
     groups = [("", S_g, S_w, n_dp)]
     if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
-        psi_e = maximum(*(stage_expert_psi(ev, setup, c, stage=st, key=f"params/stage_{name}_experts")
+        psi_e = maximum(*(stage_expert_psi(ev, model, c, stage=st, key=f"params/stage_{name}_experts")
                           for st, name in zip(stages, ("first", "last"))))
         n_ed = c.tp * n_all // c.ep
         groups.append(("expert_",

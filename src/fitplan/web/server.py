@@ -21,6 +21,7 @@ Routes
     POST /api/sweep         `fitplan sweep ... --format json`
     POST /api/export        `fitplan export ... --format F`, as {"exit_code", "ok", "format", "text", "notes"}
     POST /api/compare       `fitplan compare ... --json`
+    POST /api/infer         `fitplan infer ... --json`
 
 Standard library only (http.server.ThreadingHTTPServer): the server needs one JSON API, a
 few static files and strict input checks, which take less code here than the glue a
@@ -111,7 +112,7 @@ MAX_TEXT = 100                         # characters in a text field
 MAX_ITEMS = 64                         # items in a list field
 # endpoint -> (the command it answers, the output format it asks for)
 ENDPOINTS = {"plan": ("plan", "json"), "markdown": ("plan", "markdown"), "sweep": ("sweep", "json"),
-             "export": ("export", None), "compare": ("compare", "json")}
+             "export": ("export", None), "compare": ("compare", "json"), "infer": ("infer", "json")}
 
 
 class RequestError(Exception):
