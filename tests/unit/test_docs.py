@@ -95,9 +95,10 @@ def test_readme_names_each_presets_default_gpu():
     by_gpu = {}
     for name, p in presets.MODELS.items():
         by_gpu.setdefault(p.gpu, []).append(name)
-    assert by_gpu == {"gpu-192gib": ["gpt3-175b"], "h100-80gb": sorted(set(presets.MODELS) - {"gpt3-175b"},
-                                                                          key=list(presets.MODELS).index)}
-    assert ("`gpt3-175b` defaults to `gpu-192gib`, the exercise's 192 GiB part (10 GiB reserved, 8 per node), and "
-            "every other preset to `h100-80gb`") in readme
+    assert by_gpu == {"gpu-192gib": ["gpt3-175b"], "a100-80gb": ["bloom-176b"],
+                      "h100-80gb": sorted(set(presets.MODELS) - {"gpt3-175b", "bloom-176b"},
+                                          key=list(presets.MODELS).index)}
+    assert ("`gpt3-175b` defaults to `gpu-192gib`, the exercise's 192 GiB part (10 GiB reserved, 8 per node), "
+            "`bloom-176b` to `a100-80gb` (what BLOOM trained on), and every other preset to `h100-80gb`") in readme
     g = presets.GPUS["gpu-192gib"]
     assert (g.memory_bytes, g.default_reserve_bytes, g.gpus_per_node) == (192 * 2**30, 10 * 2**30, 8)

@@ -81,7 +81,13 @@ def test_single_gpu_step_is_hardware_flops_over_rate():
 def test_fp8_uses_fp8_peak_and_needs_one():
     bf16 = evaluate_step(_setup(num_gpus=8), ParallelConfig(tp=8))
     fp8 = evaluate_step(_setup(num_gpus=8, recipe="fp8"), ParallelConfig(tp=8))
-    assert fp8.parts["time/compute"] == pytest.approx(bf16.parts["time/compute"] * 989 / 1979)
+    # only the share phi of FLOPs in the layers' linears runs at 1979; the rest stays at 989
+    phi = next(t.value for t in fp8.terms if t.key == "ratio/fp8_share")
+    linear = next(t.value for t in fp8.terms if t.key == "flops/microbatch/layer_linear")
+    forward = next(t.value for t in fp8.terms if t.key == "flops/microbatch/forward")
+    layers = next(t.value for t in fp8.terms if t.key == "pipeline/stage_layers")
+    assert phi == pytest.approx(layers * linear / forward)
+    assert fp8.parts["time/compute"] == pytest.approx(bf16.parts["time/compute"] * (phi * 989 / 1979 + 1 - phi))
     with pytest.raises(SpecError) as err:
         evaluate_step(_setup(gpu="a100-80gb", num_gpus=8, recipe="fp8"), ParallelConfig(tp=8))
     message = str(err.value)

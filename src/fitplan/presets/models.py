@@ -62,6 +62,17 @@ DEEPSEEK_V3 = ModelSpec(
            "61 layers (3 dense), h 7168, MLA 128 heads, 256 routed + 1 shared experts of 2048, top-8; "
            "the multi-token-prediction module (14B) and the routers' bias terms are not counted")
 
+# BLOOM-176B as trained: bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12,
+# 48 nodes of 8 A100 80GB, micro-batch 2, global batch 2048 of 2048 tokens, ALiBi, embedding LayerNorm,
+# full activation checkpointing, bf16 with DeepSpeed's own ZeRO-1 equivalent); shapes from HF
+# bigscience/bloom config.json; 176,247,271,424 parameters (the HF model card). The embedding LayerNorm
+# (2h) is inside the published count, not the shapes.
+BLOOM = ModelSpec(
+    name="bloom-176b", num_layers=70, hidden_size=14336, num_heads=112, num_kv_heads=112, ffn_hidden_size=57344,
+    vocab_size=250880, max_seq_len=2048, mlp=Mlp.GELU, norm=Norm.LAYERNORM, position=Position.ALIBI,
+    tied_embeddings=True, linear_bias=True, published_params=176_247_271_424,
+    source="BigScience 2022, BLOOM (arXiv:2211.05100); HF bigscience/bloom config.json (70 layers, h 14336, "
+           "112 heads, vocab 250880, ALiBi, tied); 176,247,271,424 parameters from the HF model card")
 LLAMA2 = "Touvron et al. 2023 (Llama 2) Table 1; shapes from HF meta-llama/Llama-2-*-hf config.json"
 LLAMA2_BATCH = "Llama 2 Sec. 2.2 (4M tokens of 4,096-token sequences)"
 LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
@@ -91,6 +102,10 @@ _PRESETS = (
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
     ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360,
                 batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
+    ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
+                attention_kernel="eager", dropout=False,
+                batch_source="BLOOM's training script tr11-176B-ml.slurm (2048 sequences of 2048 tokens after the "
+                             "ramp, micro-batch 2)"),
     _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024,
            batch_source=LLAMA2_BATCH),

@@ -33,11 +33,19 @@ def _common(setup) -> dict:
 def config_dict(c) -> dict:
     return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "zero": int(c.zero),
             "sequence_parallel": c.sequence_parallel, "recompute": c.recompute.value,
-            "micro_batch": c.micro_batch, "virtual_stages": c.virtual_stages}
+            "micro_batch": c.micro_batch, "virtual_stages": c.virtual_stages, "schedule": c.schedule.value,
+            "first_stage_layers": c.first_stage_layers, "last_stage_layers": c.last_stage_layers,
+            "shard_degree": c.shard_degree, "reshard_after_forward": c.reshard_after_forward,
+            "recompute_num_layers": c.recompute_num_layers, "recompute_method": c.recompute_method.value}
+
+
+def _stages(b) -> dict:
+    """Layers per pipeline stage (summing to the model's), and the busiest stage's index."""
+    return {"stage_layers": list(b.stage_layers), "busiest_stage": b.stage_index}
 
 
 def breakdown_dict(b) -> dict:
-    return {"config": config_dict(b.config), "stage": b.stage,
+    return {"config": config_dict(b.config), "stage": b.stage, **_stages(b),
             "breakdown": {**{k: int(b.parts[k]) for k in PARTS}, "reserve": b.reserve_bytes},
             "state_bytes": int(b.state_bytes), "activation_bytes": int(b.activation_bytes),
             "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits}
@@ -91,7 +99,8 @@ def time_dict(st) -> dict:
             "bubble_s": float(st.parts["time/bubble"]), "tokens_per_s": st.tokens_per_s, "mfu": st.mfu,
             "mfu_causal": st.mfu_causal,
             "hfu": st.hfu, "tflops_per_gpu": st.tflops_per_gpu, "num_microbatches": int(st.num_microbatches),
-            "bubble_fraction": st.bubble_fraction, "parts_s": {k: float(v) for k, v in st.parts.items()}}
+            "bubble_fraction": st.bubble_fraction, "slowest_stage": st.slowest_stage,
+            "parts_s": {k: float(v) for k, v in st.parts.items()}}
 
 
 def comm_dict(st) -> dict:
@@ -104,7 +113,7 @@ def search(setup, r, bound, smallest) -> str:
     from fitplan.report.advice import steps
     from fitplan.search import RECOMMEND_ORDER
     def one(s, st):
-        return {**config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+        return {**config_dict(s.config), **_stages(s.breakdown), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
                 "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
                 "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
 

@@ -23,6 +23,7 @@ class Norm(StrEnum):
 class Position(StrEnum):
     LEARNED = "learned"  # a (max_seq_len x h) table [gpt3]
     ROPE = "rope"        # no parameters [llama3]
+    ALIBI = "alibi"      # no parameters: a bias on the attention scores (Press et al. 2022) [BLOOM]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +110,7 @@ class ModelSpec:
     norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
                           example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
     position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
-                                  example=Position.ROPE, help="learned position table or rope (no parameters)")
+                                  example=Position.ROPE, help="learned position table, rope or alibi (no parameters)")
     tied_embeddings: bool = declared("bool", default=True, flag="--tied-embeddings", off_flag="--untied-embeddings",
                                      group="model", example=False,
                                      help="the output layer shares the embedding's weights")

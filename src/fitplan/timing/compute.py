@@ -27,6 +27,17 @@ def peak_flops_per_s(gpu: GpuSpec, compute: str) -> float:
     return gpu.peak_bf16_flops_per_s
 
 
+@formula("rate/fp8_mixed_peak", "1/(phi/peak_fp8 + (1 - phi)/peak_bf16)  (phi: the FLOPs in the layers' linears)",
+         Cite("fp8", "Sec. 4 (GEMMs in fp8; Transformer Engine keeps attention, softmax, norms and the output "
+                     "layer in 16-bit)"), "flop/s",
+         ("fp8 recipes run only the transformer layers' linear GEMMs in fp8; the attention core (its s^2 "
+          "matmuls), the output layer and everything else run at the bf16 rate",))
+def fp8_mixed_peak(*, phi, peak_fp8, peak_bf16):
+    """The rate of a pass whose share phi of FLOPs is fp8 GEMMs and the rest bf16: the time
+    adds, so the rates combine harmonically."""
+    return 1 / (phi / peak_fp8 + (1 - phi) / peak_bf16)
+
+
 @formula("ratio/efficiency", "eff_max*h/(h + h0)", Cite("fitplan", "formulas.md#efficiency (fitted to Korthikanti "
                                                               "Table 5 by bench/calibrate.py)"), RATIO,
          ("GEMM work per layer grows like s*b*h^2 and the memory-bound rest (norms, activations, dropout, "

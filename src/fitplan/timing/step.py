@@ -75,7 +75,13 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute,
              **extra)
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
-    return {"core": core, "forward": fwd, "backward": bwd}
+    return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin}
+
+
+@formula("ratio/fp8_share", "L*F_linear/F_forward", Cite("fitplan", "formulas.md#compute-time"), "ratio")
+def linear_share(*, F_linear_layers, F_forward):
+    """The share of a pass's FLOPs in the transformer layers' linear GEMMs (fp8 under an fp8 recipe)."""
+    return F_linear_layers / F_forward
 
 
 @formula("flops/average_layer_linear", "(n_dense*F_dense + (L - n_dense)*F_moe)/L",
@@ -120,7 +126,8 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
-    stage = ev_stage = stage_at(ev, model, c, _pacing_rank(setup, c))
+    pacing = _pacing_rank(setup, c)
+    stage = ev_stage = stage_at(ev, model, c, pacing)
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
     L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
@@ -128,11 +135,15 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0),
                     frac=_recomputed_share(ev, c, stage.layers))
-    T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=peak, eff=eff)
+    pass_peak = peak
+    if setup.training.recipe.compute == "fp8":
+        pass_peak = ev(C.fp8_mixed_peak, peak_fp8=peak, peak_bf16=gpu.peak_bf16_flops_per_s,
+                       phi=ev(linear_share, F_linear_layers=mb["linear"], F_forward=mb["forward"]))
+    T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=pass_peak, eff=eff)
     intra = _intra_node(ev, setup, c)
     axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, intra=intra["tp"])}
     axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s)
-    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, intra=intra["cp"], F_core=mb["core"], peak=peak, eff=eff)
+    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, intra=intra["cp"], F_core=mb["core"], peak=gpu.peak_bf16_flops_per_s, eff=eff)
     axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=intra["pp"])
     fraction, bubble = _bubble_s(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + axes["tp"].exposed_s
                                  + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
@@ -141,7 +152,8 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
              **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
-    out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, **{k: parts[k] for k in PARTS}}
+    out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, "pipeline/slowest_stage": pacing,
+           **{k: parts[k] for k in PARTS}}
     for axis in AXES:
         out[f"comm/{axis}_bytes"] = axes[axis].bytes
         out[f"link/{axis}_intra"] = axes[axis].intra
@@ -381,6 +393,7 @@ class StepBreakdown:
     bubble_fraction: float
     comm: dict                   # axis -> AxisComm, for AXES
     dp_overlap: DpOverlap
+    slowest_stage: int = 0       # the pipeline rank that paces the step (most FLOPs per micro-batch)
 
     @property
     def shares(self) -> dict:
@@ -410,7 +423,8 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],
                          hfu=out["ratio/hfu"], mfu_causal=out["ratio/mfu_causal"],
                          num_microbatches=out["pipeline/microbatches"],
-                         bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap)
+                         bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap,
+                         slowest_stage=int(out["pipeline/slowest_stage"]))
 
 
 def step_seconds(setup: Setup, c):
