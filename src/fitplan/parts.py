@@ -30,6 +30,7 @@ TABLE = (
     Part("activations/recompute_workspace", "recompute workspace", "#969696", ACTIVATIONS),
     Part("activations/moe_buffers", "MoE all-to-all buffers", "#54278f", ACTIVATIONS),
     Part("runtime/gathered_weights", "ZeRO-3 weights kept from forward to backward", "#74a9cf", RUNTIME),
+    Part("runtime/fp8_weight_cache", "fp8 weight copies and transposes (Transformer Engine)", "#2b8cbe", RUNTIME),
     Part("reserve", "reserve (capacity minus usable)", "#cfcfcf", RESERVE),
     Part("time/compute", "compute (recompute included)", "#2e75b6", TIME),
     Part("time/tp_exposed", "exposed tp traffic", "#c55a11", TIME),

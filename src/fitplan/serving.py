@@ -12,7 +12,7 @@ fitplan.memory.breakdown.stage_psi): vocabulary-parallel embedding and head, rep
 norms, L/p layers per stage; routed experts are spread over the stage's t GPUs (expert
 parallel over the tensor-parallel group; slicing each expert by t holds the same bytes).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fitplan.arith import ceil_div
 from fitplan.counts import params as P
@@ -227,10 +227,12 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
     c = ParallelConfig(tp=tp, pp=pp, ep=tp)   # routed experts spread over the tp GPUs of a stage
     moe = model.moe
 
+    served = replace(model, mtp_depth=0)   # multi-token-prediction modules are a training objective: not served
+
     def stage_weights(first: bool, where: str):
-        st = stage_at(ev, model, c, 0 if first else pp - 1)   # pp divides the layers here: L/p each
-        psi = stage_psi(ev, model, c, stage=st, key=f"params/stage_{where}")
-        psi_e = 0 if moe is None else stage_expert_psi(ev, model, c, stage=st, key=f"params/stage_{where}_experts")
+        st = stage_at(ev, served, c, 0 if first else pp - 1)   # pp divides the layers here: L/p each
+        psi = stage_psi(ev, served, c, stage=st, key=f"params/stage_{where}")
+        psi_e = 0 if moe is None else stage_expert_psi(ev, served, c, stage=st, key=f"params/stage_{where}_experts")
         return psi, psi_e
 
     stages = [("only", True)] if pp == 1 else [("first", True), ("last", False)]

@@ -55,6 +55,7 @@ SOURCES = {
     "pope": Source("Efficiently Scaling Transformer Inference", "Pope et al.", 2022, "arXiv:2211.05102"),
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
+    "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -83,4 +84,5 @@ def short_name(key: str) -> str:
             "qi-zero-bubble": "Qi et al. (zero bubble)", "deepseek-v3": "DeepSeek-V3", "gpipe": "GPipe",
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
-            "pope": "Pope et al.", "awq": "AWQ"}[key]
+            "pope": "Pope et al.", "awq": "AWQ",
+            "transformer-engine": "Transformer Engine"}[key]

@@ -225,6 +225,15 @@ def stage_params(*, l, S, R, Vh, P_pos, N_f, head, tied, t, p, emb, out, n_dense
             + select(out, N_f + ceil_div(out_matrix, t), 0))
 
 
+@formula("params/mtp_extra", "D*(ceil(2h*h/t) + 3h)", Cite("deepseek-v3", "Sec. 2.2, Fig. 3"), COUNT)
+def mtp_extra_params(*, D, h, t):
+    """Beyond its transformer layer (counted with the stage's layers), each multi-token-
+    prediction module has a projection of the concatenated [hidden; embedding] 2h -> h
+    (split by tp) and three RMSNorms (the two inputs' and its output's); the embedding
+    and output head are shared with the main model."""
+    return D * (ceil_div(2 * h * h, t) + 3 * h)
+
+
 @formula("params/scaled", "psi_shape * N_published / N_shape", Cite("fitplan", "formulas.md#published-counts"), COUNT)
 def scale_to_published(*, psi_shape, published, derived):
     """A preset's published count is used; each GPU's share follows the shape-derived split."""

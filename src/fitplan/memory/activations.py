@@ -32,9 +32,9 @@ TABLE2 = Cite("korthikanti", "Table 2 (Sec. 4), generalised in formulas.md#activ
 SEC43 = Cite("korthikanti", "Sec. 4.3")
 
 
-def _paper_shaped(*, h, q, kv, f, n, e, M, D, r_extra=0, kernel="eager", k=0, **_) -> bool:
+def _paper_shaped(*, h, q, kv, f, n, e, M, D, r_extra=0, kernel="eager", k=0, e_l=None, **_) -> bool:
     """GPT shapes with Korthikanti et al.'s assumptions: the formula reduces to Table 2."""
-    return (q, kv, f, n, e, M, D, r_extra, kernel, k) == (h, h, 4 * h, 2, 2, 1, 1, 0, "eager", 0)
+    return (q, kv, f, n, e, M, D, r_extra, kernel, k, e_l) == (h, h, 4 * h, 2, 2, 1, 1, 0, "eager", 0, None)
 
 
 def _layer_text(*, recompute, sp, t, c, **kw):
@@ -57,10 +57,16 @@ def _layer_text(*, recompute, sp, t, c, **kw):
     if recompute == Recompute.FULL:
         return "e*s*b*h/(t*c)" if sp else "e*s*b*h/c"
     core = "" if recompute == Recompute.SELECTIVE else " + S"
-    r = "R=s*b*(h*(4e+2DM) + e*r_x)" if kw.get("r_extra") else "R=s*b*h*(4e+2DM)"
-    mlp = "n*e*f_s + k*rho*e*(2h + n*f_e) + 8E" if kw.get("k") else "n*e*f"
+    ln = "2e+2e_l+2DM" if kw.get("e_l") is not None else "4e+2DM"
+    r = f"R=s*b*(h*({ln}) + e*r_x)" if kw.get("r_extra") else f"R=s*b*h*({ln})"
+    if kw.get("e_l") is None:
+        mlp = "n*e*f_s + k*rho*e*(2h + n*f_e) + 8E" if kw.get("k") else "n*e*f"
+    else:
+        mlp = ("(n-1)*e*f_s + e_l*f_s + k*rho*(e_l*h + e*h + (n-1)*e*f_e + e_l*f_e) + 8E" if kw.get("k")
+               else "(n-1)*e*f + e_l*f")
     sc = "S=4*a*s*b (flash: fp32 logsumexp)" if kw.get("kernel") == "flash" else "S=a*s^2*b*(e+D*(e+M))"
-    return f"({rep} + T{core})/(t*c), {r}, T=s*b*(e*(2q+2kv) + {mlp}), {sc}"
+    attn = "e*(2q+2kv)" if kw.get("e_l") is None else "e*(q+2kv) + e_l*q"
+    return f"({rep} + T{core})/(t*c), {r}, T=s*b*({attn} + {mlp}), {sc}"
 
 
 def attention_core_bytes(*, s, b, a, e, M, D, kernel):
@@ -69,16 +75,21 @@ def attention_core_bytes(*, s, b, a, e, M, D, kernel):
     return 4 * a * s * b if kernel == "flash" else a * s * s * b * (e + D * (e + M))
 
 
-def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E):
+def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recompute=False):
     """Bytes per token the MLP stores beyond its input (LN2's output, in R).
     Dense: n e-byte tensors f wide. MoE (Megatron-LM MoELayer, expert tensor parallel 1): the
     shared experts' n*e*f_s; for each of the k*rho routed copies of the token (rho: capacity
     factor, or the load imbalance when dropless) the permuted input (h), the expert's n*f_e
     and its output kept for the weighted combine (h); and the router's fp32 logits and
     probabilities, 8E."""
+    e_l = e if e_l is None else e_l   # a linear's stored input (fp8: 1, docs/formulas.md#fp8-activations)
+    # n ffn-wide tensors: n - 1 before the activation function, then fc2's input (a linear input)
     if k == 0:
-        return n * e * f
-    return n * e * f_s + k * rho * e * (2 * h + n * f_e) + 8 * E
+        return (n - 1) * e * f + e_l * f
+    # a routed copy: its dispatched input (fc1's input), its output (kept for the weighted combine), and the
+    # ffn-wide tensors; DeepSeek-V3 caches the SwiGLU's inputs in fp8 and recomputes its output (Sec. 3.3.3)
+    routed = (n - 1) * e_l * f_e if swiglu_recompute else (n - 1) * e * f_e + e_l * f_e
+    return (n - 1) * e * f_s + e_l * f_s + k * rho * (e_l * h + e * h + routed) + 8 * E
 
 
 @formula("activations/per_layer", _layer_text, TABLE2,
@@ -86,22 +97,30 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E):
                   "eager attention stores the s^2 scores unless recomputed; flash keeps a 4*a*s*b logsumexp",
                   "LayerNorm mean/rstd (2sb elements) ignored, as in Korthikanti Sec. 4"))
 def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0, kernel="eager",
-                    k=0, rho=1, f_e=0, f_s=0, E=0):
+                    k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None):
     """Bytes one layer stores for one micro-batch on one GPU. k > 0 makes it an MoE layer
     (tokens sequence-sharded over tp, as Megatron-LM requires SP for MoE with tp > 1);
-    r_extra adds replicated widths (MLA's latents)."""
+    r_extra adds replicated widths (MLA's latents). e_l: the bytes of a stored linear input
+    (the norms' outputs, the attention output, fc2's input, a dispatched token) where it
+    differs from e: 1 under fp8 recipes, whose weight-gradient GEMMs read an fp8 copy
+    (Transformer Engine's Linear saves its fp8-cast input; DeepSeek-V3 Sec. 3.3.1)."""
+    e_in = e if e_l is None else e_l
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
-    mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E)
+    mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E, e_l=e_l,
+                         swiglu_recompute=recompute == Recompute.NORMS and n == 3)
     if recompute == Recompute.OP:
         return op_sac_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, n=n, e=e, t=t, c=c, sp=sp,
                                   mlp=e * f if k == 0 else mlp)
+    # Q, K, V and the attention output: 2q + 2kv in all; the output (o_proj's input) is q wide for
+    # grouped-query attention and kv = a*d_v wide for MLA, whose K is q wide
+    out = select(r_extra > 0, kv, q)
     if recompute == Recompute.NORMS:   # the two norms' outputs, MLA's latent norms and up-projections (Q, K, V) go
         R = s * b * (h * (2 * e + 2 * D * M) + e * r_extra // 2)
-        T = s * b * (e * (2 * q + 2 * kv - select(r_extra > 0, q + 2 * kv, 0)) + mlp)
-    else:
-        R = s * b * (h * (4 * e + 2 * D * M) + e * r_extra)
-        T = s * b * (e * (2 * q + 2 * kv) + mlp)
+        T = s * b * (e * select(r_extra > 0, 0, 2 * q + 2 * kv - out) + e_in * out + mlp)
+    else:   # two norm inputs (e), two norm outputs (linear inputs), dropout masks; Q, K, V (e), attention output
+        R = s * b * (h * (2 * e + 2 * e_in + 2 * D * M) + e * r_extra)
+        T = s * b * (e * (2 * q + 2 * kv - out) + e_in * out + mlp)
     S = 0 if recompute == Recompute.SELECTIVE else attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel)
     return ceil_div(R * select(sp, 1, t) + T + S, t * c)
 
@@ -127,7 +146,7 @@ def op_sac_layer_bytes(*, s, b, h, a, q, kv, n, e, t, c, sp, mlp):
                                     }[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0,
-                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0):
+                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None):
     """While one layer's backward runs, its recomputed activations exist on top of the
     stored ones: the whole layer under full recompute, the attention core under selective.
     Korthikanti et al. leave this transient out; fitplan counts it (for the larger layer
@@ -137,15 +156,17 @@ def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, rec
     if recompute in (Recompute.FULL, Recompute.OP, Recompute.NORMS):
         return per_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, M=M, D=D, t=t, c=c, sp=sp,
                                recompute=Recompute.NONE, r_extra=r_extra, kernel=kernel, k=k, rho=rho, f_e=f_e,
-                               f_s=f_s, E=E)
+                               f_s=f_s, E=E, e_l=e_l)
     return ceil_div(attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel), t * c)
 
 
-@formula("activations/moe_buffers", "2*e*k*rho*s*b*h/(t*c)", Cite("fitplan", "formulas.md#moe"),
+@formula("activations/moe_buffers", lambda *, e_l=None, **_: "2*e*k*rho*s*b*h/(t*c)" if e_l is None else
+         "(e_l + e)*k*rho*s*b*h/(t*c)  (fp8 dispatch, bf16 combine)", Cite("fitplan", "formulas.md#moe"),
          assumes=("one MoE layer's all-to-all dispatch and combine buffers exist at a time",))
-def moe_buffers_bytes(*, s, b, h, e, k, rho, t, c):
-    """The all-to-all send and receive buffers of one MoE layer's routed tokens."""
-    return ceil_div(2 * e * k * rho * s * b * h, t * c)
+def moe_buffers_bytes(*, s, b, h, e, k, rho, t, c, e_l=None):
+    """The all-to-all send and receive buffers of one MoE layer's routed tokens: the dispatch
+    at e_l bytes per element (fp8 under an fp8 recipe, DeepSeek-V3 Sec. 3.3.3), the combine at e."""
+    return ceil_div(((e if e_l is None else e_l) + e) * k * rho * s * b * h, t * c)
 
 
 def _chunks_text(*, schedule="1f1b", **_):

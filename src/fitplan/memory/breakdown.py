@@ -75,6 +75,7 @@ class Shapes:
     r_extra: int = 0          # MLA: the latents and their norms' outputs, replicated over tp
     kernel: str = "eager"
     moe: MoeShapes | None = None
+    e_l: int | None = None    # bytes of a stored linear input where it differs from e (fp8 recipes: 1)
 
     @classmethod
     def of(cls, setup: Setup) -> "Shapes":
@@ -86,7 +87,8 @@ class Shapes:
         r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
                    n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
-                   r_extra=r_extra, kernel=tr.attention_kernel, moe=moe)
+                   r_extra=r_extra, kernel=tr.attention_kernel, moe=moe,
+                   e_l=1 if tr.recipe.compute == "fp8" and tr.act_bytes > 1 else None)
 
     def kw(self) -> dict:
         """The keywords of a per-layer formula call (activations.per_layer_bytes and its kin);
@@ -97,6 +99,8 @@ class Shapes:
             out["r_extra"] = self.r_extra
         if self.kernel != "eager":
             out["kernel"] = self.kernel
+        if self.e_l is not None:
+            out["e_l"] = self.e_l
         return out
 
 
@@ -125,10 +129,11 @@ class Stage:
     and whether it holds the embedding and the output head. Ints for one configuration,
     arrays over the search's candidates."""
     index: object
-    layers: object
+    layers: object       # multi-token-prediction modules' layers included (they sit with the head)
     n_dense: object
     embedding: object
     head: object
+    mtp: object = 0      # multi-token-prediction modules on this rank
 
 
 def _split_kw(model: ModelSpec, c) -> dict:
@@ -152,10 +157,12 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
         l = layers(i, "pipeline/stage_layers") + layers(mirror, "pipeline/mirror_stage_layers")
         n_d = None if moe is None else (dense(i, "params/dense_layers_on_stage")
                                         + dense(mirror, "params/dense_layers_on_mirror_stage"))
-        ends = (i == 0) | (i == p - 1)
-        return Stage(i, l, n_d, ends, ends)
-    return Stage(i, layers(i, "pipeline/stage_layers"), dense(i, "params/dense_layers_on_stage"),
-                 (i == 0) | (p == 1), (i == p - 1) | (p == 1))
+        emb = head = (i == 0) | (i == p - 1)
+    else:
+        l, n_d = layers(i, "pipeline/stage_layers"), dense(i, "params/dense_layers_on_stage")
+        emb, head = (i == 0) | (p == 1), (i == p - 1) | (p == 1)
+    mtp = select(head, model.mtp_depth, 0) if model.mtp_depth else 0   # DeepSeek-V3 Sec. 2.2: after the last layer
+    return Stage(i, l + mtp, n_d, emb, head, mtp)
 
 
 def stage_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
@@ -168,6 +175,8 @@ def stage_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
              R=P.layer_replicated_params(model), Vh=P.embedding_params(model), P_pos=P.position_params(model),
              N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
              emb=stage.embedding, out=stage.head, **moe)
+    if model.mtp_depth:
+        psi = psi + ev(P.mtp_extra_params, key=key and key + "_mtp", D=stage.mtp, h=model.hidden_size, t=c.tp)
     return _published(ev, model, psi, key)
 
 
@@ -192,6 +201,17 @@ def stage_expert_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None =
 def shard_group(*, dp, c, shard=None):
     """The ranks ZeRO shards state over: all dp x cp, or the hybrid-sharding group."""
     return dp * c if shard is None else shard + 0 * dp
+
+
+@formula("runtime/fp8_weight_cache",
+         lambda *, zero3, **_: "c8*psi_lin" + ("/l  (ZeRO-3: the gathered layer's)" if zero3 else ""),
+         Cite("transformer-engine", "module/base.py: fp8 weight workspaces (the cast weight and its transpose)"),
+         assumes=("fp8 recipes keep, per linear weight, its fp8 cast and the cast's transpose for the backward "
+                  "GEMMs across micro-batches (2 B/param; 1 B with fp8 primary weights)",))
+def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
+    """Transformer Engine's fp8 copies of the stage's linear weights (psi_lin: the layers'
+    tp-split GEMM weights and this rank's experts): c8 bytes per parameter."""
+    return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), c8 * psi_lin)
 
 
 @formula("runtime/gathered_weights", "w*(psi + psi_e)*(1 - 1/N_d)  (the stage's weights gathered at the forward's end)",
@@ -232,6 +252,15 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                             w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=1)
     else:
         out["runtime/gathered_weights"] = 0 * psi
+    if recipe.compute == "fp8":
+        out["runtime/fp8_weight_cache"] = ev(
+            fp8_weight_cache_bytes, c8=2 if recipe.weights_bytes > 1 else 1, zero3=int(zero == 3),
+            psi_lin=ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
+                       R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
+                       **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
+            + experts.get("psi_e", 0), l=stage.layers)
+    else:
+        out["runtime/fp8_weight_cache"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
     layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
@@ -251,8 +280,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
         workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
                             ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
-        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp) * select(
-            l - n_dense > 0, 1, 0)
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
+                     **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
     if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
         a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer)
     out["activations/layers"] = a_stage
@@ -260,9 +289,10 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
     out["activations/embedding"] = _held(stage.embedding, lambda: ev(
         A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb()), a_layer)
+    n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
     out["activations/output"] = _held(stage.head, lambda: ev(
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if c.schedule != Schedule.GPIPE else {"n_mb": m})), a_layer)
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out})), a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
     return out

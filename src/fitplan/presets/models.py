@@ -56,11 +56,13 @@ DEEPSEEK_V3 = ModelSpec(
     vocab_size=129280, max_seq_len=163840, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
     tied_embeddings=False, linear_bias=False,
     moe=MoeSpec(num_experts=256, experts_per_token=8, expert_ffn_size=2048, num_shared_experts=1,
-                first_dense_layers=3),
+                first_dense_layers=3, route_nodes=4),
+    mtp_depth=1,
     mla=MlaSpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
     source="DeepSeek-V3 Technical Report (arXiv:2412.19437) Sec. 4.2 and HF deepseek-ai/DeepSeek-V3 config.json: "
-           "61 layers (3 dense), h 7168, MLA 128 heads, 256 routed + 1 shared experts of 2048, top-8; "
-           "the multi-token-prediction module (14B) and the routers' bias terms are not counted")
+           "61 layers (3 dense), h 7168, MLA 128 heads, 256 routed + 1 shared experts of 2048, top-8, at most 4 "
+           "nodes per token (Sec. 3.2.2); one multi-token-prediction module (Sec. 2.2) on the last stage; the "
+           "routers' bias terms are not counted")
 
 # BLOOM-176B as trained: bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12,
 # 48 nodes of 8 A100 80GB, micro-batch 2, global batch 2048 of 2048 tokens, ALiBi, embedding LayerNorm,

@@ -28,6 +28,11 @@ RECIPES = {r.name: r for r in (
            description="the exercise's simplified budget: bf16 weights + 8 B of Adam moments, no gradients or "
                        "master copy (10 B/param)",
            source="the seed exercise (a baseline, not a trainable recipe)"),
+    Recipe(name="deepseek-v3-fp8", weights_bytes=2, grads_bytes=4, master_bytes=4,
+           moments=(("adam_m", 2), ("adam_v", 2)), compute="fp8",
+           description="DeepSeek-V3's: bf16 weights cast to fp8 for the GEMMs, fp32 grads, fp32 master, bf16 Adam "
+                       "moments (14 B/param)",
+           source="DeepSeek-V3 report Sec. 3.3.3 (bf16 moments; fp32 master weights and gradients)"),
     Recipe(name="fp8", weights_bytes=1, grads_bytes=4, master_bytes=4, moments=ADAM, compute="fp8",
            description="fp8 primary weights (Megatron --fp8-param-gather), fp32 main grads, fp32 master, "
                        "fp32 Adam (17 B/param); activations stay at the training act_bytes",

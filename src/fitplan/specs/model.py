@@ -43,6 +43,10 @@ class MoeSpec:
                                        example=1, help="experts every token uses (DeepSeek)")
     first_dense_layers: int = declared("int", default=0, flag="--first-dense-layers", group=MOE, lo=0, hi=10**5, example=1,
                                        help="leading layers with a dense MLP")
+    route_nodes: int | None = declared("int", default=None, flag="--route-nodes", group=MOE, lo=1, hi=2**16,
+                                       example=4, omitted="tokens may go to any node",
+                                       help="node-limited routing: each token's experts lie on at most N nodes, so "
+                                            "it crosses the network at most N times (DeepSeek-V3: 4)")
     capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
@@ -125,6 +129,9 @@ class ModelSpec:
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
     mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
                                    omitted="(grouped-query) multi-head attention")
+    mtp_depth: int = declared("int", default=0, flag="--mtp-depth", group="model", lo=0, hi=16, example=1,
+                              help="multi-token-prediction modules after the last layer (DeepSeek-V3: 1), each a "
+                                   "projection of 2h -> h and one more layer, sharing the embedding and head")
     published_params: int | None = declared("int", default=None, flag="--params", group="model", lo=1, hi=10**16,
                                             example=7_000_000_000, omitted="the count follows from the shapes",
                                             help="a published parameter count to use instead of the shape-derived one")

@@ -46,7 +46,8 @@ def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_afte
     return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after
 
 
-def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1, head=1, frac=1) -> dict:
+def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1, head=1, frac=1,
+               mtp=0) -> dict:
     """Forward, backward (with recompute) FLOPs of B sequences through L layers and the
     logits, keyed "core", "forward", "backward"; each Term under prefix. MoE models: n_dense
     of the L layers are dense; the linear FLOPs are the layers' average, with the routed
@@ -65,6 +66,10 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     core = ev(F.attention_core_flops, key=f"{prefix}/attention_core", B=B, s=sh.s, q=sh.q,
               **({} if v_heads is None else {"v": v_heads}))
     logits = ev(F.logits_flops, key=f"{prefix}/logits", B=B, s=sh.s, h=sh.h, V=model.vocab_size) * head
+    if model.mtp_depth:   # each MTP module: its own logits and its 2h -> h projection (DeepSeek-V3 Sec. 2.2)
+        logits = logits + mtp * head * (
+            ev(F.logits_flops, key=f"{prefix}/mtp_logits", B=B, s=sh.s, h=sh.h, V=model.vocab_size)
+            + ev(F.matmul_flops, key=f"{prefix}/mtp_projection", B=B, s=sh.s, P=2 * sh.h * sh.h))
     fwd = ev(F.forward_flops, key=f"{prefix}/forward", L=L, F_linear=lin, F_core=core, F_logits=logits)
     extra = {}
     if recompute in (Recompute.OP, Recompute.NORMS):
@@ -98,11 +103,24 @@ def moe_a2a_count(*, m, L_moe, recompute):
     return m * L_moe * (6 if recompute == Recompute.FULL else 4)
 
 
-@formula("comm/moe_a2a_message", "e*k*rho*s*b*h/(t*c)", Cite("fitplan", "formulas.md#moe"), "bytes")
-def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c):
+def _a2a_text(*, k_net=None, e_l=None, **_):
+    k = "k" if k_net is None else "min(k, N_route)"
+    e = "e" if e_l is None else "(e_l + e)/2"
+    return f"{e}*{k}*rho*s*b*h/(t*c)"
+
+
+@formula("comm/moe_a2a_message", _a2a_text,
+         Cite("fitplan", "formulas.md#moe (node-limited routing and fp8 dispatch: DeepSeek-V3 Sec. 3.2.2, 3.3.3)"),
+         "bytes")
+def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c, k_net=None, e_l=None):
     """One all-to-all's buffer per GPU: its sequence-sharded tokens' k routed copies (rho:
-    the busiest rank receives rho times the mean)."""
-    return e * k * rho * s * b * h / (t * c)
+    the busiest rank receives rho times the mean). Node-limited routing (k_net = min(k, N)
+    where the expert group crosses nodes): a token crosses the network once per node it is
+    routed to, at most N, and is forwarded inside the node over NVLink (not counted). An fp8
+    dispatch sends e_l-byte elements and the combine e-byte ones: their mean per all-to-all."""
+    k_eff = k if k_net is None else k_net
+    e_eff = e if e_l is None else (e_l + e) / 2
+    return e_eff * k_eff * rho * s * b * h / (t * c)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +151,7 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
     n_dense = None if model.moe is None else stage.n_dense * half
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
-                    rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0),
+                    rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0), mtp=stage.mtp,
                     frac=_recomputed_share(ev, c, stage.layers))
     pass_peak = peak
     if setup.training.recipe.compute == "fp8":
@@ -206,7 +224,12 @@ def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTim
         return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0,
                         zero)
     intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=setup.cluster.gpus_per_node)
-    S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp)
+    extra = {} if sh.e_l is None else {"e_l": sh.e_l}
+    nodes = setup.model.moe.route_nodes
+    if nodes is not None:
+        extra["k_net"] = select(intra, sh.moe.k, minimum(sh.moe.k, nodes))
+    S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp,
+              **extra)
     n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=c.recompute)
     secs = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all",
               **CM.link_inputs(intra, setup.cluster.gpu))
@@ -270,7 +293,7 @@ def _pacing_rank(setup: Setup, c):
     for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
         st = stage_at(RAW, setup.model, c, i)
         f = step_flops(RAW, setup, "", B=1, L=st.layers, recompute=c.recompute, n_dense=st.n_dense,
-                       head=select(st.head, 1, 0))["forward"]
+                       head=select(st.head, 1, 0), mtp=st.mtp)["forward"]
         if best_i is None:
             best_i, best_f = i, f
         else:
@@ -340,7 +363,8 @@ def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
     """The whole step's model and hardware FLOPs over all N GPUs, and the tokens per second."""
     model = setup.model
     B = c.dp * m * c.micro_batch
-    whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers, recompute=c.recompute,
+    whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers + model.mtp_depth, recompute=c.recompute,
+                       mtp=model.mtp_depth,
                        frac=_recomputed_share(RAW, c, ST.stage_layers.fn(L=model.num_layers, p=c.pp, v=c.virtual_stages,
                                                                           i=c.pp - 1, first=c.first_stage_layers,
                                                                           last=c.last_stage_layers)),
