@@ -14,7 +14,7 @@ import numpy as np
 
 from fitplan.errors import SpecError
 from fitplan.analysis import is_safe
-from fitplan.memory.breakdown import Breakdown, Setup, busiest_total, evaluate
+from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_total, candidate_stages, evaluate
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute, RecomputeMethod, Schedule, ZeroStage
 # Settings every candidate shares: the user's value (with --suggest) or the default.
@@ -105,6 +105,7 @@ class _Grid:
     last_stage_layers: int | None = None
     recompute_num_layers: int | None = None
     recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.breakdown.candidate_stages), row-aligned
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -112,11 +113,49 @@ class _Grid:
     def take(self, idx: np.ndarray) -> "_Grid":
         """The candidates at idx, numeric axes as float64 (the screening pass's dtype)."""
         f = lambda a: a[idx].astype(np.float64)
+        g = lambda x: f(x) if isinstance(x, np.ndarray) else x
+        stages = None if self.stages is None else tuple(
+            Stage(*(g(getattr(st, name)) for name in Stage.__slots__)) for st in self.stages)
         return replace(self, tp=f(self.tp), pp=f(self.pp), dp=f(self.dp), cp=f(self.cp),
-                       micro_batch=f(self.micro_batch), virtual_stages=f(self.virtual_stages), ep=f(self.ep))
+                       micro_batch=f(self.micro_batch), virtual_stages=f(self.virtual_stages), ep=f(self.ep),
+                       stages=stages)
 
 
-def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
+def _stage_table(model, space: SearchSpace, pps, vs, rows) -> tuple:
+    """The candidate ranks' Stages for every (pp, virtual stages) pair, computed once per pair
+    on ints and spread over the grid's rows (rows: each row's pair index)."""
+    from types import SimpleNamespace
+    settings = {name: getattr(space, name) for name in SETTINGS}
+    per_pair = [candidate_stages(model, SimpleNamespace(pp=int(p), virtual_stages=int(v), **settings))
+                for p in pps for v in vs]
+    out = []
+    for slot in _undominated(per_pair):
+        fields = []
+        for name in Stage.__slots__:
+            values = [getattr(pair[slot], name) for pair in per_pair]
+            fields.append(None if values[0] is None else
+                          np.array([int(x) for x in values], dtype=np.int64)[rows])
+        out.append(Stage(*fields))
+    return tuple(out)
+
+
+def _undominated(per_pair) -> list:
+    """The candidate slots worth evaluating: a slot is dropped where, for every (pp, v) pair,
+    another kept slot has the same layers (dense and MTP ones too), holds the embedding and
+    head wherever it does, and sits at the same or a lower rank (as many micro-batches in
+    flight or more): that one is at least as busy."""
+    def dominates(a, b):
+        return all(x.layers == y.layers and x.n_dense == y.n_dense and x.mtp == y.mtp and x.index <= y.index
+                   and bool(x.embedding) >= bool(y.embedding) and bool(x.head) >= bool(y.head)
+                   for x, y in ((pair[a], pair[b]) for pair in per_pair))
+    kept: list = []
+    for slot in range(len(per_pair[0])):
+        if not any(dominates(k, slot) for k in kept):
+            kept = [k for k in kept if not dominates(slot, k)] + [slot]
+    return sorted(kept)
+
+
+def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     degrees = [(t, p, c) for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0]
     settings = {name: getattr(space, name) for name in SETTINGS}
     if not degrees:
@@ -128,8 +167,12 @@ def _grid(num_gpus: int, space: SearchSpace) -> _Grid:
     i, j, k, x = (a.ravel() for a in np.meshgrid(np.arange(len(deg)), np.arange(len(mb)), np.arange(len(vs)),
                                                   np.arange(len(eps)), indexing="ij"))
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
+    stages = None
+    if model is not None:
+        pps = np.unique(deg[:, 1])
+        stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
-                 ep=eps[x], **settings)
+                 ep=eps[x], **settings, stages=stages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +266,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                         f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
                         f"with --tp, --pp, --cp, --ep, --zero, --recompute or --virtual-stages")
     usable = setup.cluster.usable_bytes
-    base = _grid(num_gpus, space)
+    base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
     keys, steps, members, closest = [], [], [], None
     legal_by_sp = {}

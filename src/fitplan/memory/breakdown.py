@@ -386,10 +386,11 @@ class Breakdown:
 
 
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
-    """Exact integer breakdown of the busiest GPU, with its explanation: every pipeline rank
-    is evaluated, the largest total wins (the lowest rank among equals)."""
+    """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
+    (candidate_ranks: one of each composition, at its most micro-batches in flight) are
+    evaluated, the largest total wins (the lowest rank among equals)."""
     best = None
-    for i in range(config.pp):
+    for i in sorted(set(candidate_ranks(setup.model, config))):
         trace = Trace()
         st = stage_at(trace, setup.model, config, i)
         parts = stage_memory(trace, setup, config, stage=st)
@@ -404,14 +405,38 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
                                                           config.first_stage_layers, config.last_stage_layers))
 
 
+def candidate_ranks(model: ModelSpec, c) -> list:
+    """The pipeline ranks the search evaluates (ints, or arrays over candidates): 0, 1, the
+    boundary rank where the middle stages' larger layer count starts
+    (fitplan.counts.stages.boundary_stage), p-1, and for an MoE model with L_d dense layers
+    first, ranks 2 .. L_d + 1 and the first larger-count rank past them. Memory falls with
+    the rank (fewer micro-batches in flight) while the middle counts do not, so among ranks
+    of one composition the lowest is the busiest: the list holds one of each
+    (tests/unit/test_stages.py checks it against every rank)."""
+    p = c.pp
+    b = ST.boundary_stage(L=model.num_layers, p=p, v=c.virtual_stages, first=c.first_stage_layers,
+                          last=c.last_stage_layers)
+    ranks = [0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1]
+    dense = 0 if model.moe is None else model.moe.first_dense_layers
+    if dense:
+        ranks += [minimum(i, p - 1) for i in range(2, dense + 2)] + [minimum(maximum(b, dense + 1), p - 1)]
+    return ranks
+
+
+def candidate_stages(model: ModelSpec, c) -> list:
+    """The Stage of each candidate rank; the search's grid carries them precomputed (`stages`),
+    since they depend only on pp, the virtual stages and the settings."""
+    cached = getattr(c, "stages", None)
+    if cached is not None:
+        return list(cached)
+    return [stage_at(RAW, model, c, i) for i in candidate_ranks(model, c)]
+
+
 def busiest_total(setup: Setup, c):
     """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path):
-    the most of the candidate ranks (candidate_ranks)."""
-    p = c.pp
-    b = ST.boundary_stage(L=setup.model.num_layers, p=p, v=c.virtual_stages, first=c.first_stage_layers,
-                          last=c.last_stage_layers)
+    the most of the candidate ranks."""
     out = None
-    for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
-        t = total(stage_memory(RAW, setup, c, stage=stage_at(RAW, setup.model, c, i)))
+    for st in candidate_stages(setup.model, c):
+        t = total(stage_memory(RAW, setup, c, stage=st))
         out = t if out is None else maximum(out, t)
     return out

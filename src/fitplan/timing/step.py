@@ -24,7 +24,7 @@ from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, Shapes, stage_at, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, candidate_stages, stage_at, stage_expert_psi, stage_psi
 from fitplan.parts import TIME, part_keys
 from fitplan.specs.parallel import Recompute, Schedule
 from fitplan.sources import Cite
@@ -284,14 +284,11 @@ def _recomputed_share(ev, c, l):
 
 def _pacing_rank(setup: Setup, c):
     """The pipeline rank whose micro-batch takes longest: of the candidate ranks
-    (fitplan.memory.breakdown.busiest_total), the one with the most forward FLOPs; the later
+    (fitplan.memory.breakdown.candidate_ranks), the one with the most forward FLOPs; the later
     rank among equals (the output layer's sends come last)."""
-    p = c.pp
-    b = ST.boundary_stage(L=setup.model.num_layers, p=p, v=c.virtual_stages, first=c.first_stage_layers,
-                          last=c.last_stage_layers)
     best_i, best_f = None, None
-    for i in (0 * p, minimum(1, p - 1), minimum(b, p - 1), p - 1):
-        st = stage_at(RAW, setup.model, c, i)
+    for st in candidate_stages(setup.model, c):
+        i = st.index
         f = step_flops(RAW, setup, "", B=1, L=st.layers, recompute=c.recompute, n_dense=st.n_dense,
                        head=select(st.head, 1, 0), mtp=st.mtp)["forward"]
         if best_i is None:
