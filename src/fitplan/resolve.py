@@ -122,8 +122,8 @@ def _custom_model(request: Request, values: dict) -> ModelSpec:
         raise SpecError(f"{flag}: a custom model needs a {'context' if serving else 'sequence length'}, "
                         f"e.g. {flag} 2048")
     mlp = values.get(("mlp",), Mlp.GELU)
-    if ("ffn_hidden_size",) not in values and mlp is Mlp.SWIGLU:
-        raise SpecError("--ffn: a swiglu MLP has no conventional size; give --ffn")
+    if ("ffn_hidden_size",) not in values and mlp.gated:
+        raise SpecError(f"--ffn: a {mlp.value} MLP has no conventional size; give --ffn")
     gpt = mlp is Mlp.GELU
     hidden, heads = values[("hidden_size",)], values[("num_heads",)]
     shape = dict(num_kv_heads=heads, ffn_hidden_size=4 * hidden, max_seq_len=seq_len, mlp=mlp,
