@@ -17,7 +17,7 @@ from fitplan.memory.breakdown import Setup
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
-from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
+from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
 from fitplan.specs.parallel import Recompute, ZeroStage
 from fitplan.specs.declare import out_of_range
 from fitplan.units import UNIT_PARSERS, fmt_rate
@@ -295,6 +295,12 @@ def model_assumptions(model: ModelSpec, hints: dict, *, serving: bool = False) -
     """A line for each thing the model has that the formulas leave out, and what its config's
     reader left out (hints["notes"])."""
     out = list(hints.get("notes", ()))
+    if not serving and model.norms_per_layer != 2:
+        out.append(f"{model.norms_per_layer} norms per layer: activations count the inputs of two, as Korthikanti "
+                   f"Table 2's layer has (the parameters count all {model.norms_per_layer})")
+    if not serving and model.qk_norm is not QkNorm.NONE:
+        out.append(f"query/key norms ({model.qk_norm.value}): their inputs are not counted in activations (the "
+                   f"parameters count them)")
     if model.sliding_window is not None:
         out.append(f"{sliding_text(model)} not modelled in "
                    + ("the KV cache: every layer caches the whole context" if serving else

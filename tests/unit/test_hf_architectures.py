@@ -378,3 +378,27 @@ def test_plan_and_infer_say_the_sliding_window_is_not_modelled(tmp_path):
     serve = resolve_serving(request_from_args(build_parser().parse_args(["infer", *args])))
     assert ("sliding window of 4,096 tokens on all but every 2nd layer not modelled in the KV cache: every "
             "layer caches the whole context") in serve.assumed
+
+
+def test_plan_says_which_norms_activations_leave_out(tmp_path):
+    from fitplan.cli import build_parser, request_from_args
+    from fitplan.resolve import resolve
+    (tmp_path / "config.json").write_text(GEMMA3_1B)
+    argv = ["plan", "--hf-config", str(tmp_path), "--gpus", "8", "--seq-len", "4096"]
+    assumed = resolve(request_from_args(build_parser().parse_args(argv))).setup.assumed
+    assert ("4 norms per layer: activations count the inputs of two, as Korthikanti Table 2's layer has (the "
+            "parameters count all 4)") in assumed
+    assert ("query/key norms (head): their inputs are not counted in activations (the parameters count them)"
+            in assumed)
+
+
+def test_megatron_export_refuses_what_its_flags_cannot_state(tmp_path):
+    import io
+
+    from fitplan.cli import main
+    (tmp_path / "config.json").write_text(QWEN3_8B)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["export", "--hf-config", str(tmp_path), "--gpus", "8", "--seq-len", "4096", "--format", "megatron"],
+                out=out, err=err)
+    assert code == 1
+    assert "query/key norms (head): not among the flags fitplan emits" in out.getvalue() + err.getvalue()
