@@ -17,7 +17,7 @@ from fitplan.memory.breakdown import Setup
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
-from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position
+from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
 from fitplan.specs.parallel import Recompute, ZeroStage
 from fitplan.specs.declare import out_of_range
 from fitplan.units import UNIT_PARSERS, fmt_rate
@@ -122,8 +122,8 @@ def _custom_model(request: Request, values: dict) -> ModelSpec:
         raise SpecError(f"{flag}: a custom model needs a {'context' if serving else 'sequence length'}, "
                         f"e.g. {flag} 2048")
     mlp = values.get(("mlp",), Mlp.GELU)
-    if ("ffn_hidden_size",) not in values and mlp is Mlp.SWIGLU:
-        raise SpecError("--ffn: a swiglu MLP has no conventional size; give --ffn")
+    if ("ffn_hidden_size",) not in values and mlp.gated:
+        raise SpecError(f"--ffn: a {mlp.value} MLP has no conventional size; give --ffn")
     gpt = mlp is Mlp.GELU
     hidden, heads = values[("hidden_size",)], values[("num_heads",)]
     shape = dict(num_kv_heads=heads, ffn_hidden_size=4 * hidden, max_seq_len=seq_len, mlp=mlp,
@@ -273,6 +273,7 @@ def resolve(request: Request) -> Resolved:
     spec = _spec_file(request)
     model, preset, hints = _model(request, spec)
     training, assumed = _training(request, spec, preset, model, hints)
+    assumed = model_assumptions(model, hints) + assumed
     setup = Setup(model, training, _cluster(request, spec, preset), assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)
@@ -281,6 +282,30 @@ def resolve(request: Request) -> Resolved:
     if not config.get("sequence_parallel", True):
         del config["sequence_parallel"]   # off is the default: it fixes nothing
     return Resolved(setup=setup, micro_batch=micro_batch, config=config, search=options(SearchOptions, request))
+
+
+def sliding_text(model: ModelSpec) -> str:
+    every = model.full_attention_every
+    suffix = "th" if every is None or 10 <= every % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(every % 10, "th")
+    layers = "every layer" if every is None else f"all but every {every}{suffix} layer"
+    return f"sliding window of {model.sliding_window:,} tokens on {layers}"
+
+
+def model_assumptions(model: ModelSpec, hints: dict, *, serving: bool = False) -> tuple[str, ...]:
+    """A line for each thing the model has that the formulas leave out, and what its config's
+    reader left out (hints["notes"])."""
+    out = list(hints.get("notes", ()))
+    if not serving and model.norms_per_layer != 2:
+        out.append(f"{model.norms_per_layer} norms per layer: activations count the inputs of two, as Korthikanti "
+                   f"Table 2's layer has (the parameters count all {model.norms_per_layer})")
+    if not serving and model.qk_norm is not QkNorm.NONE:
+        out.append(f"query/key norms ({model.qk_norm.value}): their inputs are not counted in activations (the "
+                   f"parameters count them)")
+    if model.sliding_window is not None:
+        out.append(f"{sliding_text(model)} not modelled in "
+                   + ("the KV cache: every layer caches the whole context" if serving else
+                      "activations: full attention assumed"))
+    return tuple(out)
 
 
 def explicit_config(resolved: Resolved) -> bool:
@@ -330,11 +355,11 @@ class ServingRequest:
 def resolve_serving(request: Request) -> ServingRequest:
     """A serving request's specs: no training spec; tp defaults to the GPUs pp leaves."""
     spec = _spec_file(request)
-    model, preset, _ = _model(request, spec)
+    model, preset, hints = _model(request, spec)
     cluster = _cluster(request, spec, preset)
     opts = options(InferOptions, request)
     config = {path[0]: v for path, v in given(request, "config").items()}
-    assumed = []
+    assumed = list(model_assumptions(model, hints, serving=True))
     pp = config.get("pp", 1)
     tp = config.get("tp")
     if tp is None:

@@ -35,6 +35,8 @@ COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}, "firs
               "last_stage_layers": {"pp": 2}, "schedule": {"pp": 2}, "shard_degree": {"zero": 1},
               "reshard_after_forward": {"zero": 3}, "recompute_num_layers": {"recompute": "full"}}
 SPEC_ROOTS = ("model", "training", "cluster")
+# Spec fields legal only beside another: flags (CLI) and request keys (API).
+SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"sliding_window": 4096})}
 
 
 def _argv_value(f, value) -> list[str]:
@@ -89,7 +91,7 @@ def _resolved(f, extra_argv, extra_body):
 
 @pytest.mark.parametrize("f", _flag_cases(SPEC_ROOTS), ids=lambda f: f.flag)
 def test_a_spec_field_round_trips_through_flags_api_and_spec_file(f, tmp_path):
-    cli, api = _resolved(f, [], {})
+    cli, api = _resolved(f, *SPEC_COMPANIONS.get(f.path[-1], ([], {})))
     assert cli.setup == api.setup
     expected = typed(f, f.decl.example)
     holder = _at(cli.setup, f.path[:-1])

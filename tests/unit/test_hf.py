@@ -128,7 +128,7 @@ def test_experts_in_a_dense_family_are_refused():
 
 @pytest.mark.parametrize(("config", "needle"), [
     ({**LLAMA, "model_type": "lama"}, "unknown model_type 'lama'; did you mean 'llama'?"),
-    ({**LLAMA, "model_type": "falcon"}, "unknown model_type 'falcon'"),
+    ({**LLAMA, "model_type": "mamba"}, "unknown model_type 'mamba'"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "no 'model_type'"),
     ({k: v for k, v in LLAMA.items() if k != "intermediate_size"}, "has no 'intermediate_size'"),
     ({k: v for k, v in GPT2.items() if k != "n_embd"}, "has no 'n_embd' (nor 'hidden_size')"),

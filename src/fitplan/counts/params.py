@@ -7,8 +7,19 @@ t tensor-parallel degree, p pipeline-parallel degree.
 Per layer (GPT-3 / Megatron-LM GPT; Llama drops biases and uses RMSNorm):
   attention  h*(q + 2kv) + q*h weights, (q + 2kv) + h biases
   mlp        n*h*f weights (n = 2 GeLU, 3 SwiGLU), f (GeLU) or 2f (SwiGLU) + h biases
-  norms      2 x (2h LayerNorm | h RMSNorm)
+  norms      n_norm x (2h LayerNorm | h RMSNorm); n_norm = 2 (before attention and before
+             the MLP) unless the model says otherwise: Gemma 2/3 add post-attention and
+             post-feedforward norms (4, transformers Gemma2DecoderLayer), Falcon-7B's parallel
+             block shares one input norm (1, FalconDecoderLayer)
+  q/k norms  head: 2d (one RMSNorm weight of d for q and one for k, shared by the heads:
+             transformers Qwen3Attention q_norm/k_norm, Gemma3Attention); projection: q + kv
+             (RMSNorms over the whole projections: transformers Olmo2Attention)
 For GPT shapes (q = kv = h, f = 4h) a layer is 12h^2 + 13h, as in [narayanan Eq. 2].
+
+An MoE layer adds the router h*E, with a sigmoid gate on the shared experts h (Qwen2-MoE's
+shared_expert_gate, transformers Qwen2MoeSparseMoeBlock) and a routing-score bias E per
+layer (DeepSeek-V3's e_score_correction_bias, transformers DeepseekV3TopkRouter) where the
+model has them.
 
 Under tensor parallelism (Megatron column/row-parallel linears) the weight matrices,
 the column-parallel biases and the vocabulary-parallel embedding and head are split by t;
@@ -18,7 +29,7 @@ position table is replicated too. [korthikanti Sec. 3 / Megatron-LM tensor_paral
 from fitplan.arith import ceil_div, select
 from fitplan.explain import COUNT, formula
 from fitplan.sources import Cite
-from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
+from fitplan.specs.model import ModelSpec, Norm, Position, QkNorm
 
 NARAYANAN_EQ2 = Cite("narayanan", "Eq. 2")
 SPLIT = Cite("fitplan", "formulas.md#params (Megatron-LM tensor_parallel.layers)")
@@ -28,8 +39,16 @@ def norm_params(model: ModelSpec) -> int:
     return 2 * model.hidden_size if model.norm is Norm.LAYERNORM else model.hidden_size
 
 
+def layer_norms_params(model: ModelSpec) -> int:
+    """The norms of one layer: norms_per_layer norms of h (2h for LayerNorm), and the query/key
+    norms: 2d per layer (head), q + kv (projection)."""
+    qk = {QkNorm.NONE: 0, QkNorm.HEAD: 2 * (model.head_dim or model.hidden_size // model.num_heads),
+          QkNorm.PROJECTION: model.q_size + model.kv_size}[model.qk_norm]
+    return model.norms_per_layer * norm_params(model) + qk
+
+
 def _mlp_mats(model: ModelSpec) -> int:
-    return 3 if model.mlp is Mlp.SWIGLU else 2
+    return 3 if model.mlp.gated else 2
 
 
 def _mla_down(model: ModelSpec) -> int:
@@ -75,7 +94,7 @@ def layer_matmul_params(model: ModelSpec, *, moe_layer: bool, rho: float = 1) ->
         return attention_matmul_params(model) + n * h * model.ffn_hidden_size
     e = model.moe
     return (attention_matmul_params(model) + h * e.num_experts + n * h * e.num_shared_experts * e.expert_ffn_size
-            + rho * e.experts_per_token * n * h * e.expert_ffn_size)
+            + (h if e.shared_expert_gate else 0) + rho * e.experts_per_token * n * h * e.expert_ffn_size)
 
 
 def attention_sharded_params(model: ModelSpec) -> int:
@@ -102,7 +121,7 @@ def attention_replicated_params(model: ModelSpec) -> int:
 
 def mlp_sharded_params(model: ModelSpec, f: int) -> int:
     """A dense MLP of width f: n*h*f weights (n = 2 GeLU, 3 SwiGLU) and its column biases."""
-    col_biases = (2 * f if model.mlp is Mlp.SWIGLU else f) if model.linear_bias else 0
+    col_biases = (2 * f if model.mlp.gated else f) if model.linear_bias else 0
     return _mlp_mats(model) * model.hidden_size * f + col_biases
 
 
@@ -116,8 +135,9 @@ def layer_sharded_params(model: ModelSpec) -> int:
 
 
 def layer_replicated_params(model: ModelSpec) -> int:
-    """Parameters of one dense layer every tp rank holds: two norms, the row-parallel biases."""
-    return 2 * norm_params(model) + attention_replicated_params(model) + mlp_replicated_params(model)
+    """Parameters of one dense layer every tp rank holds: its norms (q/k norms included, even
+    the projection-wide ones, which are small), the row-parallel biases."""
+    return layer_norms_params(model) + attention_replicated_params(model) + mlp_replicated_params(model)
 
 
 def moe_layer_sharded_params(model: ModelSpec) -> int:
@@ -128,10 +148,13 @@ def moe_layer_sharded_params(model: ModelSpec) -> int:
 
 
 def moe_layer_replicated_params(model: ModelSpec) -> int:
-    """One MoE layer's replicated parameters: norms, row biases and the router (h*E)."""
-    shared_bias = mlp_replicated_params(model) if model.moe.num_shared_experts else 0
-    return (2 * norm_params(model) + attention_replicated_params(model) + shared_bias
-            + model.hidden_size * model.moe.num_experts)
+    """One MoE layer's replicated parameters: norms, row biases and the router (h*E), with the
+    shared experts' gate (h) and the routing-score bias (E) where the model has them."""
+    e = model.moe
+    shared_bias = mlp_replicated_params(model) if e.num_shared_experts else 0
+    return (layer_norms_params(model) + attention_replicated_params(model) + shared_bias
+            + model.hidden_size * e.num_experts + (model.hidden_size if e.shared_expert_gate else 0)
+            + (e.num_experts if e.expert_bias else 0))
 
 
 def expert_params(model: ModelSpec, experts: int | None = None) -> int:

@@ -31,7 +31,7 @@ import shlex
 from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
-from fitplan.specs import Mlp, Norm, Position, Recompute, ZeroStage
+from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
 
 FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -156,6 +156,7 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
         positions = s
         notes.append(f"--max-position-embeddings raised from {m.max_seq_len} to the sequence length {s}: RoPE "
                      f"has no position parameters, so memory is unchanged")
+    reasons += _unexpressed(m)
     out = [_flag("--num-layers", m.num_layers), _flag("--hidden-size", m.hidden_size),
            _flag("--ffn-hidden-size", m.ffn_hidden_size), _flag("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:
@@ -176,6 +177,23 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
         out.append(_flag("--untie-embeddings-and-output-weights"))
     if not plan.training.dropout:
         out += [_flag("--hidden-dropout", 0.0), _flag("--attention-dropout", 0.0)]
+    return out
+
+
+def _unexpressed(m) -> list:
+    """Model features the emitted flags cannot state: Megatron would build a different model."""
+    out = []
+    if m.mlp == Mlp.GEGLU:
+        out.append("a GeGLU MLP (Gemma): Megatron's --swiglu gates with SiLU and the emitted flags have no GeLU gate")
+    if m.norms_per_layer != 2:
+        out.append(f"{m.norms_per_layer} norms per layer: Megatron's GPT layer has two (before attention and before "
+                   f"the MLP)")
+    if m.qk_norm != QkNorm.NONE:
+        out.append(f"query/key norms ({m.qk_norm.value}): not among the flags fitplan emits")
+    if m.sliding_window is not None:
+        out.append(f"sliding-window attention ({m.sliding_window:,} tokens): not among the flags fitplan emits")
+    if m.moe is not None and (m.moe.shared_expert_gate or m.moe.expert_bias):
+        out.append("a shared-expert gate or a routing-score bias: not among the flags fitplan emits")
     return out
 
 

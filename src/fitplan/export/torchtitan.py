@@ -24,7 +24,7 @@ bf16 only as the gathered compute copy. So it expresses:
 from fitplan import toml_text
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
-from fitplan.specs import Mlp, Norm, Position, Recompute, ZeroStage
+from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
 
 FORMAT, PYTHON_FORMAT = "torchtitan", "torchtitan-python"
 ADAM = dict(recipes.ADAM)
@@ -161,9 +161,10 @@ def _notes(plan: Plan) -> list:
         notes.append(f"DTensor sequence parallel saves the all-gathered LayerNorm outputs "
                      f"(docs/engines.md#tensor-and-sequence-parallel-under-dtensor): "
                      f"{extra:,} B more per layer and micro-batch than the plan's Megatron-style SP")
-    if (m.mlp, m.norm, m.position) != (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE):
-        notes.append("torchtitan ships Llama-style models (RMSNorm, SwiGLU, RoPE); this model needs a custom "
-                     "model registered with torchtitan")
+    if ((m.mlp, m.norm, m.position) != (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE) or m.norms_per_layer != 2
+            or m.qk_norm != QkNorm.NONE or m.sliding_window is not None):
+        notes.append("torchtitan ships Llama-style models (RMSNorm, SwiGLU, RoPE, two norms per layer, full "
+                     "attention); this model needs a custom model registered with torchtitan")
     if t.dropout:
         notes.append("torchtitan's models have no dropout: the plan's dropout masks are not stored (re-plan "
                      "without dropout for an exact match)")

@@ -17,7 +17,7 @@ from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
-from fitplan.specs.model import Mlp, Position
+from fitplan.specs.model import Position
 from fitplan.specs.parallel import Recompute
 
 PARTS = part_keys(STATES, ACTIVATIONS, RUNTIME)   # the table of parts, fitplan.parts
@@ -86,7 +86,7 @@ class Shapes:
             f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts)
         r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
-                   n=3 if m.mlp is Mlp.SWIGLU else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
+                   n=3 if m.mlp.gated else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
                    r_extra=r_extra, kernel=tr.attention_kernel, moe=moe,
                    e_l=1 if tr.recipe.compute == "fp8" and tr.act_bytes > 1 else None)
 

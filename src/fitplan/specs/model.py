@@ -13,11 +13,24 @@ MLA = "multi-head latent attention"
 class Mlp(StrEnum):
     GELU = "gelu"       # fc1 (h -> f), GeLU, fc2 (f -> h): two matrices [gpt3]
     SWIGLU = "swiglu"   # gate and up (h -> f), SiLU(gate) * up, down (f -> h): three matrices [llama3]
+    GEGLU = "geglu"     # gate and up (h -> f), GeLU(gate) * up, down (f -> h): three matrices (Gemma)
+
+    @property
+    def gated(self) -> bool:
+        """A gated MLP: gate and up projections (h -> f each) and a down projection, three
+        matrices; SwiGLU and GeGLU differ only in the activation."""
+        return self is not Mlp.GELU
 
 
 class Norm(StrEnum):
     LAYERNORM = "layernorm"  # weight and bias: 2h parameters
     RMSNORM = "rmsnorm"      # weight only: h parameters
+
+
+class QkNorm(StrEnum):
+    NONE = "none"              # no norm on queries and keys
+    HEAD = "head"              # RMSNorm over each head's d (one weight of d for q, one for k): Qwen3, Gemma 3
+    PROJECTION = "projection"  # RMSNorm over the whole q (a*d) and k (g*d) projections: OLMo 2
 
 
 class Position(StrEnum):
@@ -47,6 +60,13 @@ class MoeSpec:
                                        example=4, omitted="tokens may go to any node",
                                        help="node-limited routing: each token's experts lie on at most N nodes, so "
                                             "it crosses the network at most N times (DeepSeek-V3: 4)")
+    shared_expert_gate: bool = declared("bool", default=False, flag="--shared-expert-gate",
+                                        off_flag="--no-shared-expert-gate", group=MOE, example=True,
+                                        help="a sigmoid gate (h -> 1 weights) scales the shared experts' output "
+                                             "(Qwen2-MoE's shared_expert_gate)")
+    expert_bias: bool = declared("bool", default=False, flag="--expert-bias", off_flag="--no-expert-bias", group=MOE,
+                                 example=True, help="a bias per routed expert on the routing scores, E numbers per "
+                                                    "MoE layer (DeepSeek-V3's e_score_correction_bias)")
     capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
@@ -58,6 +78,11 @@ class MoeSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"model.moe.{name} must be a whole number >= 0, got {value!r}")
+        for name in ("shared_expert_gate", "expert_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"model.moe.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise SpecError("model.moe.shared_expert_gate needs shared experts (num_shared_experts >= 1) to gate")
         if self.experts_per_token > self.num_experts:
             raise SpecError(f"model.moe.experts_per_token ({self.experts_per_token}) exceeds num_experts "
                             f"({self.num_experts})")
@@ -110,7 +135,7 @@ class ModelSpec:
                                 help="the longest sequence the model takes (a learned position table's rows); "
                                      "default --seq-len for a custom shape")
     mlp: Mlp = declared("enum", default=Mlp.GELU, enum=Mlp, flag="--mlp", group="model", example=Mlp.SWIGLU,
-                        help="gelu: two matrices; swiglu: three")
+                        help="gelu: two matrices; swiglu, geglu (Gemma): three, gated")
     norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
                           example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
     position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
@@ -126,6 +151,23 @@ class ModelSpec:
     head_dim: int | None = declared("int", default=None, flag="--head-dim", group="model", lo=1, hi=2**16, example=128,
                                     omitted="hidden_size / num_heads",
                                     help="per-head width, when it is not hidden / heads")
+    norms_per_layer: int = declared("int", default=2, flag="--norms-per-layer", group="model", lo=1, hi=8, example=4,
+                                    help="norms in each layer: 2 (before attention and before the MLP); Gemma 2/3 "
+                                         "add two post-norms (4); Falcon-7B's parallel block has 1")
+    qk_norm: QkNorm = declared("enum", default=QkNorm.NONE, enum=QkNorm, flag="--qk-norm", group="model",
+                               example=QkNorm.HEAD, help="RMSNorm on queries and keys: head (a weight of head_dim "
+                                                         "each for q and k: Qwen3, Gemma 3) or projection (over the "
+                                                         "whole q and k widths: OLMo 2)")
+    sliding_window: int | None = declared("int", default=None, flag="--sliding-window", group="model", lo=1,
+                                          hi=10**9, unit="tokens", example=4096,
+                                          omitted="every layer attends to the whole sequence",
+                                          help="local attention over this many tokens (recorded; activations and "
+                                               "KV caches are planned for full attention)")
+    full_attention_every: int | None = declared("int", default=None, flag="--full-attention-every", group="model",
+                                                lo=2, hi=10**5, example=6,
+                                                omitted="with a sliding window, every layer slides",
+                                                help="with --sliding-window: layer i attends fully when (i+1) is a "
+                                                     "multiple of this (Gemma 2: 2, Gemma 3: 6)")
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
     mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
                                    omitted="(grouped-query) multi-head attention")
@@ -165,7 +207,15 @@ class ModelSpec:
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise SpecError(f"model.moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers "
                             f"({self.num_layers})")
-        for name, kind in (("mlp", Mlp), ("norm", Norm), ("position", Position)):
+        positive_int("model", "norms_per_layer", self.norms_per_layer, maximum=8)
+        if self.sliding_window is not None:
+            positive_int("model", "sliding_window", self.sliding_window)
+        if self.full_attention_every is not None:
+            positive_int("model", "full_attention_every", self.full_attention_every)
+            if self.sliding_window is None:
+                raise SpecError("model.full_attention_every needs a sliding window (sliding_window) for the other "
+                                "layers")
+        for name, kind in (("mlp", Mlp), ("norm", Norm), ("position", Position), ("qk_norm", QkNorm)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(f"model.{name} must be one of {', '.join(k.value for k in kind)}")
         check_ranges(self, "model")
