@@ -39,7 +39,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 _TYPES = {"int": int, "number": float, "moments": float, "ints": _ints}
 _METAVARS = {"int": "N", "number": "X", "moments": "BYTES", "size": "SIZE", "rate": "RATE", "seconds": "TIME",
-             "ints": "N,N,..."}
+             "power": "POWER", "count": "COUNT", "ints": "N,N,..."}
 
 
 def add_declared_flags(parser, command: str) -> None:
