@@ -59,8 +59,9 @@ class PlanOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class SweepOptions:
-    over: str = declared("choice", default="gpus", choices=("gpus", "seq-len"), flag="--over", group="sweep",
-                         example="seq-len", help="the x axis: GPU count or sequence length")
+    over: str = declared("choice", default="gpus", choices=("gpus", "seq-len", "micro-batch"), flag="--over",
+                         group="sweep", example="seq-len",
+                         help="the x axis: GPU count, sequence length or micro-batch")
     values: tuple | None = declared("ints", default=None, flag="--values", group="sweep", lo=1, hi=2**24, example=(8, 16),
                                     help="comma-separated x values (default: powers of two)")
     format: str = declared("choice", default="text", choices=("text", "json"), flag="--format", group="output",

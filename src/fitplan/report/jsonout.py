@@ -120,9 +120,12 @@ def comm_dict(st) -> dict:
 def search(setup, r, bound, smallest) -> str:
     from fitplan.report.advice import steps
     from fitplan.search import RECOMMEND_ORDER
+    from fitplan.answers import largest_fitting_micro_batch
+
     def one(s, st):
         return _with_to_train(setup, {
-            **config_dict(s.config), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+            **config_dict(s.config), "largest_fitting_micro_batch": largest_fitting_micro_batch(setup, s.config),
+            "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
             "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
             "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}, st)
 
