@@ -446,6 +446,8 @@ def _gpu_preset(g) -> list:
             ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
             ("sustained", f"{g.efficiency:g} x h/(h + {g.efficiency_h0:g}) of peak (bench/calibrate.py)"),
             ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
+            ("power", f"{g.power_watts:g} W, the board's maximum (the energy to train's default; --gpu-power)"
+             if g.power_watts else "not stated"),
             ("inside a node", _link(g.intra_node)),
             ("across nodes", _link(g.inter_node)),
             ("node", f"{g.gpus_per_node} GPUs"))
