@@ -6,8 +6,10 @@ parses, prints or opens a file.
 
   plan      the seed report (no configuration), one configuration, or the search with
             its lower bound and, when nothing fits, the smallest GPU count that does
-  sweep     the least per-GPU memory any configuration needs, over GPU counts or
-            sequence lengths
+  sweep     the least per-GPU memory any configuration needs, over GPU counts, sequence
+            lengths or micro-batches
+  largest_fitting_micro_batch
+            the largest micro-batch one configuration fits with, everything else kept
   chosen    the configuration to export: the one given, or the search's first
 """
 from dataclasses import dataclass, replace
@@ -18,7 +20,7 @@ from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.request import SearchOptions
-from fitplan.specs import ClusterSpec, TrainingSpec
+from fitplan.specs import ClusterSpec, TrainingSpec, compat
 from fitplan.specs.declare import field_bounds
 from fitplan.specs.parallel import ParallelConfig
 
@@ -130,7 +132,7 @@ class SweepPoint:
 @dataclass(frozen=True, slots=True)
 class SweepAnswer:
     setup: Setup
-    over: str                     # "gpus" or "seq-len"
+    over: str                     # "gpus", "seq-len" or "micro-batch"
     points: tuple[SweepPoint, ...]
 
     @property
@@ -143,38 +145,54 @@ class SweepAnswer:
 
     @property
     def best(self) -> int | None:
-        """The smallest GPU count, or the largest sequence length, that fits."""
+        """The smallest GPU count, or the largest sequence length or micro-batch, that fits."""
         fitting = self.fitting
         if not fitting:
             return None
         return min(fitting) if self.over == "gpus" else max(fitting)
 
 
-def sweep_values(over: str, values) -> list[int]:
-    """The x values: given, or powers of two. GPU counts and sequence lengths keep the ranges
-    that --gpus and --seq-len declare."""
+# the x axes: the field each one sets, its flag, and the default values (powers of two)
+SWEEP_AXES = {"gpus": (ClusterSpec, "num_gpus", "--gpus"), "seq-len": (TrainingSpec, "seq_len", "--seq-len"),
+              "micro-batch": (ParallelConfig, "micro_batch", "--micro-batch")}
+MAX_DEFAULT_MICRO_BATCH = 2**12
+
+
+def sweep_values(over: str, values, *, global_batch: int | None = None) -> list[int]:
+    """The x values: given, or powers of two. GPU counts, sequence lengths and micro-batches keep
+    the ranges that --gpus, --seq-len and --micro-batch declare; the default micro-batches stop
+    at the global batch (a micro-batch holds at most the whole batch)."""
+    cls, name, flag = SWEEP_AXES[over]
     if values is not None:
-        limit = int(field_bounds(ClusterSpec, "num_gpus")[1] if over == "gpus" else
-                    field_bounds(TrainingSpec, "seq_len")[1])
+        limit = int(field_bounds(cls, name)[1])
         if not values or min(values) < 1 or max(values) > limit or len(values) > MAX_SWEEP_POINTS:
             raise SpecError(f"--values: give 1 to {MAX_SWEEP_POINTS} numbers, each 1 to {limit:,} "
-                            f"({'the --gpus' if over == 'gpus' else 'the --seq-len'} range)")
+                            f"(the {flag} range)")
         return sorted(set(values))
     if over == "gpus":
         return [2**k for k in range(0, 13)]
+    if over == "micro-batch":
+        top = min(MAX_DEFAULT_MICRO_BATCH, global_batch or MAX_DEFAULT_MICRO_BATCH)
+        return [2**k for k in range(0, top.bit_length()) if 2**k <= top]
     return [2**k for k in range(9, 18)]
 
 
 def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOptions, fixed: dict) -> SweepAnswer:
-    """At each x, the least per-GPU bytes any legal configuration needs, and that configuration."""
+    """At each x, the least per-GPU bytes any legal configuration needs, and that configuration.
+    Over micro-batches each point searches that micro-batch alone (not its halvings)."""
     from fitplan.search import search, space_size
     setups = []
-    for x in sweep_values(over, values):
+    for x in sweep_values(over, values, global_batch=setup.training.global_batch):
         if over == "gpus":
             setups.append((x, replace(setup, cluster=replace(setup.cluster, num_gpus=x))))
-        else:
+        elif over == "seq-len":
             setups.append((x, replace(setup, training=replace(setup.training, seq_len=x))))
-    spaces = [space_for(s, micro_batch, opts, fixed) for _, s in setups]
+        else:
+            setups.append((x, setup))
+    if over == "micro-batch":
+        spaces = [replace(space_for(s, x, opts, fixed), micro_batches=(x,)) for x, s in setups]
+    else:
+        spaces = [space_for(s, micro_batch, opts, fixed) for _, s in setups]
     work = sum(space_size(s.cluster.num_gpus, space) for (_, s), space in zip(setups, spaces))
     if work > WORK_CANDIDATES:
         raise SpecError(f"this sweep would search {work:,} candidates (limit {WORK_CANDIDATES:,}); give fewer or "
@@ -184,6 +202,47 @@ def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOpti
         least = search(s, space, top=1, rank="disturbance").least_loaded
         points.append(SweepPoint(x, None if least is None else int(least.per_gpu_bytes), least))
     return SweepAnswer(setup, over, tuple(points))
+
+
+def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig) -> int | None:
+    """The largest micro-batch this configuration fits with, every other setting kept, among
+    those the global batch allows (dp x micro-batch divides it, and the pipeline rules on the
+    micro-batches per step hold: fitplan.specs.compat); None if none fits. Memory grows with
+    the micro-batch (activations and buffers scale with it), so the scan stops at the first
+    legal one past the configuration's that does not fit."""
+    def legal(b: int) -> bool:
+        return not compat.check(setup.model, setup.training, setup.cluster, replace(config, micro_batch=b),
+                                allow_cross_node_tp=True)
+
+    def fits(b: int) -> bool:
+        return evaluate(setup, replace(config, micro_batch=b)).fits
+
+    hi = int(field_bounds(ParallelConfig, "micro_batch")[1])
+    b0 = config.micro_batch
+    G = setup.training.global_batch
+    if G is None:   # no batch to divide: double, then halve the gap (memory grows with b)
+        if not fits(b0):
+            return next((b for b in range(b0 - 1, 0, -1) if fits(b)), None)
+        lo, up = b0, b0 * 2
+        while up <= hi and fits(up):
+            lo, up = up, up * 2
+        up = min(up, hi + 1)
+        while up - lo > 1:
+            mid = (lo + up) // 2
+            lo, up = (mid, up) if fits(mid) else (lo, mid)
+        return lo
+    per_rank = G // config.dp if G % config.dp == 0 else 0   # sequences each data-parallel rank takes per step
+    candidates = [b for b in range(1, min(per_rank, hi) + 1) if per_rank % b == 0]
+    if not fits(b0) or not legal(b0):
+        return next((b for b in reversed(candidates) if b < b0 and legal(b) and fits(b)), None)
+    best = b0
+    for b in candidates:
+        if b <= b0 or not legal(b):
+            continue
+        if not fits(b):
+            break
+        best = b
+    return best
 
 
 def chosen_config(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, opts: SearchOptions,

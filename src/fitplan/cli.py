@@ -17,7 +17,8 @@ from fitplan.request import Request, command_flags
 HELP = {"plan": "memory per GPU: the seed report, one configuration, or --suggest",
         "search": "the same as 'plan --suggest'",
         "export": "Megatron-LM / DeepSpeed / torchtitan configuration for a plan",
-        "sweep": "the least per-GPU memory any configuration needs, against GPU count or sequence length",
+        "sweep": "the least per-GPU memory any configuration needs, against GPU count, sequence length or "
+                 "micro-batch",
         "compare": "pure TP, pure PP and a hybrid side by side: memory, traffic, bubble, time",
         "infer": "serving memory: weights and KV cache per GPU, the largest batch and context, the decode bound"}
 
@@ -39,7 +40,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 _TYPES = {"int": int, "number": float, "moments": float, "ints": _ints}
 _METAVARS = {"int": "N", "number": "X", "moments": "BYTES", "size": "SIZE", "rate": "RATE", "seconds": "TIME",
-             "ints": "N,N,..."}
+             "power": "POWER", "count": "COUNT", "ints": "N,N,..."}
 
 
 def add_declared_flags(parser, command: str) -> None:
@@ -164,7 +165,7 @@ def _plot(path: str, reply) -> None:
     a, setup = reply.answer, reply.resolved.setup
     if isinstance(a, SweepAnswer):
         plot_sweep([(p.x, p.per_gpu_bytes) for p in a.points], a.usable_bytes, path,
-                   "GPU count" if a.over == "gpus" else "sequence length",
+                   {"gpus": "GPU count", "seq-len": "sequence length", "micro-batch": "micro-batch"}[a.over],
                    mark="smallest" if a.over == "gpus" else "largest",
                    title=sweep_title(setup.model.name, setup.cluster.gpu.name,
                                      num_gpus=None if a.over == "gpus" else setup.cluster.num_gpus))

@@ -18,7 +18,7 @@ from fitplan.units import UNIT_PARSERS
 
 FORMATS = ("text", "markdown", "json")
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan-python")
-RANKS = ("disturbance", "throughput")
+RANKS = ("disturbance", "throughput", "cost")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,8 @@ class ModelSource:
 class SearchOptions:
     """How the search runs (plan --suggest, export and sweep without a configuration)."""
     rank: str = declared("choice", default="disturbance", choices=RANKS, flag="--rank", group="search",
-                         example="throughput", help="least disturbance first, or shortest step time first")
+                         example="throughput", help="least disturbance first, shortest step time first, or lowest cost to "
+                                                     "train first (cost needs --gpu-hour-price)")
     allow_cross_node_tp: bool = declared("bool", default=False, flag="--allow-cross-node-tp", group="search",
                                          example=True, help="let tensor-parallel groups span nodes")
     max_cp: int | None = declared("int", default=None, flag="--max-cp", group="search", lo=1, hi=64, example=4,
@@ -58,8 +59,9 @@ class PlanOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class SweepOptions:
-    over: str = declared("choice", default="gpus", choices=("gpus", "seq-len"), flag="--over", group="sweep",
-                         example="seq-len", help="the x axis: GPU count or sequence length")
+    over: str = declared("choice", default="gpus", choices=("gpus", "seq-len", "micro-batch"), flag="--over",
+                         group="sweep", example="seq-len",
+                         help="the x axis: GPU count, sequence length or micro-batch")
     values: tuple | None = declared("ints", default=None, flag="--values", group="sweep", lo=1, hi=2**24, example=(8, 16),
                                     help="comma-separated x values (default: powers of two)")
     format: str = declared("choice", default="text", choices=("text", "json"), flag="--format", group="output",

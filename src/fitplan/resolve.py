@@ -19,7 +19,7 @@ from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, c
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
 from fitplan.specs.parallel import Recompute, ZeroStage
-from fitplan.specs.declare import out_of_range
+from fitplan.specs.declare import out_of_range, spec_fields
 from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
@@ -265,6 +265,10 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
             raise SpecError("--gpus: say how many GPUs, e.g. --gpus 8")
         values["num_gpus"] = from_file.num_gpus
     values.setdefault("gpus_per_node", from_file.gpus_per_node if from_file is not None else gpu.gpus_per_node)
+    if from_file is not None:   # the rest (the price, the PUE) as the file says, where no flag gives them
+        for f, _ in spec_fields(ClusterSpec):
+            if f.name != "gpu":
+                values.setdefault(f.name, getattr(from_file, f.name))
     return ClusterSpec(gpu=gpu, **values)
 
 

@@ -14,9 +14,11 @@ import numpy as np
 
 from fitplan.errors import SpecError
 from fitplan.analysis import is_safe
+from fitplan.explain import RAW
 from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_total, candidate_stages, evaluate
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute, RecomputeMethod, Schedule, ZeroStage
+from fitplan.units import fmt_count
 # Settings every candidate shares: the user's value (with --suggest) or the default.
 SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
             "recompute_num_layers", "recompute_method")
@@ -241,6 +243,11 @@ def _rank_keys(grid: _Grid, idx: np.ndarray, totals: np.ndarray, requested_mb: i
 
 
 THROUGHPUT_ORDER = ("estimated step time, shortest first (fitplan.timing.step); ties broken by least disturbance")
+COST_ORDER = ("estimated cost to train, lowest first: GPU-hours to train the tokens, N x step time / tokens per step "
+              "(fitplan.timing.to_train), which orders as the cost for one token count and price; ties broken by "
+              "least disturbance")
+# --rank cost without --train-tokens: the cost of this many tokens is shown (the order is the same for any count)
+COST_TOKENS = 10**9
 RECOMMEND_ORDER = ("the shortest estimated step among the layouts that fit with a safe margin (headroom at least "
                    "the largest unmodelled buffer and 5% of usable memory: fitplan.analysis.is_safe); ties broken "
                    "by least disturbance")
@@ -251,14 +258,19 @@ ALTERNATIVES = 4
 
 def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "disturbance",
            recommend: bool = False) -> SearchResult:
-    """rank: 'disturbance' (RANK_ORDER) or 'throughput' (THROUGHPUT_ORDER) orders the suggestions.
-    recommend: also pick the minimum viable layout (RANK_ORDER) and the recommended one
-    (RECOMMEND_ORDER), whatever the rank."""
+    """rank: 'disturbance' (RANK_ORDER), 'throughput' (THROUGHPUT_ORDER) or 'cost' (COST_ORDER;
+    needs the cluster's gpu_hour_price) orders the suggestions. recommend: also pick the minimum
+    viable layout (RANK_ORDER) and the recommended one (RECOMMEND_ORDER), whatever the rank."""
     from fitplan.timing.compute import peak_flops_per_s
-    from fitplan.timing.step import step_seconds
-    if rank == "throughput":
+    from fitplan.timing.step import step_time
+    from fitplan.timing.to_train import gpu_hours_to_train
+    if rank == "cost" and setup.cluster.gpu_hour_price is None:
+        raise SpecError("--rank cost: give --gpu-hour-price, the price of one GPU-hour (e.g. --gpu-hour-price 2.50), "
+                        "and --train-tokens for the run's total")
+    if rank in ("throughput", "cost"):
         peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)   # a SpecError for fp8 on an fp8-less GPU
-    timed = rank == "throughput" or recommend and _has_time(setup)
+    timed = rank in ("throughput", "cost") or recommend and _has_time(setup)
+    tokens = setup.training.train_tokens or COST_TOKENS
     num_gpus = setup.cluster.num_gpus
     size = space_size(num_gpus, space)
     if size > MAX_CANDIDATES:
@@ -268,7 +280,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     usable = setup.cluster.usable_bytes
     base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
-    keys, steps, members, closest = [], [], [], None
+    keys, steps, hours, members, closest = [], [], [], [], None
     legal_by_sp = {}
     for sp in space.sequence_parallel:
         per_group: dict = {}
@@ -294,7 +306,11 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             if timed:
-                steps.append(step_seconds(setup, grid.take(idx[fits])))
+                timing = step_time(RAW, setup, grid.take(idx[fits]))
+                steps.append(timing["time/step"])
+                if rank == "cost":
+                    hours.append(gpu_hours_to_train(RAW, tokens=tokens, num_gpus=num_gpus,
+                                                    tokens_per_s=timing["rate/tokens"]))
             members.append((grid, idx[fits]))
     fit = sum(len(i) for _, i in members)
     picks: dict = {}
@@ -306,11 +322,20 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         exact = _exact(setup, members, group_of, index_of)
         by_disturbance = np.lexsort(allkeys.T[::-1])
         by_time = np.lexsort(np.column_stack([step_s, allkeys]).T[::-1]) if timed else by_disturbance
-        order = by_time if rank == "throughput" else by_disturbance
-        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, step_s if rank == "throughput" else None)
+        if rank == "cost":
+            gpu_h = np.concatenate(hours)                     # GPU-hours to train, one per candidate
+            price = setup.cluster.gpu_hour_price
+            order = np.lexsort(np.column_stack([gpu_h, allkeys]).T[::-1])
+            lead = lambda pos: (f"cost ~{_approx(gpu_h[pos] * price)} ({_approx(gpu_h[pos])} GPU-hours) to train "
+                                f"{fmt_count(tokens)} tokens")
+        else:
+            order = by_time if rank == "throughput" else by_disturbance
+            lead = (lambda pos: f"step ~{step_s[pos]:.4g} s") if rank == "throughput" else None
+        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, lead)
         if recommend:
             picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
-            safe = _take(exact, by_time, ALTERNATIVES + 1, space, step_s, scan=RECOMMEND_SCAN,
+            safe = _take(exact, by_time, ALTERNATIVES + 1, space,
+                         (lambda pos: f"step ~{step_s[pos]:.4g} s") if timed else None, scan=RECOMMEND_SCAN,
                          keep=lambda b: is_safe(setup, b))
             picks["recommended"] = safe[0] if safe else None
             picks["alternatives"] = tuple(safe[1:])
@@ -324,7 +349,12 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
                         fit=fit, suggestions=tuple(ranked[:top]), ranked=tuple(ranked),
                         least_loaded=None if closest is None else evaluate(setup, closest[1]),
-                        rank_order=THROUGHPUT_ORDER if rank == "throughput" else RANK_ORDER, **picks)
+                        rank_order={"throughput": THROUGHPUT_ORDER, "cost": COST_ORDER}.get(rank, RANK_ORDER), **picks)
+
+
+def _approx(x) -> str:
+    """A cost or GPU-hour count in a rank reason: 1,542,451 or 41.1."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _has_time(setup: Setup) -> bool:
@@ -349,9 +379,10 @@ def _exact(setup, members, group_of, index_of):
     return get
 
 
-def _take(exact, order, count: int, space: SearchSpace, step_s, *, scan: int | None = None, keep=None) -> list:
+def _take(exact, order, count: int, space: SearchSpace, lead, *, scan: int | None = None, keep=None) -> list:
     """The first `count` candidates in `order` that fit exactly (float screening can misjudge one
-    within a byte of the limit) and pass `keep`, looking at no more than `scan` of them."""
+    within a byte of the limit) and pass `keep`, looking at no more than `scan` of them. `lead`:
+    a candidate position -> the words its rank reason starts with (its step time or cost), or None."""
     out = []
     for pos in order[:scan]:
         if len(out) == count:
@@ -359,8 +390,8 @@ def _take(exact, order, count: int, space: SearchSpace, step_s, *, scan: int | N
         config, b = exact(pos)
         if b.fits and (keep is None or keep(b)):
             reason = rank_reason(config, space.requested_micro_batch)
-            if step_s is not None:
-                reason = f"step ~{step_s[pos]:.4g} s; {reason}"
+            if lead is not None:
+                reason = f"{lead(pos)}; {reason}"
             out.append(Suggestion(config, b, reason))
     return out
 

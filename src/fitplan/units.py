@@ -70,6 +70,63 @@ def parse_seconds(text: str, field: str = "latency") -> float:
     return float(number * scale)
 
 
+def parse_watts(text: str, field: str = "power") -> float:
+    """'700 W' -> 700.0, '1.2 kW' -> 1200.0: a GPU's electrical power."""
+    number, unit = _split(text, field, "700 W")
+    scale = {"W": 1, "kW": KB}.get(unit)
+    if scale is None:
+        raise SpecError(f"{field}: unknown unit {unit!r} in {text!r}; use W or kW")
+    value = float(number * scale)
+    if value <= 0:
+        raise SpecError(f"{field}: {text!r} must be positive")
+    return value
+
+
+COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}   # decimal: 15T tokens = 15e12
+
+
+def parse_count(text, field: str = "count") -> int:
+    """'15T' -> 15_000_000_000_000, '300B' -> 3e11 as an int, '2.5M' -> 2_500_000; a whole
+    number (an int, or digits as text) as it is. Suffixes are decimal (K, M, B, T), as token
+    counts are quoted; the count must come out whole."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    if not isinstance(text, str):
+        raise SpecError(f"{field}: expected a count such as '15T' or 300000000000, got {text!r}")
+    match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([KMBT]?)\s*", text)
+    if not match:
+        raise SpecError(f"{field}: cannot read {text!r}; write a whole number, or a number with K, M, B or T "
+                        f"(thousand, million, billion, trillion), e.g. '15T'")
+    try:
+        number = Decimal(match.group(1))
+        huge = number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT
+    except ArithmeticError:
+        huge = True
+    if huge:
+        raise SpecError(f"{field}: {text!r} is out of any range fitplan plans for; check the exponent")
+    value = number * COUNT_SUFFIXES.get(match.group(2), 1)
+    if value != value.to_integral_value():
+        raise SpecError(f"{field}: {text!r} is not a whole number")
+    return int(value)
+
+
+def count_text(count: int) -> str:
+    """A count with the largest decimal suffix that divides it exactly: 15000000000000 -> '15T',
+    1500000000000 -> '1500B', 12345 -> '12345'; parse_count reads it back."""
+    for suffix, scale in sorted(COUNT_SUFFIXES.items(), key=lambda kv: -kv[1]):
+        if count and count % scale == 0:
+            return f"{count // scale}{suffix}"
+    return str(count)
+
+
+def fmt_count(count) -> str:
+    """A large count for reading: 15e12 -> '15T', 3e11 -> '300B', 2.5e6 -> '2.5M'."""
+    for suffix, scale in sorted(COUNT_SUFFIXES.items(), key=lambda kv: -kv[1]):
+        if count >= scale:
+            return f"{count / scale:,.4g}{suffix}"
+    return f"{count:,}"
+
+
 def to_gib(num_bytes) -> float:
     """Bytes as GiB, a plain number (a chart's axis)."""
     return num_bytes / GiB
@@ -95,4 +152,5 @@ def fmt_ms(seconds) -> str:
     return f"{seconds * 1e3:,.3f}"
 
 
-UNIT_PARSERS = {"size": parse_bytes, "rate": parse_rate, "seconds": parse_seconds}
+UNIT_PARSERS = {"size": parse_bytes, "rate": parse_rate, "seconds": parse_seconds, "power": parse_watts,
+                "count": parse_count}

@@ -182,3 +182,33 @@ def test_docs_hardware_has_a_row_for_every_preset():
     page = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
     for name in GPUS:
         assert f"| `{name}` |" in page, name
+
+
+# Board power (--gpu-power's default): the vendor's TDP, and the words in the preset's source that state it.
+POWER = {
+    "a100-40gb": (400, "max TDP 400 W (SXM4"),          # A100 datasheet: SXM 400 W, PCIe 250 W
+    "a100-80gb": (400, "max TDP 400 W (SXM4"),          # A100 80GB SXM: 400 W (PCIe 300 W)
+    "a800": (400, "TDP 400 W, the A100 SXM"),           # no datasheet: the A100 SXM's
+    "h100-80gb": (700, "up to 700 W"),                  # H100 SXM5 datasheet: up to 700 W (configurable)
+    "h800": (700, "TDP 700 W, the H100 SXM5"),          # no datasheet: the H100 SXM5's
+    "h100-pcie": (350, "Max TDP 350 W"),                # H100 PCIe product brief PB-11133-001: 350 W
+    "h200-141gb": (700, "up to 700 W"),                 # H200 SXM datasheet: up to 700 W (NVL 600 W)
+    "h20": (400, "TDP 400 W"),                          # the reported spec sheet
+    "gh200": (1000, "450 to 1000 W"),                   # module, CPU + GPU + memory: 450-1000 W configurable
+    "b200": (1000, "1,000 W per GPU"),                  # HGX B200: up to 1,000 W per GPU
+    "gb200": (1200, "1,200 W per Blackwell GPU"),       # GB200's per-GPU figures are at 1,200 W
+    "gpu-192gib": (1000, "b200's TDP"),                 # the exercise's part: b200's, assumed
+    "mi300x": (750, "750 W peak total board power"),    # AMD MI300X datasheet (OAM)
+    "mi325x": (1000, "1000 W peak total board power"),  # AMD MI325X
+    "mi355x": (1400, "1400 W total board power"),       # AMD MI355X (MI350X 1000 W)
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_preset_states_its_board_power(name):
+    watts, words = POWER[name]
+    assert GPUS[name].power_watts == watts and words in GPUS[name].source
+
+
+def test_power_is_written_with_its_unit_and_loads_back():
+    assert 'power = "700 W"' in dump_toml(GPUS["h100-80gb"]) and 'power = "1.2 kW"' in dump_toml(GPUS["gb200"])

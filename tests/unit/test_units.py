@@ -2,7 +2,8 @@
 import pytest
 
 from fitplan.errors import SpecError
-from fitplan.units import GB, GiB, fmt_gb, fmt_gib, fmt_ms, parse_bytes, parse_rate, parse_seconds, to_gib
+from fitplan.units import (GB, GiB, count_text, fmt_gb, fmt_gib, fmt_ms, parse_bytes, parse_count, parse_rate,
+                           parse_seconds, parse_watts, to_gib)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -32,3 +33,31 @@ def test_formats():
     assert fmt_gb(4.3e9) == "4.3" and fmt_gb(34_634.6e9) == "34,634.6"
     assert fmt_ms(0.0263456) == "26.346"
     assert to_gib(3 * 2**29) == 1.5
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("15T", 15 * 10**12), ("300B", 300 * 10**9), ("1.5T", 1_500 * 10**9), ("2.5M", 2_500_000), ("4K", 4_000),
+    ("12345", 12345), (" 7 B ", 7 * 10**9), (300_000_000_000, 300 * 10**9),
+])
+def test_parse_count_reads_decimal_suffixes(text, expected):
+    """--train-tokens: K, M, B, T are 10^3, 10^6, 10^9, 10^12 (token counts are quoted in decimal)."""
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize("text", ["1.5", "15t", "15 TB", "", "fifteen", "-3T", "1e40T", True, 1.5])
+def test_parse_count_rejects(text):
+    with pytest.raises(SpecError):
+        parse_count(text, "--train-tokens")
+
+
+def test_count_text_round_trips():
+    for n in (15 * 10**12, 1_500 * 10**9, 12345, 1):
+        assert parse_count(count_text(n)) == n
+    assert count_text(15 * 10**12) == "15T" and count_text(1_500 * 10**9) == "1500B"
+
+
+def test_parse_watts():
+    assert parse_watts("700 W") == 700 and parse_watts("1.2 kW") == 1200 and parse_watts("750W") == 750
+    for bad in ("700", "700 w", "0 W", "1 MW"):
+        with pytest.raises(SpecError):
+            parse_watts(bad, "--gpu-power")

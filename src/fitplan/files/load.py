@@ -32,7 +32,8 @@ from fitplan.specs.cluster import ClusterSpec, GpuSpec
 from fitplan.specs.declare import default_of, enum_value, file_key, spec_fields
 from fitplan.specs.model import ModelSpec
 from fitplan.specs.training import Recipe, TrainingSpec
-from fitplan.units import GB, GiB, KB, KiB, MB, MiB, TB, TiB, parse_bytes, parse_rate, parse_seconds
+from fitplan.units import (GB, GiB, KB, KiB, MB, MiB, TB, TiB, count_text, parse_bytes, parse_count, parse_rate,
+                           parse_seconds, parse_watts)
 
 TABLES = ("model", "training", "recipe", "gpu", "cluster")
 
@@ -209,6 +210,18 @@ class _Table:
     def seconds(self, key: str, *, default=MISSING) -> float:
         return self._unit(key, parse_seconds, "5 us", default)
 
+    def power(self, key: str, *, default=MISSING) -> float:
+        return self._unit(key, parse_watts, "700 W", default)
+
+    def count(self, key: str, *, default=MISSING) -> int:
+        """A whole number, or a string with a decimal suffix: 300000000000 or "300B"."""
+        value = self._get(key, default is MISSING, f'a whole number or a string such as {key} = "15T"')
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise self._fail(key, 'a whole number or a string such as "15T"', value)
+        return parse_count(value, f"{self.where}: {self.path}.{key}")
+
     def table(self, key: str) -> "_Table":
         return _Table(self._get(key, True, f"a [{self.path}.{key}] table"), f"{self.path}.{key}", self.where)
 
@@ -307,6 +320,8 @@ _READ = {
     "size": lambda t, key, d, default, gpu: t.size(key, default=default),
     "rate": lambda t, key, d, default, gpu: t.rate(key, default=default),
     "seconds": lambda t, key, d, default, gpu: t.seconds(key, default=default),
+    "power": lambda t, key, d, default, gpu: t.power(key, default=default),
+    "count": lambda t, key, d, default, gpu: t.count(key, default=default),
     "table": _read_table, "moments": _read_moments, "recipe": _read_recipe, "gpu": _read_gpu,
 }
 
@@ -342,6 +357,7 @@ def cluster_from_table(data: dict, *, gpu: GpuSpec | None = None, where: str = "
 _SIZE_UNITS = (("TiB", TiB), ("TB", TB), ("GiB", GiB), ("GB", GB), ("MiB", MiB), ("MB", MB), ("KiB", KiB), ("KB", KB))
 _RATE_UNITS = (("TB/s", TB), ("GB/s", GB), ("MB/s", MB), ("KB/s", KB))
 _TIME_UNITS = (("s", 1), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+_POWER_UNITS = (("kW", 1e3), ("W", 1))
 
 
 def size_text(num_bytes: int) -> str:
@@ -383,7 +399,18 @@ def seconds_text(seconds: float) -> str:
     return _scaled_text(seconds, _TIME_UNITS, parse_seconds, "s")
 
 
-UNIT_TEXT = {"size": size_text, "rate": rate_text, "seconds": seconds_text}
+def power_text(watts: float) -> str:
+    return _scaled_text(watts, _POWER_UNITS, parse_watts, "W")
+
+
+def _count_value(count: int):
+    """"15T" where a suffix divides the count exactly, else the whole number itself."""
+    text = count_text(count)
+    return count if text == str(count) else text
+
+
+UNIT_TEXT = {"size": size_text, "rate": rate_text, "seconds": seconds_text, "power": power_text,
+             "count": _count_value}
 
 
 def _value_text(d, value):
@@ -441,6 +468,7 @@ def dump_toml(*specs) -> str:
 
 _KIND_TEXT = {"int": "whole number", "number": "number", "str": "string", "bool": "true / false",
               "size": 'size string ("80 GiB")', "rate": 'rate string ("450 GB/s")', "seconds": 'time string ("3 us")',
+              "power": 'power string ("700 W")', "count": 'whole number, or a string with K, M, B or T ("15T")',
               "moments": "table: moment name -> bytes per parameter", "recipe": "preset name or table",
               "gpu": "GPU preset name (or the file's [gpu] table)", "table": "table"}
 

@@ -25,6 +25,20 @@ def steps(setup, suggestions):
         return None
 
 
+def legal_step(setup, config):
+    """evaluate_step for a configuration the report did not search (the seed's DDP and ZeRO
+    layouts), or None where a rule the time model relies on is broken (a global batch that
+    dp x micro-batch does not divide) or the GPU cannot run the recipe's precision."""
+    from fitplan.specs import compat
+    from fitplan.timing.step import evaluate_step
+    if compat.check(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=True):
+        return None
+    try:
+        return evaluate_step(setup, config)
+    except SpecError:
+        return None
+
+
 def _links(step) -> str:
     parts = []
     for axis, c in step.comm.items():

@@ -6,7 +6,7 @@ from fitplan.memory.breakdown import PARTS, STATE_PARTS
 from fitplan.parts import label
 from fitplan.report.render import Bullets, Heading, Lines, Table
 from fitplan.report.sentences import PATTERN, inequality, monitor, reasons
-from fitplan.units import fmt_gb, fmt_gib, fmt_ms
+from fitplan.units import fmt_count, fmt_gb, fmt_gib, fmt_ms
 
 STRATEGY_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
 
@@ -38,6 +38,80 @@ def state_formula(b) -> str:
     """The sum of the state terms' own formulas, as the breakdown evaluated them."""
     by_key = {t.key: t for t in b.terms}
     return " + ".join(by_key[k].formula for k in STATE_PARTS)
+
+
+TO_TRAIN_CITE = "[formulas.md#time-cost-and-energy-to-train; Narayanan et al. Eq. 4]"
+
+
+def _amount(x) -> str:
+    """A day count, GPU-hours, energy or cost for reading: 1,234,567 / 409.9 / 0.042."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.1f}" if abs(x) >= 10 else f"{x:.3g}"
+
+
+def to_train_heading(setup) -> Heading:
+    return Heading(f"To train {fmt_count(setup.training.train_tokens)} tokens  {TO_TRAIN_CITE}")
+
+
+def to_train_note(setup) -> str:
+    """What the energy and cost columns count."""
+    c = setup.cluster
+    energy = ("energy: no power figure for this GPU (--gpu-power sets one)" if c.gpu.power_watts is None else
+              f"energy: {c.gpu.power_watts:g} W per GPU x PUE {c.pue:g}"
+              + (", GPU boards only: no host, network or cooling" if c.pue == 1 else ""))
+    cost = ("cost: no price (--gpu-hour-price sets one)" if c.gpu_hour_price is None else
+            f"cost: GPU-hours x {c.gpu_hour_price:g} per GPU-hour")
+    return f"days = tokens / (tokens/s) / 86400, GPU-hours = N x seconds / 3600; {energy}; {cost}"
+
+
+def to_train_table(setup, labels, step_list) -> list:
+    """One row per plan: days, GPU-hours, cost and energy to train --train-tokens."""
+    from fitplan.timing.to_train import to_train
+    rows = []
+    for label, st in zip(labels, step_list):
+        t = to_train(setup, st)
+        rows.append((label, _amount(t.days), _amount(t.gpu_hours), _amount(t.cost), _amount(t.energy_mwh)))
+    missing = ("; -: no step time (a global batch that dp x micro-batch does not divide, or no peak rate for the "
+               "recipe's precision)" if any(r[1] == "-" for r in rows) else "")
+    return [to_train_heading(setup),
+            Table(("", "days", "GPU-hours", "cost", "energy MWh"), tuple(rows), align="lrrrr",
+                  note=to_train_note(setup) + missing)]
+
+
+def to_train_line(setup, st) -> str:
+    """One plan's run in a line, for the minimum viable and recommended layouts."""
+    from fitplan.timing.to_train import to_train
+    t = to_train(setup, st)
+    if t.days is None:
+        return f"to train {fmt_count(t.tokens)} tokens: no time estimate"
+    return (f"to train {fmt_count(t.tokens)} tokens: {_amount(t.days)} days, {_amount(t.gpu_hours)} GPU-hours, "
+            f"cost {_amount(t.cost) if t.cost is not None else '- (no --gpu-hour-price)'}, "
+            f"{_amount(t.energy_mwh) if t.energy_mwh is not None else '-'} MWh")
+
+
+def to_train_blocks(setup, st) -> list:
+    """One configuration's run, each number with its formula and inputs."""
+    from fitplan.timing.to_train import to_train
+    t = to_train(setup, st)
+    if t.days is None:
+        return [to_train_heading(setup), Lines(("not estimated: no step time for this configuration",))]
+    c = setup.cluster
+    lines = [f"time       D/R = {t.tokens:,} / {st.tokens_per_s:,.0f} tokens/s = {t.seconds:,.4g} s = "
+             f"{_amount(t.days)} days",
+             f"GPU-hours  N*T/3600 = {t.num_gpus:,} x {t.seconds:,.4g} s / 3600 = {_amount(t.gpu_hours)}"]
+    if t.energy_mwh is None:
+        lines.append("energy     not estimated: the GPU states no power (--gpu-power sets it)")
+    else:
+        lines.append(f"energy     N*P*PUE*T/3.6e9 = {t.num_gpus:,} x {t.power_watts:g} W x {t.pue:g} x "
+                     f"{t.seconds:,.4g} s / 3.6e9 = {_amount(t.energy_mwh)} MWh"
+                     + (" (GPU boards only: no host, network or cooling; --pue scales for them)" if t.pue == 1
+                        else f" (PUE {t.pue:g}: facility energy)"))
+    if t.cost is None:
+        lines.append("cost       not estimated: no price (--gpu-hour-price sets one)")
+    else:
+        lines.append(f"cost       H*price = {_amount(t.gpu_hours)} x {c.gpu_hour_price:g} = {_amount(t.cost)}")
+    return [to_train_heading(setup), Lines(tuple(lines))]
 
 
 def seed(a) -> list:
@@ -76,6 +150,10 @@ def seed(a) -> list:
                         tuple(rows), align="llrrrll",
                         note=f"per GPU, against {fmt_gib(setup.cluster.usable_bytes)} GiB usable; activations include "
                              f"the embedding and output-layer extras of Korthikanti Sec. 4.3"))
+    if setup.training.train_tokens is not None:
+        from fitplan.report.advice import legal_step
+        blocks += to_train_table(setup, [STRATEGY_NAMES[s.name] for s in a.strategies],
+                                 [legal_step(setup, s.breakdown.config) for s in a.strategies])
     blocks.append(Bullets("assumptions", a.per_layer.assumes))
     blocks.append(Lines(("", "next: --suggest searches tp, pp, cp, sequence parallel and recompute for a fit",)))
     return blocks
@@ -180,7 +258,9 @@ def breakdown(setup, b) -> list:
         Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
                    f"{fmt_gib(b.usable_bytes)} GiB usable)")),
     ] + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
-         *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + [
+         *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + (
+        [] if setup.training.train_tokens is None else
+        to_train_blocks(setup, (step_times(setup, [b], lambda _: [])[0] or [None])[0])) + [
         Heading("Where each number comes from"), Lines(tuple(where)),
         Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
     ]
@@ -214,16 +294,24 @@ def search(setup, r, bound, smallest) -> list:
             lines.append(f"smallest GPU count where the search finds a fit: {found(smallest['general'])} "
                          f"(power of two: {found(smallest['power_of_two'])})")
         return blocks + [Heading("Verdict"), Lines(tuple(lines))]
+    from fitplan.answers import largest_fitting_micro_batch
     rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.ep), str(int(c.zero)),
-                  "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch), str(c.virtual_stages),
+                  "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch),
+                  str(largest_fitting_micro_batch(setup, c) or "-"), str(c.virtual_stages),
                   fmt_gib(s.breakdown.per_gpu_bytes), fmt_gib(s.breakdown.headroom_bytes), s.rank_reason)
                  for i, s in enumerate(r.suggestions, 1) for c in [s.config])
-    first = "shortest step first" if r.rank_order.startswith("estimated step") else "least disturbance first"
+    first = ("shortest step first" if r.rank_order.startswith("estimated step") else
+             "lowest cost to train first" if r.rank_order.startswith("estimated cost") else "least disturbance first")
     blocks += [Heading(f"Configurations that fit, {first}"), Lines((f"ranked by {r.rank_order}",)),
-               Table(("#", "dp", "tp", "pp", "cp", "ep", "zero", "sp", "recompute", "mb", "v", "per-GPU GiB",
-                      "headroom GiB", "why this rank"), rows, align="rrrrrrrlrrrrrl")]
-    _, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
+               Table(("#", "dp", "tp", "pp", "cp", "ep", "zero", "sp", "recompute", "mb", "max mb", "v", "per-GPU GiB",
+                      "headroom GiB", "why this rank"), rows, align="rrrrrrrlrrrrrrl",
+                     note="max mb: the largest micro-batch that layout fits with, all else kept, among those the global "
+                          "batch divides into")]
+    step_list, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
     blocks += [Heading("Estimated step time of each"), *shown]
+    if setup.training.train_tokens is not None:
+        blocks += to_train_table(setup, [f"#{i}" for i in range(1, len(r.suggestions) + 1)],
+                                 step_list or [None] * len(r.suggestions))
     return blocks + recommendation(setup, r)
 
 
@@ -259,13 +347,16 @@ def recommendation(setup, r) -> list:
 
 def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     b = s.breakdown
+    from fitplan.answers import largest_fitting_micro_batch
     memory = (f"{fmt_gib(b.per_gpu_bytes)} GiB per GPU, {fmt_gib(b.headroom_bytes)} GiB headroom; "
-              f"recompute needed: {s.config.recompute.value}")
+              f"recompute needed: {s.config.recompute.value}; largest micro-batch that fits: "
+              f"{largest_fitting_micro_batch(setup, s.config) or '-'}")
     st = (steps(setup, [s]) or [None])[0]
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"
+    run = () if setup.training.train_tokens is None else (to_train_line(setup, st),)
     return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
-                    f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step")
+                    f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step"), *run
 
 
 def preset_list() -> list:
@@ -355,6 +446,8 @@ def _gpu_preset(g) -> list:
             ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
             ("sustained", f"{g.efficiency:g} x h/(h + {g.efficiency_h0:g}) of peak (bench/calibrate.py)"),
             ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
+            ("power", f"{g.power_watts:g} W, the board's maximum (the energy to train's default; --gpu-power)"
+             if g.power_watts else "not stated"),
             ("inside a node", _link(g.intra_node)),
             ("across nodes", _link(g.inter_node)),
             ("node", f"{g.gpus_per_node} GPUs"))

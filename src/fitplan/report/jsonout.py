@@ -51,20 +51,37 @@ def breakdown_dict(b) -> dict:
             "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits}
 
 
+def to_train_dict(setup, st) -> dict:
+    """The `to_train` object of one plan: tokens, days, gpu_hours, energy_mwh, cost (null
+    where not known: no step time, no power figure, no price). Only with --train-tokens."""
+    from fitplan.timing.to_train import to_train
+    t = to_train(setup, st)
+    return {"tokens": t.tokens, "days": t.days, "gpu_hours": t.gpu_hours, "energy_mwh": t.energy_mwh,
+            "cost": t.cost}
+
+
+def _with_to_train(setup, item: dict, st) -> dict:
+    """item, with `to_train` when --train-tokens is given; st: the step, or a function giving it."""
+    if setup.training.train_tokens is not None:
+        item["to_train"] = to_train_dict(setup, st() if callable(st) else st)
+    return item
+
+
 def seed(a) -> str:
     out = _common(a.setup)
     out["state"] = {"bytes_per_param": a.bytes_per_param, "total_bytes": a.state_total_bytes,
                     "gpus_of_pure_state": a.gpus_of_pure_state}
     out["activations"] = {"attention_factor": a.attention_factor.value, "per_layer_bytes": a.per_layer.value,
                           "all_layers_bytes": a.all_layers_bytes, "bigger_problem": a.bigger_problem}
-    out["strategies"] = [{
+    from fitplan.report.advice import legal_step
+    out["strategies"] = [_with_to_train(a.setup, {
         "name": s.name, "state_bytes": int(s.breakdown.state_bytes),
         "activation_bytes": int(s.breakdown.activation_bytes), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
         "fits": s.breakdown.fits,
         "blocking_term": None if s.blocking is None else {
             "name": s.blocking.name, "bytes": int(s.blocking.bytes), "formula": s.blocking.formula,
             "alone_exceeds": s.blocking.alone_exceeds},
-    } for s in a.strategies]
+    }, lambda s=s: legal_step(a.setup, s.breakdown.config)) for s in a.strategies]
     return dump(out)
 
 
@@ -74,7 +91,7 @@ def breakdown(setup, b) -> str:
     out = {**_common(setup), **breakdown_dict(b)}
     if st is not None:
         out.update(time=time_dict(st), comm=comm_dict(st))
-    return dump(out)
+    return dump(_with_to_train(setup, out, st))
 
 
 def compare(setup, cmp) -> str:
@@ -112,10 +129,15 @@ def comm_dict(st) -> dict:
 def search(setup, r, bound, smallest) -> str:
     from fitplan.report.advice import steps
     from fitplan.search import RECOMMEND_ORDER
+    from fitplan.answers import largest_fitting_micro_batch
+
     def one(s, st):
-        return {**config_dict(s.config), **_stages(s.breakdown), "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
-                "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
-                "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}
+        return _with_to_train(setup, {
+            **config_dict(s.config), **_stages(s.breakdown),
+            "largest_fitting_micro_batch": largest_fitting_micro_batch(setup, s.config),
+            "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+            "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
+            "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}, st)
 
     def alone(s):
         return None if s is None else one(s, (steps(setup, [s]) or [None])[0])

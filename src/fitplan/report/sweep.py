@@ -1,5 +1,6 @@
-"""`fitplan sweep`: the least per-GPU memory over GPU counts or sequence lengths, as a text
-table or JSON (fitplan.answers.SweepAnswer)."""
+"""`fitplan sweep`: the least per-GPU memory over GPU counts, sequence lengths or micro-batches,
+as a text table or JSON (fitplan.answers.SweepAnswer): the smallest GPU count that fits, or the
+largest sequence length or micro-batch (`largest_fitting`)."""
 
 from fitplan.report.jsonout import dump
 from fitplan.report.render import Table
@@ -26,6 +27,6 @@ def blocks(a) -> list:
     usable = a.usable_bytes
     rows = tuple((str(p.x), "-" if p.per_gpu_bytes is None else fmt_gib(p.per_gpu_bytes),
                   "yes" if p.fits(usable) else "no", _config(p.least)) for p in a.points)
-    label = "GPUs" if a.over == "gpus" else "seq len"
+    label = {"gpus": "GPUs", "seq-len": "seq len", "micro-batch": "micro-batch"}[a.over]
     return [Table((label, "per-GPU GiB", "fits", "least-loaded configuration"), rows, align="rrll",
                   note=f"usable {fmt_gib(usable)} GiB per GPU")]

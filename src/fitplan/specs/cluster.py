@@ -58,6 +58,11 @@ class GpuSpec:
     efficiency_h0: float = declared("number", default=0.0, flag="--gemm-efficiency-h0", group="cluster", lo=0,
                                     hi=1e7, example=2000.0,
                                     help="hidden size at which GEMM efficiency halves (0: constant efficiency)")
+    # the board's power while training: the preset's TDP (its source cites it), a ceiling on the average draw
+    power_watts: float | None = declared("power", default=None, key="power", flag="--gpu-power", group="to train",
+                                         lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
+                                         help='power one GPU draws while training, e.g. "700 W" (default: the GPU '
+                                              'preset\'s TDP, the board\'s maximum)')
     source: str = declared("str", default="", file_only="prose, not a setting")
 
     def __post_init__(self) -> None:
@@ -70,6 +75,8 @@ class GpuSpec:
             positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)
         if self.hbm_bytes_per_s is not None:
             positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
+        if self.power_watts is not None:
+            positive_number("gpu", "power_watts", self.power_watts)
         if not (0 < self.efficiency <= 1):
             raise SpecError(f"gpu.efficiency must be in (0, 1], got {self.efficiency!r}")
         positive_int("gpu", "gpus_per_node", self.gpus_per_node, maximum=4096)
@@ -86,6 +93,13 @@ class ClusterSpec:
     reserve_bytes: int = declared("size", key="reserve", flag="--reserve", group="cluster", example="3 GiB", lo="0 B",
                                   hi="64 TiB",
                                   help='memory held back per GPU, e.g. "10 GiB" (default: the GPU\'s)')
+    gpu_hour_price: float | None = declared("number", default=None, flag="--gpu-hour-price", group="to train", lo=0,
+                                            hi=1e6, unit="per GPU-hour", example=2.5, omitted="no cost",
+                                            help="price of one GPU for one hour, in any currency (cost = GPU-hours "
+                                                 "x price; needed by --rank cost)")
+    pue: float = declared("number", default=1.0, flag="--pue", group="to train", lo=1, hi=5, example=1.3,
+                          help="power usage effectiveness, facility energy over IT energy (1, the default: the GPU "
+                               "boards alone, no host, network or cooling)")
 
     def __post_init__(self) -> None:
         positive_int("cluster", "num_gpus", self.num_gpus, maximum=10**9)
@@ -95,6 +109,11 @@ class ClusterSpec:
         if self.reserve_bytes >= self.gpu.memory_bytes:
             raise SpecError(f"cluster.reserve ({self.reserve_bytes} B) leaves no usable memory on a "
                             f"{self.gpu.memory_bytes} B GPU; lower --reserve")
+        if self.gpu_hour_price is not None and (isinstance(self.gpu_hour_price, bool) or not isinstance(
+                self.gpu_hour_price, (int, float)) or not 0 <= self.gpu_hour_price < float("inf")):
+            raise SpecError(f"cluster.gpu_hour_price must be a number >= 0, got {self.gpu_hour_price!r}")
+        if isinstance(self.pue, bool) or not isinstance(self.pue, (int, float)):
+            raise SpecError(f"cluster.pue must be a number >= 1, got {self.pue!r}")
         check_ranges(self, "cluster")
 
     @property

@@ -20,9 +20,11 @@ from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 
 # How a value is read (from a spec file, a flag or a JSON request) and written back.
-KINDS = ("int", "number", "str", "bool", "enum", "choice", "size", "rate", "seconds", "table", "moments",
-         "recipe", "gpu", "ints")
-UNIT_KINDS = {"size": "B", "rate": "B/s", "seconds": "s"}   # strings with a unit: "80 GiB", "450 GB/s", "3 us"
+KINDS = ("int", "number", "str", "bool", "enum", "choice", "size", "rate", "seconds", "power", "count", "table",
+         "moments", "recipe", "gpu", "ints")
+# strings with a unit: "80 GiB", "450 GB/s", "3 us", "700 W"
+UNIT_KINDS = {"size": "B", "rate": "B/s", "seconds": "s", "power": "W"}
+# kind count: a whole number, or one with a decimal suffix ("15T" tokens; fitplan.units.parse_count)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

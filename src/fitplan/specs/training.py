@@ -82,6 +82,12 @@ class TrainingSpec:
     moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")
+    # the whole run, for its time, cost and energy (fitplan.timing.to_train); nothing else reads it
+    train_tokens: int | None = declared("count", default=None, flag="--train-tokens", group="to train", lo=1,
+                                        hi=10**17, unit="tokens", example="15T",
+                                        omitted="no time, cost or energy to train",
+                                        help="tokens the whole run trains on, e.g. 15T (K, M, B, T: decimal); adds "
+                                             "the days, GPU-hours, cost and energy to train each plan")
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ("eager", "flash"):
@@ -93,6 +99,8 @@ class TrainingSpec:
         positive_int("training", "seq_len", self.seq_len, maximum=10**9)
         if self.global_batch is not None:
             positive_int("training", "global_batch", self.global_batch, maximum=10**12)
+        if self.train_tokens is not None:
+            positive_int("training", "train_tokens", self.train_tokens, maximum=10**17)
         if self.act_bytes not in (1, 2, 4):
             raise SpecError(f"training.act_bytes must be 1, 2 or 4, got {self.act_bytes!r}")
         check_ranges(self, "training")

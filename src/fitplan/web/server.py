@@ -207,6 +207,11 @@ def _number(name: str, value):
     return value
 
 
+def _count(name: str, value):
+    """A count: a whole number, or text with a suffix ("15T"), read by fitplan.units.parse_count."""
+    return _int(name, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _text(name, value)
+
+
 def _ints(name: str, value) -> tuple:
     if not isinstance(value, list) or not value:
         raise _bad_type(name, "a non-empty list of whole numbers", value)
@@ -223,7 +228,7 @@ def _choice(name: str, value):
 # JSON type per declared kind; the meaning (ranges, choices, units, presets) is fitplan's own check,
 # shared with the CLI, so its one line reaches the page.
 _READ = {"int": _int, "number": _number, "str": _text, "size": _text, "rate": _text, "seconds": _text,
-         "recipe": _text, "gpu": _text, "enum": _text, "choice": _choice, "bool": _bool, "moments": _number,
+         "power": _text, "count": _count, "recipe": _text, "gpu": _text, "enum": _text, "choice": _choice, "bool": _bool, "moments": _number,
          "ints": _ints}
 
 
