@@ -178,12 +178,28 @@
     return parts.join(" ");
   }
 
+  // the layout settings a suggestion carries beyond its degrees (issue 13); null: the default
+  const SETTINGS = ["schedule", "first_stage_layers", "last_stage_layers", "shard_degree", "reshard_after_forward",
+                    "recompute_num_layers", "recompute_method"];
   function configFlags(s) {
-    return { tp: s.tp, pp: s.pp, dp: s.dp, cp: s.cp, ep: s.ep, zero: s.zero, recompute: s.recompute,
-             virtual_stages: s.virtual_stages, micro_batch: s.micro_batch, sequence_parallel: s.sequence_parallel };
+    const out = { tp: s.tp, pp: s.pp, dp: s.dp, cp: s.cp, ep: s.ep, zero: s.zero, recompute: s.recompute,
+                  virtual_stages: s.virtual_stages, micro_batch: s.micro_batch,
+                  sequence_parallel: s.sequence_parallel };
+    for (const k of SETTINGS) if (s[k] !== undefined && s[k] !== null) out[k] = s[k];
+    return out;
   }
   const configKey = s => [s.tp, s.pp, s.dp, s.cp, s.ep, s.zero, s.sequence_parallel, s.recompute, s.micro_batch,
                           s.virtual_stages].join("/");
+  function stageList(layers) {   // 7, 8×14, 7
+    const out = [];
+    for (let i = 0; i < layers.length;) {
+      let j = i;
+      while (j + 1 < layers.length && layers[j + 1] === layers[i]) j++;
+      out.push(j === i ? `${layers[i]}` : `${layers[i]}×${j - i + 1}`);
+      i = j + 1;
+    }
+    return out.join(", ");
+  }
   function configText(s) {
     const bits = [`tp ${s.tp}`, `pp ${s.pp}`, `dp ${s.dp}`];
     if (s.cp > 1) bits.push(`cp ${s.cp}`);
@@ -197,6 +213,11 @@
     bits.push(s.recompute === "none" ? "no recompute" : `${s.recompute} recompute`);
     if (s.zero) bits.push(`ZeRO-${s.zero}`);
     if (s.micro_batch > 1) bits.push(`mb ${s.micro_batch}`);
+    if (s.schedule && s.schedule !== "1f1b") bits.push(s.schedule);
+    if (s.shard_degree) bits.push(`shard ${s.shard_degree}`);
+    if (s.reshard_after_forward === false) bits.push("no reshard");
+    if (s.recompute_num_layers) bits.push(`${s.recompute_method} ${s.recompute_num_layers} layers`);
+    if (s.pp > 1 && s.stage_layers) bits.push(`stages ${stageList(s.stage_layers)}`);
     return bits.join(" · ");
   }
 
