@@ -3,6 +3,7 @@ tomllib and exec for torchtitan) and its values checked against the plan; plans 
 cannot express come back as Unsupported with the reason."""
 import argparse
 import json
+import re
 import shlex
 import sys
 import tomllib
@@ -14,10 +15,13 @@ from fitplan.errors import SpecError
 from fitplan.export import FORMATS, Plan, export, make_plan
 from fitplan.presets import MODELS, RECIPES
 from fitplan.specs import ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from fitplan.specs.parallel import RecomputeMethod, Schedule
 from fitplan.files.hf import model_from_hf_config
 from tests.unit.test_hf import EXAMPLES
 
 LLAMA = MODELS["llama3.1-8b"].model
+LLAMA_405B = MODELS["llama3.1-405b"].model      # 126 layers
+DEEPSEEK = MODELS["deepseek-v3"].model          # MLA
 GPT2 = model_from_hf_config(EXAMPLES / "gpt2")
 
 
@@ -36,12 +40,16 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
                  "--recompute-num-layers", "--num-layers", "--hidden-size", "--ffn-hidden-size",
                  "--num-attention-heads", "--num-query-groups", "--kv-channels", "--seq-length",
-                 "--max-position-embeddings", "--vocab-size"):
+                 "--max-position-embeddings", "--vocab-size", "--decoder-first-pipeline-num-layers",
+                 "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+                 "--num-distributed-optimizer-instances"):
         p.add_argument(name, type=int)
     for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
                  "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
-                 "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias"):
+                 "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
+                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
         p.add_argument(name, action="store_true")
+    p.add_argument("--pipeline-model-parallel-layout")
     p.add_argument("--disable-bias-linear", action="store_false", dest="add_bias_linear")
     p.add_argument("--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads",
                                                                  "optim_grads_params"])
@@ -136,6 +144,158 @@ def test_megatron_cannot_express(kwargs, needle):
 def test_megatron_rope_past_the_table_raises_max_positions():
     result = export("megatron", plan(seq_len=16384, dp=8))
     assert parse_megatron(result).max_position_embeddings == 16384
+
+
+def expand_layout(text: str) -> list[str]:
+    """--pipeline-model-parallel-layout as Megatron-LM documents it: "," is cosmetic, "(x)*n"
+    and then "c*n" repeat, "|" separates the model chunks."""
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m[1] * int(m[2]), text.replace(",", ""))
+    return re.sub(r"(.)\*(\d+)", lambda m: m[1] * int(m[2]), text).split("|")
+
+
+def megatron_chunks(a, L: int) -> tuple[int, ...]:
+    """Transformer layers per model chunk (pipeline order) that Megatron-LM builds from these
+    arguments (megatron/core/transformer/transformer_block.py get_num_layers_to_build), with
+    its divisibility checks asserted."""
+    pp = a.pipeline_model_parallel_size
+    if a.pipeline_model_parallel_layout is not None:
+        chunks = expand_layout(a.pipeline_model_parallel_layout)
+        assert len(chunks) % pp == 0 and "".join(chunks).count("t") == L
+        assert chunks[0].startswith("E") and chunks[-1].endswith("L") and "".join(chunks).count("E") == 1
+        return tuple(c.count("t") for c in chunks)
+    first, last = a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers
+    units = L + a.account_for_embedding_in_pipeline_split + a.account_for_loss_in_pipeline_split
+    if a.num_layers_per_virtual_pipeline_stage is not None:
+        assert first is None and last is None and units % pp == 0
+        v = units // pp // a.num_layers_per_virtual_pipeline_stage
+    else:
+        v = a.num_virtual_stages_per_pipeline_rank or 1
+    if first is not None or last is not None:
+        assert not (a.account_for_embedding_in_pipeline_split or a.account_for_loss_in_pipeline_split)
+        middle = pp - (first is not None) - (last is not None)
+        rest = L - (first or 0) - (last or 0)
+        assert middle == 0 and rest == 0 or rest % middle == 0
+        per = rest // middle if middle else 0
+        stages = [per] * pp
+        stages[0], stages[-1] = first if first is not None else per, last if last is not None else per
+        assert all(n % v == 0 for n in stages)
+        return tuple(stages[j % pp] // v for j in range(pp * v))
+    assert units % (pp * v) == 0
+    each = units // (pp * v)
+    return tuple(each - (j == 0) * a.account_for_embedding_in_pipeline_split
+                 - (j == pp * v - 1) * a.account_for_loss_in_pipeline_split for j in range(pp * v))
+
+
+def test_megatron_llama3_405b_default_split_counts_the_embedding_and_the_head():
+    """126 layers on 16 stages: 7, 8 x 14, 7 (fitplan's default split, Meta's run); (126 + 2)/16 = 8."""
+    p = plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS)
+    a = parse_megatron(export("megatron", p))
+    assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
+    assert a.decoder_first_pipeline_num_layers is None and a.pipeline_model_parallel_layout is None
+    assert megatron_chunks(a, 126) == p.chunk_layers == (7,) + (8,) * 14 + (7,)
+
+
+def test_megatron_pinned_ends():
+    p = plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
+    result = export("megatron", p)
+    assert result.data[result.data.index("--pipeline-model-parallel-size"):][:2] == ["--pipeline-model-parallel-size",
+                                                                                    "16"]
+    assert "--decoder-first-pipeline-num-layers 7\n    --decoder-last-pipeline-num-layers 7" in result.text
+    a = parse_megatron(result)
+    assert not a.account_for_embedding_in_pipeline_split
+    assert megatron_chunks(a, 126) == p.chunk_layers
+    a = parse_megatron(export("megatron", plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, first_stage_layers=6,
+                                               last_stage_layers=8)))
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers) == (6, 8)   # 112 = 14 x 8
+
+
+def test_megatron_uneven_middle_is_a_layout():
+    """First stage pinned to 5: the last takes the default share 7 and 114 layers remain for 14
+    stages, 8 x 12 then 9 x 2, which --decoder-first/last cannot say (Megatron wants equal middles)."""
+    p = plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, first_stage_layers=5)
+    result = export("megatron", p)
+    a = parse_megatron(result)
+    assert a.pipeline_model_parallel_layout == "Et*5|(t*8|)*12,(t*9|)*2,t*7L"
+    assert a.decoder_first_pipeline_num_layers is None and not a.account_for_loss_in_pipeline_split
+    assert megatron_chunks(a, 126) == p.chunk_layers == p.stage_layers == (5,) + (8,) * 12 + (9, 9, 7)
+    assert any("--pipeline-model-parallel-layout" in n for n in result.notes)
+
+
+@pytest.mark.parametrize(("model", "degrees"), [
+    (LLAMA, dict(tp=2, pp=2, dp=16, virtual_stages=2)),                 # even: --num-layers-per-virtual-pipeline-stage
+    (LLAMA_405B, dict(tp=8, pp=16, virtual_stages=2)),                  # 3, 4 x 30, 3: account-for, 2 per rank
+    (LLAMA_405B, dict(tp=8, pp=8, virtual_stages=2)),
+    (LLAMA_405B, dict(tp=8, pp=8, virtual_stages=3)),                   # remainder on later chunks: a layout
+    (LLAMA_405B, dict(tp=8, pp=4, first_stage_layers=30, last_stage_layers=30, virtual_stages=2)),
+    (LLAMA_405B, dict(tp=8, pp=4, first_stage_layers=31, last_stage_layers=31, virtual_stages=2)),  # 31 odd: layout
+    (LLAMA, dict(tp=2, pp=3, dp=8)),                                    # 32 on 3 stages
+    (DEEPSEEK, dict(tp=8, pp=16)),                                      # 61 on 16: 2, 4 x 14, 3
+    (MODELS["llama3.1-70b"].model, dict(tp=8, pp=6)),                   # 80 on 6: 13, 14 x 4, 13
+    (MODELS["gpt3-175b"].model, dict(tp=8, pp=8)),                      # 96 on 8: 12 each, no flag
+])
+def test_megatron_builds_the_plans_layers_per_chunk(model, degrees):
+    p = plan(model, seq_len=2048, sequence_parallel=True, **degrees)
+    a = parse_megatron(export("megatron", p))
+    assert megatron_chunks(a, model.num_layers) == p.chunk_layers
+    assert sum(p.chunk_layers) == model.num_layers
+
+
+def test_megatron_virtual_stages_flags():
+    a = parse_megatron(export("megatron", plan(LLAMA_405B, tp=8, pp=16, virtual_stages=2, sequence_parallel=True)))
+    assert a.num_virtual_stages_per_pipeline_rank == 2 and a.num_layers_per_virtual_pipeline_stage is None
+    a = parse_megatron(export("megatron", plan(LLAMA, tp=2, pp=2, dp=16, virtual_stages=2, sequence_parallel=True)))
+    assert a.num_layers_per_virtual_pipeline_stage == 8 and a.num_virtual_stages_per_pipeline_rank is None
+
+
+@pytest.mark.parametrize(("zero", "instances"), [(ZeroStage.OS, 4), (ZeroStage.OS_G_P, 4)])
+def test_megatron_hybrid_sharding(zero, instances):
+    """--shard-degree 4 over dp x cp = 8 x 2 = 16 ranks: 16/4 = 4 distributed-optimizer instances."""
+    a = parse_megatron(export("megatron", plan(dp=8, cp=2, zero=zero, shard_degree=4)))
+    assert a.num_distributed_optimizer_instances == instances and a.use_distributed_optimizer
+    a = parse_megatron(export("megatron", plan(dp=8, cp=2, zero=zero, shard_degree=16)))   # one group: the default
+    assert a.num_distributed_optimizer_instances is None
+
+
+def test_megatron_recompute_norms_and_partial_full():
+    a = parse_megatron(export("megatron", plan(dp=8, recompute=Recompute.NORMS)))
+    assert (a.recompute_granularity, a.recompute_modules) == ("selective", ["layernorm"])
+    a = parse_megatron(export("megatron", plan(DEEPSEEK, tp=8, pp=16, dp=2, zero=ZeroStage.OS,
+                                               sequence_parallel=True, recompute=Recompute.NORMS)))
+    assert a.recompute_modules == ["layernorm", "mla_up_proj"]
+    for method in RecomputeMethod:
+        a = parse_megatron(export("megatron", plan(dp=8, recompute=Recompute.FULL, recompute_num_layers=4,
+                                                   recompute_method=method)))
+        assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == ("full", method.value, 4)
+
+
+def test_megatron_counts_recomputed_layers_per_chunk():
+    """126 layers on 8 x 2 chunks: 7, 8 x 14, 7 per chunk, so a stage holds 15 or 16. Block 4 per
+    stage is 2 per chunk. Uniform 4 keeps ceil(7/4) + ceil(8/4) = 4 = ceil(15/4) inputs (and 2 + 2 on
+    16 layers), so it carries over; uniform 3 would keep 3 + 3 = 6 against the plan's ceil(15/3) = 5."""
+    kw = dict(model=LLAMA_405B, tp=8, pp=8, virtual_stages=2, sequence_parallel=True, recompute=Recompute.FULL,
+              recompute_num_layers=4)
+    result = export("megatron", plan(**kw, recompute_method=RecomputeMethod.BLOCK))
+    assert parse_megatron(result).recompute_num_layers == 2
+    assert any("2 per chunk" in n for n in result.notes)
+    assert parse_megatron(export("megatron", plan(**kw, recompute_method=RecomputeMethod.UNIFORM))
+                          ).recompute_num_layers == 4
+    result = export("megatron", plan(**{**kw, "recompute_num_layers": 3}, recompute_method=RecomputeMethod.UNIFORM))
+    assert not result.ok and "Megatron counts recomputed layers per model chunk" in result.message
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(tp=8, pp=16, schedule=Schedule.GPIPE), "--schedule gpipe: Megatron-LM runs 1F1B"),
+    (dict(tp=8, pp=16, schedule=Schedule.ZERO_BUBBLE), "--schedule zero-bubble: Megatron-LM runs 1F1B"),
+    (dict(tp=8, pp=16, schedule=Schedule.DUALPIPE), "--schedule dualpipe: Megatron-LM runs 1F1B"),
+    (dict(dp=8, zero=ZeroStage.OS_G_P, reshard_after_forward=False),
+     "--no-reshard-after-forward: Megatron-FSDP (--use-megatron-fsdp) always frees gathered weights"),
+    (dict(dp=8, recompute=Recompute.OP), "--recompute op is torchtitan's per-op selective checkpointing"),
+    (dict(recipe="fp8", dp=8, zero=ZeroStage.OS, recompute=Recompute.NORMS), "--recompute norms with fp8"),
+])
+def test_megatron_cannot_express_layouts(kwargs, needle):
+    kwargs.setdefault("model", LLAMA_405B if "pp" in kwargs else LLAMA)
+    result = export("megatron", plan(sequence_parallel="tp" in kwargs, **kwargs))
+    assert not result.ok and needle in result.message
 
 
 # ---------------------------------------------------------------- DeepSpeed
