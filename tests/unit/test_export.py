@@ -347,8 +347,49 @@ def test_deepspeed_cannot_express_model_parallelism():
     assert [r.split(":")[0] for r in result.reasons] == ["tp = 2", "pp = 2", "cp = 2"]
 
 
+def test_deepspeed_hybrid_sharding_is_mics():
+    result = export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, shard_degree=4))
+    c = parse_deepspeed(result)
+    assert c["zero_optimization"] == {"stage": 3, "mics_shard_size": 4}
+    assert any("deepspeed.zero.MiCS_Init" in n for n in result.notes)
+    assert parse_deepspeed(export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, shard_degree=8))
+                           )["zero_optimization"] == {"stage": 3}
+
+
+def test_deepspeed_keeps_gathered_weights_by_reuse_distance():
+    """Llama 3.1 8B builds 8,030,261,248 parameters; twice that keeps every layer gathered."""
+    c = parse_deepspeed(export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, reshard_after_forward=False)))
+    assert c["zero_optimization"] == {"stage": 3, "stage3_max_reuse_distance": 16_060_522_496,
+                                      "stage3_max_live_parameters": 16_060_522_496}
+
+
+@pytest.mark.parametrize(("method", "needle"), [(RecomputeMethod.BLOCK, "only the first 4 transformer layers"),
+                                                (RecomputeMethod.UNIFORM, "groups of 4 consecutive transformer layers")])
+def test_deepspeed_partial_recompute_is_a_note(method, needle):
+    result = export("deepspeed", plan(dp=8, zero=ZeroStage.OS, recompute=Recompute.FULL, recompute_num_layers=4,
+                                      recompute_method=method))
+    assert parse_deepspeed(result)["activation_checkpointing"]["partition_activations"] is False
+    assert any(needle in n for n in result.notes)
+
+
+def test_deepspeed_cannot_express_pipeline_layouts():
+    result = export("deepspeed", plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS,
+                                      first_stage_layers=7, last_stage_layers=7))
+    assert "--first-stage-layers/--last-stage-layers: DeepSpeed's PipelineModule splits layers by partition_method" \
+        in result.message
+    result = export("deepspeed", plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS,
+                                      schedule=Schedule.ZERO_BUBBLE))
+    assert "--schedule zero-bubble: DeepSpeed's pipeline engine runs only its TrainSchedule" in result.message
+    result = export("deepspeed", plan(LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS,
+                                      virtual_stages=2))
+    assert "--virtual-stages 2: DeepSpeed's TrainSchedule is not interleaved" in result.message
+
+
 @pytest.mark.parametrize(("kwargs", "needle"), [
     (dict(dp=8), "Bfloat16 wrapper must use a gradient accumulation type of fp32"),   # mixed-adam, ZeRO-0
+    (dict(dp=8, zero=ZeroStage.OS, shard_degree=4), "--shard-degree 4 with ZeRO-1: DeepSpeed shards only ZeRO-3"),
+    (dict(dp=8, zero=ZeroStage.OS, recompute=Recompute.NORMS), "--recompute norms: deepspeed.checkpointing"),
+    (dict(dp=8, zero=ZeroStage.OS, recompute=Recompute.OP), "takes no per-op save policy"),
     (dict(recipe="fp8", dp=8, zero=ZeroStage.OS), "computes in fp8"),
     (dict(recipe="bf16-adam", dp=8, zero=ZeroStage.OS), "master_bytes = 0"),
     (dict(recipe="adam-8bit", dp=8, zero=ZeroStage.OS), "client optimizer"),
