@@ -476,6 +476,145 @@ def test_torchtitan_cannot_express(kwargs, needle):
     assert not result.ok and needle in result.message
 
 
+SINGLE_STAGE = {"1F1B", "GPipe"}
+
+
+def titan_parts(par: dict, L: int, head: str = "output") -> tuple[int, ...]:
+    """Transformer layers per model chunk torchtitan builds from a [parallelism] table
+    (torchtitan/distributed/pipeline_parallel.py): the listed module FQNs, or U = L + first +
+    last units, U // S per chunk, one more on the first U mod S, less first/last on the ends,
+    S = ceil(U / layers_per_stage) or pp per stage of the schedule."""
+    if "module_fqns_per_model_part" in par:
+        parts = par["module_fqns_per_model_part"]
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", head]
+        names = [n for part in parts for n in part if n.startswith("layers.")]
+        assert names == [f"layers.{i}" for i in range(L)]
+        return tuple(sum(n.startswith("layers.") for n in part) for part in parts)
+    pp, first, last = (par["pipeline_parallel_degree"], par["pipeline_parallel_first_stage_less_layers"],
+                       par["pipeline_parallel_last_stage_less_layers"])
+    units = L + first + last
+    single = par["pipeline_parallel_schedule"] in SINGLE_STAGE
+    per = par.get("pipeline_parallel_layers_per_stage")
+    S = -(-units // per) if per else pp * (1 if single else 2)
+    assert S % pp == 0 and (S == pp if single else S >= 2 * pp)
+    base, extra = divmod(units, S)
+    assert base >= max(first, last, 1)
+    out = [base + (j < extra) for j in range(S)]
+    out[0] -= first
+    out[-1] -= last
+    return tuple(out)
+
+
+def test_torchtitan_llama3_405b_less_layers():
+    """7, 8 x 14, 7: torchtitan's own default (first/last_stage_less_layers = 1) at 8 per stage."""
+    p = plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P)
+    par = parse_titan(export("torchtitan", p))["parallelism"]
+    assert (par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_first_stage_less_layers"],
+            par["pipeline_parallel_last_stage_less_layers"]) == (8, 1, 1)
+    assert titan_parts(par, 126) == p.chunk_layers
+    par = parse_titan(export("torchtitan", plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True,
+                                                zero=ZeroStage.OS_G_P, first_stage_layers=6, last_stage_layers=8)))[
+        "parallelism"]
+    assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (2, 0)
+
+
+@pytest.mark.parametrize(("model", "degrees"), [
+    (LLAMA, dict(tp=2, pp=2, dp=16, virtual_stages=2)),
+    (LLAMA_405B, dict(tp=8, pp=16, dp=2)),
+    (LLAMA_405B, dict(tp=8, pp=16, dp=2, virtual_stages=2)),
+    (LLAMA_405B, dict(tp=8, pp=16, dp=2, virtual_stages=3)),            # middles rise: module FQNs
+    (LLAMA_405B, dict(tp=8, pp=16, dp=2, virtual_stages=4)),
+    (LLAMA_405B, dict(tp=8, pp=16, dp=2, first_stage_layers=5)),
+    (LLAMA_405B, dict(tp=8, pp=4, dp=2, first_stage_layers=30, last_stage_layers=30, virtual_stages=2)),
+    (LLAMA, dict(tp=2, pp=3, dp=8)),
+])
+@pytest.mark.parametrize("fmt", ["torchtitan", "torchtitan-python"])
+def test_torchtitan_builds_the_plans_layers_per_chunk(model, degrees, fmt):
+    p = plan(model, sequence_parallel=True, zero=ZeroStage.OS_G_P, **degrees)
+    result = export(fmt, p)
+    assert result.ok, result
+    if fmt == "torchtitan":
+        par = parse_titan(result)["parallelism"]
+    else:
+        par = {k.split(".", 1)[1]: v for k, v in result.data.items() if k.startswith("parallelism.")}
+    assert titan_parts(par, model.num_layers, "output" if fmt == "torchtitan" else "lm_head") == p.chunk_layers
+
+
+def test_torchtitan_module_fqns_where_less_layers_cannot():
+    p = plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P, first_stage_layers=5)
+    result = export("torchtitan", p)
+    parts = parse_titan(result)["parallelism"]["module_fqns_per_model_part"]
+    assert parts[0] == ["tok_embeddings"] + [f"layers.{i}" for i in range(5)]
+    assert parts[-1] == [f"layers.{i}" for i in range(119, 126)] + ["norm", "output"]
+    assert "pipeline_parallel_layers_per_stage" not in parse_titan(result)["parallelism"]
+    assert export("torchtitan-python", p).data["parallelism.module_fqns_per_model_part"][-1][-1] == "lm_head"
+
+
+def test_torchtitan_schedules_sharding_and_resharding():
+    base = dict(model=LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS_G_P)
+    par = parse_titan(export("torchtitan", plan(dp=2, schedule=Schedule.GPIPE, **base)))["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "GPipe"
+    par = parse_titan(export("torchtitan", plan(dp=4, shard_degree=2, reshard_after_forward=False,
+                                                **base)))["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 2)
+    assert par["fsdp_reshard_after_forward"] == "never"
+    # FSDP shards over data_parallel_shard_degree x cp: a group of 4 over dp 4 x cp 2 is shard 2, replicate 2
+    par = parse_titan(export("torchtitan", plan(dp=4, cp=2, zero=ZeroStage.OS_G_P, shard_degree=4)))["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"],
+            par["context_parallel_degree"]) == (2, 2, 2)
+
+
+def test_torchtitan_op_recompute(monkeypatch):
+    c = parse_titan(export("torchtitan", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP)))
+    assert c["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    result = export("torchtitan-python", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP))
+    fake = types.ModuleType("torchtitan.distributed.activation_checkpoint")
+    fake.SelectiveAC = types.SimpleNamespace(Config=lambda: "SelectiveAC.Config()")
+    for name in ("torchtitan", "torchtitan.distributed"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    config = types.SimpleNamespace(parallelism=types.SimpleNamespace(), training=types.SimpleNamespace())
+    exec(result.text, {"config": config})
+    assert config.activation_checkpoint == "SelectiveAC.Config()"
+
+
+def test_torchtitan_block_recompute_is_every_kth_layer():
+    """Block 16 of 32 layers reruns 16: selective_ac_option = "2" checkpoints layers 2, 4, ..., 32."""
+    kw = dict(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL, recompute_num_layers=16,
+              recompute_method=RecomputeMethod.BLOCK)
+    result = export("torchtitan", plan(**kw))
+    assert parse_titan(result)["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+    assert any("not the first 16" in n for n in result.notes)
+    result = export("torchtitan-python", plan(**kw))
+    assert not result.ok and "SelectiveAC.Config() is per-op SAC only" in result.message
+    for method, n in ((RecomputeMethod.UNIFORM, 1), (RecomputeMethod.BLOCK, 32)):   # every layer: full
+        c = parse_titan(export("torchtitan", plan(**{**kw, "recompute_num_layers": n, "recompute_method": method})))
+        assert c["activation_checkpoint"] == {"mode": "full"}
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(schedule=Schedule.ZERO_BUBBLE), "--schedule zero-bubble: torch.distributed.pipelining's zero-bubble "
+                                          "schedules (InterleavedZeroBubble, ZBVZeroBubble) run two or more stages"),
+    (dict(schedule=Schedule.DUALPIPE), "--schedule dualpipe: torchtitan's DualPipeV splits the model into 2 x pp"),
+    (dict(recompute=Recompute.NORMS), "--recompute norms: torchtitan has no policy that reruns only the norms"),
+    (dict(recompute=Recompute.FULL, recompute_num_layers=2),
+     "--recompute-num-layers 2 --recompute-method uniform: torchtitan checkpoints one layer at a time"),
+    (dict(recompute=Recompute.FULL, recompute_num_layers=4, recompute_method=RecomputeMethod.BLOCK),
+     "no k reruns 4 of each stage's layers (7, 8, 8,"),
+])
+@pytest.mark.parametrize("fmt", ["torchtitan", "torchtitan-python"])
+def test_torchtitan_cannot_express_layouts(kwargs, needle, fmt):
+    if fmt == "torchtitan-python" and "no k reruns" in needle:
+        needle = "per-op SAC only"
+    result = export(fmt, plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P, **kwargs))
+    assert not result.ok and needle in result.message
+
+
+def test_torchtitan_shard_group_must_cover_cp():
+    result = export("torchtitan", plan(dp=3, cp=2, zero=ZeroStage.OS_G_P, shard_degree=3, global_batch=96))
+    assert not result.ok and "--shard-degree 3 with cp = 2: torchtitan's FSDP always shards over" in result.message
+
+
 def test_torchtitan_python_can_turn_sequence_parallel_off():
     assert export("torchtitan-python", plan(tp=2, dp=4, zero=ZeroStage.OS_G_P)).ok
 
