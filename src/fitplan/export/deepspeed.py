@@ -3,7 +3,27 @@
 Keys as in deepspeed.ai/docs/config-json and the 0.19.8 package (docs/engines.md#deepspeed-config-keys):
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
 data-parallel size; zero_optimization.stage; bf16.enabled; data_types.grad_accum_dtype;
-optimizer.type; activation_checkpointing.
+optimizer.type; activation_checkpointing. The layout keys were read from microsoft/DeepSpeed
+(deepspeed/runtime/zero/config.py, zero/mics.py, zero/partitioned_param_coordinator.py,
+runtime/pipe/module.py and pipe/schedule.py, activation_checkpointing/checkpointing.py):
+
+  --shard-degree N     ZeRO-3: zero_optimization.mics_shard_size = N (MiCS partitions
+                       parameters, gradients and optimizer states within groups of N and
+                       replicates across them; the model is built under
+                       deepspeed.zero.MiCS_Init). ZeRO-1/2 have no hierarchical form, and
+                       ZeRO++'s zero_hpz_partition_size only adds a secondary ZeRO-3 weight
+                       copy within N ranks while every state stays sharded over all of them.
+  --no-reshard-after-forward
+                       ZeRO-3 frees a gathered parameter after its module unless the
+                       recorded trace reuses it within stage3_max_reuse_distance elements:
+                       a distance of twice the model keeps every layer from its forward to
+                       its backward (from the second step, once the trace is recorded), and
+                       stage3_max_live_parameters as large keeps prefetching on.
+  pipeline             PipelineModule is built in code, splits layers by partition_method
+                       ("parameters", "uniform" or "type:regex"), cannot pin a stage's layer
+                       count, and its engine runs only TrainSchedule (1F1B, one stage per
+                       rank): uneven pins, gpipe, zero-bubble, dualpipe and virtual stages are
+                       refused, as is pp > 1 itself.
 
 What a ds_config cannot say, and this module therefore refuses:
   * tensor, pipeline and context parallelism. DeepSpeed sets them up in code (a Megatron
@@ -12,14 +32,20 @@ What a ds_config cannot say, and this module therefore refuses:
     So only tp = pp = cp = 1 plans are exported, where the data-parallel size is the world.
   * precisions DeepSpeed does not have: bf16 weights without an fp32 master copy, fp8,
     8-bit optimizer moments (a client optimizer passed in code).
+  * recompute that deepspeed.checkpointing.checkpoint(function, *args) cannot do: it keeps
+    the checkpointed function's output and takes no per-op policy, so norms (outputs that
+    the next projection saves) and op (torchtitan's per-op SAC) are refused.
 Recompute is never switched on by the config: `activation_checkpointing` only configures
-deepspeed.checkpointing, which the model code must call; the notes say what to wrap.
+deepspeed.checkpointing, which the model code must call; the notes say what to wrap
+(with --recompute-num-layers: groups of N layers per call, or only the first N layers).
 """
 import json
 
+from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
 from fitplan.specs import Recompute, ZeroStage
+from fitplan.specs.parallel import RecomputeMethod, Schedule
 
 FORMAT = "deepspeed"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -31,9 +57,9 @@ def to_deepspeed(plan: Plan) -> Exported | Unsupported:
               "train_micro_batch_size_per_gpu": plan.parallel.micro_batch,
               "gradient_accumulation_steps": plan.num_microbatches}
     config.update(_precision(plan, reasons, notes))
-    config["zero_optimization"] = {"stage": int(plan.parallel.zero)}
+    config["zero_optimization"] = _zero(plan, reasons, notes)
     config.update(_optimizer(plan, reasons))
-    config.update(_recompute(plan, notes))
+    config.update(_recompute(plan, reasons, notes))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
@@ -53,6 +79,43 @@ def _parallel_reasons(plan: Plan) -> list:
     if c.cp > 1:
         out.append(f"cp = {c.cp}: DeepSpeed has no context-parallel config key; its sequence parallelism "
                    f"(Ulysses) is set up in code and splits attention heads, not the sequence ring the plan models")
+    if plan.pinned:
+        out.append("--first-stage-layers/--last-stage-layers: DeepSpeed's PipelineModule splits layers by "
+                   "partition_method ('parameters', 'uniform' or 'type:regex') and cannot pin a stage's layer count")
+    if c.schedule != Schedule.ONE_F_ONE_B:
+        out.append(f"--schedule {c.schedule.value}: DeepSpeed's pipeline engine runs only its TrainSchedule, a 1F1B "
+                   f"order with one stage per rank (deepspeed/runtime/pipe/schedule.py)")
+    if c.virtual_stages > 1:
+        out.append(f"--virtual-stages {c.virtual_stages}: DeepSpeed's TrainSchedule is not interleaved; a "
+                   f"PipelineModule places one stage on each rank")
+    return out
+
+
+def _zero(plan: Plan, reasons: list, notes: list) -> dict:
+    c, m = plan.parallel, plan.model
+    out = {"stage": int(c.zero)}
+    if c.shard_degree is not None and c.shard_degree != c.dp:
+        if c.zero == ZeroStage.OS_G_P:
+            out["mics_shard_size"] = c.shard_degree
+            notes.append(f"mics_shard_size = {c.shard_degree}: build the model under "
+                         f"deepspeed.zero.MiCS_Init(config_dict_or_path=ds_config) so that its parameters are "
+                         f"partitioned over groups of {c.shard_degree} ranks")
+        else:
+            reasons.append(f"--shard-degree {c.shard_degree} with ZeRO-{int(c.zero)}: DeepSpeed shards only ZeRO-3 "
+                           f"state in groups (MiCS mics_shard_size); ZeRO-1/2 partition over every data-parallel "
+                           f"rank, and ZeRO++'s zero_hpz_partition_size is a secondary ZeRO-3 weight copy, not "
+                           f"hybrid sharding")
+    if c.zero == ZeroStage.OS_G_P and not c.reshard_after_forward:
+        reach = 2 * max(shape_params(m), m.published_params or 0)
+        out["stage3_max_reuse_distance"] = reach
+        out["stage3_max_live_parameters"] = reach
+        notes.append(f"stage3_max_reuse_distance = {reach:,} (twice the model's parameters): ZeRO-3 keeps a gathered "
+                     f"parameter that its recorded trace reuses within that many elements, so every layer stays "
+                     f"gathered from its forward to its backward from the second step on")
+    elif c.zero == ZeroStage.OS_G_P:
+        notes.append("ZeRO-3 keeps a gathered parameter that is reused within stage3_max_reuse_distance elements "
+                     "(1e9 by default), so layers reused that soon around the forward-backward turn may stay "
+                     "gathered; 0 frees every layer after its forward, as the plan counts")
     return out
 
 
@@ -111,13 +174,31 @@ def _optimizer(plan: Plan, reasons: list) -> dict:
     return {}
 
 
-def _recompute(plan: Plan, notes: list) -> dict:
-    mode = plan.parallel.recompute
+def _recompute(plan: Plan, reasons: list, notes: list) -> dict:
+    c = plan.parallel
+    mode = c.recompute
     if mode == Recompute.NONE:
         return {}
-    what = ("each transformer layer (deepspeed.checkpointing.checkpoint(layer, hidden), or "
-            "model.gradient_checkpointing_enable() on a Hugging Face model)" if mode == Recompute.FULL else
-            "only the attention core of each layer (softmax, its dropout and scores x V)")
+    if mode == Recompute.NORMS:
+        reasons.append("--recompute norms: deepspeed.checkpointing.checkpoint keeps the checkpointed function's "
+                       "output, and the next projection saves the norm's output, so the norms alone cannot be "
+                       "recomputed without output-discarding checkpoints, which DeepSpeed lacks")
+        return {}
+    if mode == Recompute.OP:
+        reasons.append("--recompute op is torchtitan's per-op selective checkpointing; "
+                       "deepspeed.checkpointing.checkpoint(function, *args) takes no per-op save policy")
+        return {}
+    n = c.recompute_num_layers
+    if mode != Recompute.FULL:
+        what = "only the attention core of each layer (softmax, its dropout and scores x V)"
+    elif n is not None and c.recompute_method == RecomputeMethod.BLOCK:
+        what = f"only the first {n} transformer layers, one deepspeed.checkpointing.checkpoint(layer, hidden) each"
+    elif n is not None and n > 1:
+        what = (f"groups of {n} consecutive transformer layers, one deepspeed.checkpointing.checkpoint call running "
+                f"all {n}")
+    else:
+        what = ("each transformer layer (deepspeed.checkpointing.checkpoint(layer, hidden), or "
+                "model.gradient_checkpointing_enable() on a Hugging Face model)")
     notes.append(f"recompute is switched on in model code, not by ds_config: checkpoint {what}; the "
                  f"activation_checkpointing section only configures deepspeed.checkpointing")
     return {"activation_checkpointing": {"partition_activations": False, "cpu_checkpointing": False,

@@ -5,19 +5,47 @@ commit d98e8a6) plus --grad-reduce-in-bf16, --add-qkv-bias, --no-gradient-accumu
 fusion and --ckpt-format, read from megatron/training/arguments.py. What each part maps to:
 
   degrees     --tensor-model-parallel-size, --pipeline-model-parallel-size,
-              --context-parallel-size, --sequence-parallel, and with v > 1
-              --num-layers-per-virtual-pipeline-stage = L/(pp*v)
+              --context-parallel-size, --sequence-parallel
+  pipeline    the plan's split (fitplan.counts.stages), written the first way that gives
+              exactly its layers per model chunk (megatron/core/transformer/transformer_block.py
+              get_num_layers_to_build; the checks in transformer_config.py __post_init__):
+              an even split: nothing, or with v > 1 --num-layers-per-virtual-pipeline-stage;
+              the default split that counts the embedding and the head as a layer each, where
+              pp*v divides L + 2: --account-for-embedding-in-pipeline-split
+              --account-for-loss-in-pipeline-split; pinned or uneven ends with even middle
+              stages (and, with v > 1, every stage divisible by v):
+              --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers
+              (arguments.py: uneven stages take --num-virtual-stages-per-pipeline-rank);
+              any other split: --pipeline-model-parallel-layout, one "|"-separated entry per
+              model chunk in pipeline order, E and L for the embedding and the loss
+              (megatron/core/transformer/pipeline_parallel_layer_layout.py).
+  schedule    1F1B, interleaved with v > 1. Megatron-LM has no other schedule
+              (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func picks
+              forward_backward_pipelining_with/without_interleaving): gpipe, zero-bubble and
+              dualpipe are refused.
   ZeRO        0: plain DDP; 1: --use-distributed-optimizer (shards fp32 main params and
               Adam over dp x cp, keeps the full grad buffer, as fitplan's ZeRO-1);
               2, 3: Megatron-FSDP, --use-megatron-fsdp --data-parallel-sharding-strategy
-              optim_grads / optim_grads_params, with the flags its guide requires
+              optim_grads / optim_grads_params, with the flags its guide requires.
+              --shard-degree N: --num-distributed-optimizer-instances dp*cp/N (the
+              distributed optimizer shards within dp*cp/instances ranks, parallel_state.py;
+              Megatron-FSDP turns HSDP on when it is > 1, mcore_fsdp_adapter.py).
+              --no-reshard-after-forward is refused: Megatron-FSDP has no such switch, and
+              --torch-fsdp2-no-reshard-after-forward belongs to the separate --use-torch-fsdp2
+              path (no PP, no distributed optimizer, untied embeddings only; arguments.py).
   batch       --micro-batch-size b, --global-batch-size B (Megatron derives dp and the
               number of micro-batches B/(dp*b) itself)
   recompute   selective: --recompute-granularity selective --recompute-modules core_attn
               (Korthikanti's selective recompute: the attention core only, pinned rather
-              than left to a default that has changed before); full: --recompute-granularity
-              full --recompute-method uniform --recompute-num-layers 1 (every layer keeps
-              only its input, fitplan's full)
+              than left to a default that has changed before); norms: --recompute-modules
+              layernorm (input_layernorm and pre_mlp_layernorm) plus mla_up_proj with MLA;
+              full: --recompute-granularity full --recompute-method uniform
+              --recompute-num-layers 1 (every layer keeps only its input, fitplan's full), or
+              the plan's --recompute-method and --recompute-num-layers. Megatron counts those
+              per model chunk (megatron/core/recompute.py), so with v > 1 a stage's count is
+              translated to the chunks where that gives the same number of kept inputs, and
+              refused where it cannot. op (torchtitan's per-op SAC) is refused.
+              transformer_config.py lists the --recompute-modules choices.
   precision   bf16 weights: --bf16 (fp32 main params and, by default, fp32 main grads);
               2-byte grads: --grad-reduce-in-bf16; fp8 weights: --fp8-format hybrid
               --fp8-param-gather; fp32 weights: no precision flag; SGD: --optimizer sgd
@@ -32,6 +60,7 @@ from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
+from fitplan.specs.parallel import RecomputeMethod, Schedule
 
 FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -41,8 +70,8 @@ VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
     reasons, notes = [], []
-    flags = (_degrees(plan) + _zero(plan) + _batch(plan) + _recompute(plan)
-             + _precision(plan, reasons, notes) + _shapes(plan, reasons, notes))
+    flags = (_degrees(plan) + _pipeline(plan, reasons, notes) + _zero(plan, reasons) + _batch(plan)
+             + _recompute(plan, reasons, notes) + _precision(plan, reasons, notes) + _shapes(plan, reasons, notes))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
@@ -56,40 +85,155 @@ def _flag(name: str, *values) -> tuple[str, ...]:
 
 
 def _degrees(plan: Plan) -> list:
-    c, L = plan.parallel, plan.model.num_layers
+    c = plan.parallel
     out = [_flag("--tensor-model-parallel-size", c.tp), _flag("--pipeline-model-parallel-size", c.pp),
            _flag("--context-parallel-size", c.cp)]
     if c.sequence_parallel:
         out.append(_flag("--sequence-parallel"))
-    if c.virtual_stages > 1:
-        out.append(_flag("--num-layers-per-virtual-pipeline-stage", L // (c.pp * c.virtual_stages)))
     return out
 
 
-def _zero(plan: Plan) -> list:
-    zero = plan.parallel.zero
-    if zero == ZeroStage.NONE:
+def _pipeline(plan: Plan, reasons: list, notes: list) -> list:
+    """The schedule, and the flags that give Megatron exactly the plan's layers per model chunk."""
+    c, L = plan.parallel, plan.model.num_layers
+    if c.schedule != Schedule.ONE_F_ONE_B:
+        reasons.append(f"--schedule {c.schedule.value}: Megatron-LM runs 1F1B, interleaved with virtual stages, and "
+                       f"no other pipeline schedule (pipeline_parallel/schedules.py get_forward_backward_func)")
+    if c.pp == 1:
         return []
+    v, P, chunks = c.virtual_stages, c.pp * c.virtual_stages, plan.chunk_layers
+    virtual = [_flag("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []
+    if not plan.pinned:
+        if chunks == (L // P,) * P:
+            return [_flag("--num-layers-per-virtual-pipeline-stage", L // P)] if v > 1 else []
+        if (L + 2) % P == 0 and chunks == _account_for_ends(L, P):
+            return [_flag("--account-for-embedding-in-pipeline-split"),
+                    _flag("--account-for-loss-in-pipeline-split")] + virtual
+    stages = plan.stage_layers
+    if _first_last_chunks(stages, v) == chunks:
+        return [_flag("--decoder-first-pipeline-num-layers", stages[0]),
+                _flag("--decoder-last-pipeline-num-layers", stages[-1])] + virtual
+    notes.append(f"the plan's split (layers per stage {', '.join(map(str, stages))}) has no first/last or "
+                 f"account-for-embedding form in Megatron-LM, so it is written as --pipeline-model-parallel-layout")
+    return [_flag("--pipeline-model-parallel-layout", layout(chunks))]
+
+
+def _account_for_ends(L: int, P: int) -> tuple[int, ...]:
+    """Layers per chunk under --account-for-embedding/loss-in-pipeline-split: (L + 2)/P each,
+    one fewer on the first chunk (the embedding) and on the last (the loss)."""
+    each = (L + 2) // P
+    return tuple(each - (j == 0) - (j == P - 1) for j in range(P))
+
+
+def _first_last_chunks(stages: tuple[int, ...], v: int) -> tuple[int, ...] | None:
+    """Layers per chunk under --decoder-first/last-pipeline-num-layers, or None where Megatron
+    refuses them: both ends above 0, the middle stages equal, every stage divisible by v."""
+    first, last, middle = stages[0], stages[-1], stages[1:-1]
+    if first <= 0 or last <= 0 or len(set(middle)) > 1 or any(n % v for n in stages):
+        return None
+    return tuple(stages[j % len(stages)] // v for j in range(len(stages) * v))
+
+
+def layout(chunks: tuple[int, ...]) -> str:
+    """--pipeline-model-parallel-layout for layers per model chunk: chunks split by "|", the
+    embedding E first and the loss L last, t*n for n transformer layers, (x|)*k for k equal
+    chunks in a row (pipeline_parallel_layer_layout.py parse_str_to_list)."""
+    def body(n):
+        return "" if n == 0 else "t" if n == 1 else f"t*{n}"
+    first, last = "E" + body(chunks[0]), body(chunks[-1]) + "L"
+    if len(chunks) == 1:
+        return "E" + body(chunks[0]) + "L"
+    parts, middle, j = [first + "|"], chunks[1:-1], 0
+    while j < len(middle):
+        k = j
+        while k < len(middle) and middle[k] == middle[j]:
+            k += 1
+        run = k - j
+        parts.append(f"({body(middle[j])}|)*{run}," if run > 1 else body(middle[j]) + "|")
+        j = k
+    return "".join(parts) + last
+
+
+def _zero(plan: Plan, reasons: list) -> list:
+    c = plan.parallel
+    zero, out = c.zero, []
+    if not c.reshard_after_forward:
+        reasons.append("--no-reshard-after-forward: Megatron-FSDP (--use-megatron-fsdp) always frees gathered weights "
+                       "after forward; --torch-fsdp2-no-reshard-after-forward exists only on the --use-torch-fsdp2 "
+                       "path, which refuses pipeline parallelism, the distributed optimizer and tied embeddings")
+    if zero == ZeroStage.NONE:
+        return out
     if zero == ZeroStage.OS:
-        return [_flag("--use-distributed-optimizer")]
-    # The Megatron-FSDP guide's flag set; Megatron asserts the fsdp_dtensor checkpoint format.
-    return [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]),
-            _flag("--use-distributed-optimizer"), _flag("--no-gradient-accumulation-fusion"),
-            _flag("--ckpt-format", "fsdp_dtensor")]
+        out = [_flag("--use-distributed-optimizer")]
+    else:
+        # The Megatron-FSDP guide's flag set; Megatron asserts the fsdp_dtensor checkpoint format.
+        out = [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]),
+               _flag("--use-distributed-optimizer"), _flag("--no-gradient-accumulation-fusion"),
+               _flag("--ckpt-format", "fsdp_dtensor")]
+    if c.shard_degree is not None and c.shard_degree != c.dp * c.cp:
+        out.append(_flag("--num-distributed-optimizer-instances", c.dp * c.cp // c.shard_degree))
+    return out
 
 
 def _batch(plan: Plan) -> list:
     return [_flag("--micro-batch-size", plan.parallel.micro_batch), _flag("--global-batch-size", plan.global_batch)]
 
 
-def _recompute(plan: Plan) -> list:
-    mode = plan.parallel.recompute
+def _recompute(plan: Plan, reasons: list, notes: list) -> list:
+    c, m = plan.parallel, plan.model
+    mode = c.recompute
     if mode == Recompute.SELECTIVE:
         return [_flag("--recompute-granularity", "selective"), _flag("--recompute-modules", "core_attn")]
+    if mode == Recompute.NORMS:
+        if plan.training.recipe.weights_bytes == 1 or plan.training.recipe.compute == "fp8":
+            reasons.append("--recompute norms with fp8: Megatron refuses layernorm recompute under its default "
+                           "delayed fp8 scaling ('Delayed scaling does not support moe_act and layernorm recompute')")
+        notes.append("--recompute-modules layernorm recomputes norms that are modules of their own; Megatron's "
+                     "Transformer Engine layer spec fuses a dense layer's norms into the next linear "
+                     "(TELayerNormColumnParallelLinear), which keeps the normalized input: there the plan counts "
+                     "less than Megatron stores unless you run --transformer-impl local")
+        return [_flag("--recompute-granularity", "selective"),
+                _flag("--recompute-modules", "layernorm", *(("mla_up_proj",) if m.mla is not None else ()))]
+    if mode == Recompute.OP:
+        reasons.append("--recompute op is torchtitan's per-op selective checkpointing (keep matmul and attention "
+                       "outputs, rerun every second matmul); Megatron recomputes whole submodules "
+                       "(--recompute-modules) and has no per-op policy")
+        return []
     if mode == Recompute.FULL:
-        return [_flag("--recompute-granularity", "full"), _flag("--recompute-method", "uniform"),
-                _flag("--recompute-num-layers", 1)]
+        if c.recompute_num_layers is None:
+            return [_flag("--recompute-granularity", "full"), _flag("--recompute-method", "uniform"),
+                    _flag("--recompute-num-layers", 1)]
+        n = _per_chunk_recompute(plan)
+        if n is None:
+            reasons.append(f"--recompute-num-layers {c.recompute_num_layers} --recompute-method "
+                           f"{c.recompute_method.value} with {c.virtual_stages} virtual stages: Megatron counts "
+                           f"recomputed layers per model chunk (megatron/core/recompute.py), and no per-chunk count "
+                           f"keeps the plan's inputs per stage (layers per chunk {', '.join(map(str, plan.chunk_layers))})")
+            return []
+        if n != c.recompute_num_layers:
+            notes.append(f"--recompute-num-layers {n}: Megatron counts per model chunk, so the plan's "
+                         f"{c.recompute_num_layers} per stage over {c.virtual_stages} chunks is {n} per chunk")
+        return [_flag("--recompute-granularity", "full"), _flag("--recompute-method", c.recompute_method.value),
+                _flag("--recompute-num-layers", n)]
     return []
+
+
+def _per_chunk_recompute(plan: Plan) -> int | None:
+    """Megatron's --recompute-num-layers for the plan's per-stage one, or None. uniform N keeps
+    ceil(l/N) layer inputs on a stage of l layers, block N reruns min(N, l) layers
+    (docs/formulas.md#partial-recompute); Megatron applies either to each model chunk."""
+    c = plan.parallel
+    n, v, chunks, stages = c.recompute_num_layers, c.virtual_stages, plan.chunk_layers, plan.stage_layers
+    if v == 1:
+        return n
+    on = [[chunks[i + k * c.pp] for k in range(v)] for i in range(c.pp)]
+    if c.recompute_method == RecomputeMethod.UNIFORM:
+        ok = all(sum(-(-x // n) for x in ks) == -(-l // n) for ks, l in zip(on, stages))
+        return n if ok else None
+    for per in range(1, max(chunks) + 1):
+        if all(sum(min(per, x) for x in ks) == min(n, l) for ks, l in zip(on, stages)):
+            return per
+    return None
 
 
 def _precision(plan: Plan, reasons: list, notes: list) -> list:
@@ -157,6 +301,10 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
         notes.append(f"--max-position-embeddings raised from {m.max_seq_len} to the sequence length {s}: RoPE "
                      f"has no position parameters, so memory is unchanged")
     reasons += _unexpressed(m)
+    if m.position == Position.ALIBI:
+        reasons.append("ALiBi positions: Megatron-LM's --position-embedding-type takes learned_absolute, rope, mrope, "
+                       "relative or none, not alibi (megatron/training/arguments.py); BLOOM's ALiBi lived in the "
+                       "Megatron-DeepSpeed fork")
     out = [_flag("--num-layers", m.num_layers), _flag("--hidden-size", m.hidden_size),
            _flag("--ffn-hidden-size", m.ffn_hidden_size), _flag("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:

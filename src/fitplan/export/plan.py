@@ -9,8 +9,10 @@ the plan). It never returns a config that means something other than the plan.
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+from fitplan.counts import stages as ST
 from fitplan.errors import SpecError, one_line
 from fitplan.specs import ModelSpec, ParallelConfig, TrainingSpec, compat
+from fitplan.specs.parallel import Schedule
 from fitplan.specs._check import positive_int
 
 
@@ -41,6 +43,32 @@ class Plan:
         """Micro-batches per data-parallel rank per step: gradient-accumulation steps
         without pipelining, micro-batches through the pipeline with it."""
         return self.global_batch // (self.parallel.dp * self.parallel.micro_batch)
+
+    @property
+    def pinned(self) -> bool:
+        """Whether --first-stage-layers or --last-stage-layers pins a pipeline end."""
+        return self.parallel.first_stage_layers is not None or self.parallel.last_stage_layers is not None
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers on each pipeline stage, stage 0 first (fitplan.counts.stages.split)."""
+        c = self.parallel
+        return ST.split(self.model.num_layers, c.pp, c.virtual_stages, c.first_stage_layers, c.last_stage_layers)
+
+    @property
+    def chunk_layers(self) -> tuple[int, ...]:
+        """Transformer layers of each of the pp x v model chunks in pipeline order (chunk j sits
+        on stage j mod pp, as Megatron-LM's layout and torch's looped schedules place them).
+        The default split gives every chunk its own count; with pinned ends fitplan counts only
+        a stage's total, so each stage's layers are spread over its v chunks as evenly as
+        possible, extras on the later chunks."""
+        c, L = self.parallel, self.model.num_layers
+        P = c.pp * c.virtual_stages
+        if not self.pinned:
+            return tuple(int(ST.chunk_layers(L, P, j)) for j in range(P))
+        per_stage = [[n // c.virtual_stages + (k >= c.virtual_stages - n % c.virtual_stages)
+                      for k in range(c.virtual_stages)] for n in self.stage_layers]
+        return tuple(per_stage[j % c.pp][j // c.pp] for j in range(P))
 
 
 def make_plan(*, model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -96,6 +124,16 @@ def _describe(plan: Plan) -> str:
         extras.append("sp")
     if c.virtual_stages > 1:
         extras.append(f"v={c.virtual_stages}")
+    if c.schedule != Schedule.ONE_F_ONE_B:
+        extras.append(f"schedule={c.schedule.value}")
+    if plan.pinned:
+        extras.append("stage layers " + ",".join(str(n) for n in plan.stage_layers))
+    if c.shard_degree is not None:
+        extras.append(f"shard-degree={c.shard_degree}")
+    if not c.reshard_after_forward:
+        extras.append("no-reshard-after-forward")
+    if c.recompute_num_layers is not None:
+        extras.append(f"recompute-layers={c.recompute_num_layers} {c.recompute_method.value}")
     return (f"{plan.model.name}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} {' '.join(extras)} on {plan.num_gpus} "
             f"GPUs, global batch {plan.global_batch} x {plan.training.seq_len} tokens, "
             f"precision {plan.training.recipe.name}")

@@ -1,22 +1,46 @@
 """torchtitan job configs for a plan: the legacy TOML (<= v0.2.2) and the Python config
 that replaced it (commit 9810191b, "Config System Refactor", docs/engines.md#torchtitan-configuration).
 
+Keys were read from pytorch/torchtitan: torchtitan/config/job_config.py and
+torchtitan/distributed/{pipeline_parallel,activation_checkpoint}.py at v0.2.2 for the TOML,
+torchtitan/config/configs.py (ParallelismConfig) and the same two distributed/ files at
+HEAD (2026-08-21) for the Python config; schedule names from torch.distributed.pipelining
+(schedules.py get_schedule_class).
+
 torchtitan's model states are fixed by its design: FSDP2 (or DDP) over fp32 parameters,
 fp32 gradients (mixed_precision_reduce = float32) and fp32 AdamW moments, 16 B/param, with
 bf16 only as the gathered compute copy. So it expresses:
 
   ZeRO        3: data_parallel_shard_degree = dp (FSDP2 over dp x cp, as the plan shards),
               fsdp_reshard_after_forward = "always" ("default" keeps the gathered model
-              under PP); 0: data_parallel_replicate_degree = dp (DDP), only when dp is the
-              only parallelism; any stage when dp x cp = 1 (nothing to shard).
+              under PP), or "never" for --no-reshard-after-forward; 0:
+              data_parallel_replicate_degree = dp (DDP), only when dp is the only
+              parallelism; any stage when dp x cp = 1 (nothing to shard).
+              --shard-degree N (HSDP): FSDP2 shards over data_parallel_shard_degree x cp
+              ranks, so data_parallel_shard_degree = N/cp and data_parallel_replicate_degree
+              = dp*cp/N; N must be a multiple of cp.
               ZeRO-1/2 have no torchtitan form: FSDP2's reshard_after_forward = "never" is
               ZeRO-2-like only at the peak (2P + 16P/N, docs/engines.md#zero-1-fsdp1-and-fsdp2).
-  recompute   none, full: [activation_checkpoint] mode. torchtitan's "selective" is per-op
-              SAC (saves matmul and SDPA outputs, recomputes every other matmul) or every
-              n-th layer in full, neither of them the plan's selective (attention core only).
-  pipeline    pipeline_parallel_layers_per_stage = L/(pp*v) with first/last_stage_less_layers
-              = 0, so every stage gets L/(pp*v) layers and the ends carry the embedding and
-              the head, as the plan counts; schedule 1F1B or Interleaved1F1B.
+  recompute   none, full: [activation_checkpoint] mode (FullAC.Config() / None). op:
+              mode = "selective" with selective_ac_option = "op" (SelectiveAC.Config(), per-op
+              SAC: keeps matmul and SDPA outputs, reruns every second matmul). torchtitan's
+              selective is not the plan's selective (attention core only) and has no
+              norms-only policy. --recompute-num-layers: torchtitan checkpoints one layer at a
+              time, so uniform N works only as N = 1 (full); block N is the legacy
+              selective_ac_option = "k" (every k-th layer checkpointed in full) where that
+              reruns as many layers per stage as the plan (a different set of layers); the
+              Python config's SelectiveAC has no layer option.
+  pipeline    the plan's layers per model chunk, from torchtitan's own split: U = L + first
+              + last units (pipeline_parallel_first/last_stage_less_layers count the
+              embedding and the head) over the stages, U // stages each, the remainder on
+              the first stages; pipeline_parallel_layers_per_stage fixes the stage count
+              ceil(U/layers_per_stage). Where no first/last gives the plan's split,
+              module_fqns_per_model_part lists each chunk's modules (tok_embeddings,
+              layers.i, norm, and output (v0.2.2) or lm_head (HEAD)).
+  schedule    1F1B, Interleaved1F1B (v > 1), GPipe. torch's zero-bubble schedules
+              (InterleavedZeroBubble, ZBVZeroBubble) are multi-stage, not the plan's ZB-H1
+              with one stage per rank, and DualPipeV holds one copy of the parameters over
+              2 x pp V-shaped stages, not DualPipe's two: both are refused.
   batch       without PP: local_batch_size = micro-batch (gradient accumulation makes up the
               global batch); with PP: local_batch_size = B/dp, split into micro-batches of b.
   sequence    the legacy TOML turns sequence parallel on whenever tp > 1.
@@ -25,6 +49,7 @@ from fitplan import toml_text
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
+from fitplan.specs.parallel import RecomputeMethod, Schedule
 
 FORMAT, PYTHON_FORMAT = "torchtitan", "torchtitan-python"
 ADAM = dict(recipes.ADAM)
@@ -54,11 +79,14 @@ def to_torchtitan_python(plan: Plan) -> Exported | Unsupported:
     assignments["training.num_tokens_per_train_step"] = tr["global_batch_size"] * tr["seq_len"]
     assignments["training.max_context_length"] = tr["seq_len"]
     ac = sections["activation_checkpoint"]["mode"]
+    policy = {"full": "FullAC", "selective": "SelectiveAC"}.get(ac)   # selective is "op" here
     lines = ["# torchtitan after 9810191b: set on the Trainer.Config your config function returns.",
-             f"# Written by fitplan for {describe(plan)}",
-             "from torchtitan.distributed.activation_checkpoint import FullAC", ""]
+             f"# Written by fitplan for {describe(plan)}"]
+    if policy:
+        lines.append(f"from torchtitan.distributed.activation_checkpoint import {policy}")
+    lines.append("")
     lines += [f"config.{name} = {_python(value)}" for name, value in assignments.items()]
-    lines.append(f"config.activation_checkpoint = {'FullAC.Config()' if ac == 'full' else 'None'}")
+    lines.append(f"config.activation_checkpoint = {policy + '.Config()' if policy else 'None'}")
     assignments["activation_checkpoint"] = ac
     notes = notes + [f"training.mixed_precision_param = {tr['mixed_precision_param']!r} in the legacy TOML; "
                      f"check where the Python config keeps the FSDP param dtype",
@@ -81,32 +109,139 @@ def _settings(plan: Plan, *, legacy: bool):
         reasons.append("without FSDP (dp x cp = 1 here) torchtitan turns mixed precision off when tp or pp > 1 "
                        "('Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is "
                        "enabled'), so it would train in fp32, not the plan's bf16")
-    if c.recompute == Recompute.SELECTIVE:
-        reasons.append("torchtitan's selective activation checkpointing is per-op SAC (keeps matmul and SDPA "
-                       "outputs, recomputes every other matmul) or every n-th layer in full, not the plan's "
-                       "selective recompute of the attention core; plan none or full")
+    checkpointing = _activation_checkpoint(plan, legacy, reasons, notes)
     if legacy and c.tp > 1 and not c.sequence_parallel:
         reasons.append("the legacy TOML turns sequence parallel on whenever tp > 1; plan with sequence "
                        "parallel, or export --format torchtitan-python (enable_sequence_parallel = False)")
     parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
-                   "fsdp_reshard_after_forward": "always", "tensor_parallel_degree": c.tp,
-                   "pipeline_parallel_degree": c.pp, "context_parallel_degree": c.cp}
+                   "fsdp_reshard_after_forward": "always" if c.reshard_after_forward else "never",
+                   "tensor_parallel_degree": c.tp, "pipeline_parallel_degree": c.pp, "context_parallel_degree": c.cp}
     local_batch = c.micro_batch
+    parallelism.update(_pipeline(plan, legacy, reasons, notes))
     if c.pp > 1:
         local_batch = plan.global_batch // c.dp
-        parallelism.update(
-            pipeline_parallel_schedule="Interleaved1F1B" if c.virtual_stages > 1 else "1F1B",
-            pipeline_parallel_layers_per_stage=m.num_layers // (c.pp * c.virtual_stages),
-            pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0,
-            pipeline_parallel_microbatch_size=c.micro_batch)
     sections = {
         "training": {"local_batch_size": local_batch, "global_batch_size": plan.global_batch,
                      "seq_len": t.seq_len, "mixed_precision_param": param_dtype},
         "parallelism": parallelism,
-        "activation_checkpoint": {"mode": "full" if c.recompute == Recompute.FULL else "none"},
+        "activation_checkpoint": checkpointing,
     }
     notes += _notes(plan)
     return sections, reasons, notes
+
+
+def _activation_checkpoint(plan: Plan, legacy: bool, reasons: list, notes: list) -> dict:
+    """The [activation_checkpoint] section: mode, and selective_ac_option when selective."""
+    c, mode = plan.parallel, plan.parallel.recompute
+    if mode == Recompute.SELECTIVE:
+        reasons.append("torchtitan's selective activation checkpointing is per-op SAC (keeps matmul and SDPA "
+                       "outputs, recomputes every other matmul) or every n-th layer in full, not the plan's "
+                       "selective recompute of the attention core; plan none, op or full")
+    elif mode == Recompute.NORMS:
+        reasons.append("--recompute norms: torchtitan has no policy that reruns only the norms (and MLA "
+                       "up-projections); its checkpointing is full, per-op SAC (op) or every n-th layer")
+    elif mode == Recompute.OP:
+        return {"mode": "selective", "selective_ac_option": "op"}
+    if mode != Recompute.FULL:
+        return {"mode": "none"}
+    n, stages = c.recompute_num_layers, plan.stage_layers
+    if n is None or (c.recompute_method == RecomputeMethod.UNIFORM and n == 1) or \
+            (c.recompute_method == RecomputeMethod.BLOCK and n >= max(stages)):
+        return {"mode": "full"}
+    if c.recompute_method == RecomputeMethod.UNIFORM:
+        reasons.append(f"--recompute-num-layers {n} --recompute-method uniform: torchtitan checkpoints one layer at "
+                       f"a time (FullAC); it has no groups of {n} layers that keep one input between them")
+        return {"mode": "full"}
+    # block: the legacy "k" checkpoints every k-th layer a rank builds (a count kept across its chunks)
+    every = next((k for k in range(2, max(stages) + 1) if all(l // k == min(n, l) for l in stages)), None)
+    if not legacy or every is None:
+        where = ("the Python config's SelectiveAC.Config() is per-op SAC only (the layer option is gone)"
+                 if not legacy else
+                 f"its selective_ac_option = \"k\" checkpoints every k-th layer, and no k reruns {n} of each "
+                 f"stage's layers ({', '.join(map(str, stages))})")
+        reasons.append(f"--recompute-num-layers {n} --recompute-method block: torchtitan cannot checkpoint a set "
+                       f"number of layers per stage; {where}")
+        return {"mode": "full"}
+    notes.append(f"selective_ac_option = \"{every}\" checkpoints every {every}th layer in full: as many layers "
+                 f"per stage as the plan's block recompute of {n}, though not the first {n}")
+    return {"mode": "selective", "selective_ac_option": str(every)}
+
+
+def _pipeline(plan: Plan, legacy: bool, reasons: list, notes: list) -> dict:
+    c = plan.parallel
+    if c.schedule == Schedule.ZERO_BUBBLE:
+        reasons.append("--schedule zero-bubble: torch.distributed.pipelining's zero-bubble schedules "
+                       "(InterleavedZeroBubble, ZBVZeroBubble) run two or more stages per rank, not the plan's "
+                       "ZB-H1 with one stage per rank")
+    elif c.schedule == Schedule.DUALPIPE:
+        reasons.append("--schedule dualpipe: torchtitan's DualPipeV splits the model into 2 x pp V-shaped stages "
+                       "with one copy of the parameters; the plan's DualPipe holds two stages' parameters per rank")
+    if c.pp == 1:
+        return {}
+    out = {"pipeline_parallel_schedule": "GPipe" if c.schedule == Schedule.GPIPE else
+           "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"}
+    split = _stage_split(plan)
+    if split is not None:
+        first, last, per_stage = split
+        if per_stage is not None:
+            out["pipeline_parallel_layers_per_stage"] = per_stage
+        out.update(pipeline_parallel_first_stage_less_layers=first, pipeline_parallel_last_stage_less_layers=last)
+    else:
+        out["module_fqns_per_model_part"] = _module_fqns(plan.chunk_layers, "output" if legacy else "lm_head")
+        notes.append("module_fqns_per_model_part lists each model chunk's modules under the names of torchtitan's "
+                     "Llama models: torchtitan's own split (first/last_stage_less_layers) cannot give the plan's "
+                     f"layers per stage ({', '.join(map(str, plan.stage_layers))})")
+    out["pipeline_parallel_microbatch_size"] = c.micro_batch
+    return out
+
+
+def titan_chunks(L: int, S: int, first: int, last: int) -> tuple[int, ...] | None:
+    """Transformer layers per model chunk under torchtitan's split (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part): U = L + first + last units, U // S per chunk and one
+    more on each of the first U mod S chunks, the first chunk giving `first` units to the
+    embedding and the last `last` to the head; None where torchtitan refuses (a chunk
+    without a unit, or first/last above U // S)."""
+    units = L + first + last
+    base, extra = divmod(units, S)
+    if base == 0 or first > base or last > base:
+        return None
+    out = [base + (j < extra) for j in range(S)]
+    out[0] -= first
+    out[-1] -= last
+    return tuple(out)
+
+
+def _stage_split(plan: Plan):
+    """(first_stage_less_layers, last_stage_less_layers, layers_per_stage or None) giving the
+    plan's layers per chunk, or None. layers_per_stage sets the stage count to
+    ceil(U/layers_per_stage); without it torchtitan takes pp stages (single-stage schedules)
+    or 2 x pp (looped ones)."""
+    c, L = plan.parallel, plan.model.num_layers
+    S, target = c.pp * c.virtual_stages, plan.chunk_layers
+    top = max(target) + 2
+    tries = [(0, 0), (1, 1)] + sorted(((a, b) for a in range(top) for b in range(top)), key=lambda ab: (sum(ab), ab))
+    for first, last in tries:
+        if titan_chunks(L, S, first, last) != target:
+            continue
+        units = L + first + last
+        per_stage = -(-units // S)
+        if -(-units // per_stage) == S:
+            return first, last, per_stage
+        if c.virtual_stages <= 2:
+            return first, last, None
+    return None
+
+
+def _module_fqns(chunks: tuple[int, ...], head: str) -> list:
+    out, start = [], 0
+    for j, n in enumerate(chunks):
+        part = ["tok_embeddings"] if j == 0 else []
+        part += [f"layers.{i}" for i in range(start, start + n)]
+        if j == len(chunks) - 1:
+            part += ["norm", head]
+        out.append(part)
+        start += n
+    return out
 
 
 def _precision(plan: Plan, reasons: list, notes: list) -> str:
@@ -134,7 +269,15 @@ def _data_parallel(plan: Plan, reasons: list):
     if c.dp * c.cp == 1:
         return 1, 1, False
     if c.zero == ZeroStage.OS_G_P:
-        return 1, c.dp, True
+        if c.shard_degree is None or c.shard_degree == c.dp * c.cp:
+            return 1, c.dp, True
+        if c.shard_degree % c.cp:
+            reasons.append(f"--shard-degree {c.shard_degree} with cp = {c.cp}: torchtitan's FSDP always shards over "
+                           f"the context-parallel ranks (data_parallel_shard_degree x cp), so the shard group must "
+                           f"be a multiple of cp")
+            return 1, c.dp, True
+        shard = c.shard_degree // c.cp
+        return c.dp // shard, shard, True
     if c.zero == ZeroStage.NONE:
         if c.cp > 1:
             reasons.append("with cp > 1 torchtitan always shards parameters with FSDP over the context-parallel "
@@ -169,8 +312,9 @@ def _notes(plan: Plan) -> list:
         notes.append("torchtitan's models have no dropout: the plan's dropout masks are not stored (re-plan "
                      "without dropout for an exact match)")
     if c.pp > 1:
-        notes.append("pipeline_parallel_first/last_stage_less_layers need a torchtitan that has them (mid 2025 "
-                     "on); older ones count the embedding and head as layers when splitting")
+        notes.append("pipeline_parallel_first/last_stage_less_layers and module_fqns_per_model_part need a "
+                     "torchtitan that has them (mid 2025 on); older ones count the embedding and head as layers "
+                     "when splitting")
         if plan.num_microbatches < c.pp:
             notes.append(f"{plan.num_microbatches} micro-batches for {c.pp} stages: torch's pipeline schedules "
                          f"may refuse fewer micro-batches than stages")
