@@ -68,8 +68,10 @@ def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
     space = default_space(setup.cluster.num_gpus, micro_batch=micro_batch, max_cp=max_cp,
                           allow_cross_node_tp=opts.allow_cross_node_tp,
                           num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
-    from fitplan.search import SETTINGS
-    return replace(space, **{axis: value if axis in SETTINGS else (value,) for axis, value in fixed.items()})
+    from fitplan.specs.parallel import SETTINGS
+    settings = {k: v for k, v in fixed.items() if k in SETTINGS}
+    return replace(space, settings=replace(space.settings, **settings),
+                   **{axis: (value,) for axis, value in fixed.items() if axis not in SETTINGS})
 
 
 def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) -> SearchAnswer:

@@ -18,15 +18,12 @@ from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
-from fitplan.specs.parallel import Recompute, ZeroStage
+from fitplan.specs.parallel import SETTINGS, Recompute, ZeroStage
 from fitplan.specs.declare import out_of_range, spec_fields
 from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
 AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
-# configuration fields that are one setting for the whole search, not an axis (fitplan.search.SETTINGS)
-SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
-            "recompute_num_layers", "recompute_method")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,9 @@ from fitplan.analysis import is_safe
 from fitplan.explain import RAW
 from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_total, candidate_stages, evaluate
 from fitplan.specs import compat
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute, RecomputeMethod, Schedule, ZeroStage
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, ParallelConfig, Recompute, ZeroStage
 from fitplan.units import fmt_count
 # Settings every candidate shares: the user's value (with --suggest) or the default.
-SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
-            "recompute_num_layers", "recompute_method")
 
 # A space larger than this takes more than a few seconds (about 5-10 M candidates/s on one core,
 # bench/search.py) and a few hundred MiB; it is refused with the levers that narrow it.
@@ -49,14 +47,7 @@ class SearchSpace:
     requested_micro_batch: int = 1
     allow_cross_node_tp: bool = False
     ep: tuple[int, ...] = (1,)
-    # SETTINGS: one value for every candidate
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    shard_degree: int | None = None
-    reshard_after_forward: bool = True
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    recompute_num_layers: int | None = None
-    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    settings: ParallelConfig = ParallelConfig()   # its SETTINGS fields hold for every candidate
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -100,14 +91,13 @@ class _Grid:
     zero: ZeroStage = ZeroStage.NONE
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    shard_degree: int | None = None
-    reshard_after_forward: bool = True
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    recompute_num_layers: int | None = None
-    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.breakdown.candidate_stages), row-aligned
+
+    def __getattr__(self, name):
+        if name in SETTINGS:
+            return getattr(self.settings, name)
+        raise AttributeError(name)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -127,7 +117,7 @@ def _stage_table(model, space: SearchSpace, pps, vs, rows) -> tuple:
     """The candidate ranks' Stages for every (pp, virtual stages) pair, computed once per pair
     on ints and spread over the grid's rows (rows: each row's pair index)."""
     from types import SimpleNamespace
-    settings = {name: getattr(space, name) for name in SETTINGS}
+    settings = {name: getattr(space.settings, name) for name in SETTINGS}
     per_pair = [candidate_stages(model, SimpleNamespace(pp=int(p), virtual_stages=int(v), **settings))
                 for p in pps for v in vs]
     out = []
@@ -159,9 +149,8 @@ def _undominated(per_pair) -> list:
 
 def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     degrees = [(t, p, c) for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0]
-    settings = {name: getattr(space, name) for name in SETTINGS}
     if not degrees:
-        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(7)), **settings)
+        return _Grid(*(np.zeros(0, dtype=np.int64) for _ in range(7)), settings=space.settings)
     deg = np.array(degrees, dtype=np.int64)
     mb = np.array(space.micro_batches, dtype=np.int64)
     vs = np.array(space.virtual_stages, dtype=np.int64)
@@ -174,7 +163,7 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
         pps = np.unique(deg[:, 1])
         stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
-                 ep=eps[x], **settings, stages=stages)
+                 ep=eps[x], settings=space.settings, stages=stages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +390,7 @@ def _config(grid: _Grid, i: int) -> ParallelConfig:
                           zero=ZeroStage(grid.zero), sequence_parallel=bool(grid.sequence_parallel),
                           recompute=grid.recompute,
                           micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]),
-                          ep=int(grid.ep[i]), **{name: getattr(grid, name) for name in SETTINGS})
+                          ep=int(grid.ep[i]), **{name: getattr(grid.settings, name) for name in SETTINGS})
 
 
 def rank_reason(config: ParallelConfig, requested_mb: int) -> str:

@@ -47,7 +47,7 @@ def test_vectorized_equals_scalar():
     the candidates are read by ParallelConfig's attribute names, degrees as arrays."""
     from types import SimpleNamespace
 
-    from fitplan.search import SETTINGS
+    from fitplan.specs.parallel import SETTINGS
     SETTING_DEFAULTS = {name: getattr(ParallelConfig(), name) for name in SETTINGS}
 
     import numpy as np

@@ -13,7 +13,8 @@ from fitplan.counts import stages as ST
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
 from fitplan.memory.breakdown import Setup, busiest_total, evaluate
-from fitplan.search import SETTINGS, SearchSpace, search
+from fitplan.search import SearchSpace, search
+from fitplan.specs.parallel import SETTINGS
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.specs.parallel import RecomputeMethod, Schedule
 from fitplan.timing import evaluate_step

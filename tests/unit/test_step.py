@@ -14,7 +14,7 @@ from fitplan.memory.breakdown import Setup
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.timing import DpOverlap, evaluate_step, step_time
 from fitplan.timing.step import PARTS
-from fitplan.search import SETTINGS
+from fitplan.specs.parallel import SETTINGS
 
 SETTING_DEFAULTS = {name: getattr(ParallelConfig(), name) for name in SETTINGS}
 

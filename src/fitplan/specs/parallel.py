@@ -34,6 +34,11 @@ class Recompute(StrEnum):
 SEARCHED_RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 
+# ParallelConfig fields that are one setting for a whole search, not an axis it varies
+SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
+            "recompute_num_layers", "recompute_method")
+
+
 class Schedule(StrEnum):
     """The pipeline schedule: in-flight micro-batches, bubble, parameter copies
     (fitplan.timing.pipeline, fitplan.memory.activations)."""
