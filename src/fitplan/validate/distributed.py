@@ -39,11 +39,11 @@ import torch.distributed as dist
 from torch import nn
 
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute, ZeroStage
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.specs.model import Mlp
 from fitplan.validate import expected as X
-from fitplan.validate.measure import SavedTensorRecorder, local_tensor, param_storages, storage_key
-from fitplan.validate.reference_model import DEFAULT_DROPOUT, Block, build, embed_tokens, lm_loss
+from fitplan.validate.measure import SavedTensorRecorder, add_sac_saved, local_tensor, param_storages, storage_key
+from fitplan.validate.reference_model import (DEFAULT_DROPOUT, IMPLEMENTED_RECOMPUTE, Block, build, embed_tokens,
+                                               lm_loss)
 from fitplan.validate.report import Extra, Row
 
 STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
@@ -356,9 +356,9 @@ def _tp_act(spec, *, rank, world, seq_len, b):
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh("cpu", (world,))
-    out = {}
+    out, tensors = {}, {}
     for sp in (False, True):
-        for recompute in SEARCHED_RECOMPUTE:
+        for recompute in IMPLEMENTED_RECOMPUTE:
             torch.manual_seed(0)
             block = Block(spec, DEFAULT_DROPOUT, recompute).to(torch.bfloat16).train()
             parallelize_module(block, mesh, tp_plan(spec, sp=sp))
@@ -368,9 +368,11 @@ def _tp_act(spec, *, rank, world, seq_len, b):
             recorder.current = 0
             with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
                 y = block(x)
-            local_tensor(y).float().sum().backward()
+            add_sac_saved(recorder, [block])
             out[f"{'sp' if sp else 'tp'}/{recompute.value}"] = recorder.bytes(0)
-    return {"act": out}
+            tensors[f"{'sp' if sp else 'tp'}/{recompute.value}"] = recorder.tensors(0)
+            local_tensor(y).float().sum().backward()
+    return {"act": out, "act_tensors": tensors}
 
 
 _CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act,

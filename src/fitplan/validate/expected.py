@@ -37,7 +37,7 @@ def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act
     MoeShapes' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
     sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
     moe = sh.moe.kw() if moe_layer else {}
-    value = A.per_layer_bytes(**sh.kw(), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+    value = A.per_layer_bytes(**sh.kw(recompute), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
     return int(value) if float(value).is_integer() else value   # rho (a float) makes a whole float
 
 
@@ -56,8 +56,11 @@ _NORM_CITE = {Norm.LAYERNORM: "docs/engines.md#activations-saved-for-backward (L
 
 def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
                  t: int = 1, sp: bool = False, device: str = "cpu", moe_layer: bool = False) -> tuple[Extra, ...]:
-    """Per layer and rank, what the reference stores beyond per_layer_bytes."""
-    if recompute is Recompute.FULL:
+    """Per layer and rank, what the reference stores beyond per_layer_bytes. Full and op
+    recompute keep nothing beyond it: the checkpoint recomputes the norms' statistics, RoPE's
+    tables and the masks (op runs SDPA: no causal mask). Norms recompute (Megatron-style)
+    also recomputes the norms' statistics."""
+    if recompute in (Recompute.FULL, Recompute.OP):
         return ()
     if moe_layer:
         dense = layer_extras(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes,
@@ -66,10 +69,12 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
     s, b, e = seq_len, micro_batch, act_bytes
     s_local = s // t if sp else s
     norm = "LayerNorm mean and rstd" if model.norm is Norm.LAYERNORM else "RMSNorm rstd (fp32)"
-    out = [Extra("norm-stats", 2 * norm_stats_bytes(model, tokens=s_local * b, act_bytes=e, device=device),
-                 f"each of the two norms saves its {norm} for backward, (b, s, 1) per tensor "
-                 f"(Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm])]
-    if recompute is Recompute.NONE:
+    out = []
+    if recompute is not Recompute.NORMS:
+        out.append(Extra("norm-stats", 2 * norm_stats_bytes(model, tokens=s_local * b, act_bytes=e, device=device),
+                         f"each of the two norms saves its {norm} for backward, (b, s, 1) per tensor "
+                         f"(Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm]))
+    if recompute in (Recompute.NONE, Recompute.NORMS):
         out.append(Extra("causal-mask", s * s,
                          "masked_fill saves the s x s bool causal mask (1 B/element) it is given"))
     if model.position is Position.ROPE:
@@ -78,7 +83,15 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
                          "RoPE's x*cos and rotate_half(x)*sin save the (s, d) cos and sin tables in the "
                          "activation dtype (the paper's GPT has learned positions)",
                          "reference_model.apply_rope"))
-    if sp and t > 1:
+    if sp and t > 1 and recompute is Recompute.NORMS:
+        full = e * s * b * model.hidden_size
+        out.append(Extra("dtensor-sp-ln-output", 2 * full,
+                         "under DTensor sequence parallel the column-parallel linears save the all-gathered "
+                         "(full) norm outputs, 2sbh each, a copy the norm recompute cannot free: it frees only "
+                         "the norm's own sbh/t output, which nothing saves here (Megatron keeps that shard and "
+                         "gathers it again in backward, so there the recompute frees it)",
+                         "docs/engines.md#tensor-and-sequence-parallel-under-dtensor (TP / TP+SP activations)"))
+    elif sp and t > 1:
         full = e * s * b * model.hidden_size
         out.append(Extra("dtensor-sp-ln-output", 2 * (full - full // t),
                          "under DTensor sequence parallel the column-parallel linears save the all-gathered "
@@ -158,6 +171,13 @@ def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute
 
 
 def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> tuple[Extra, ...]:
+    if recompute is Recompute.OP:
+        rerun = 2 * micro_batch * seq_len * seq_len * model.q_size * model.num_layers
+        return (Extra("sdpa-backward-scores", rerun,
+                      "op recompute's attention is SDPA (torchtitan's), whose flash backward recomputes the scores "
+                      "Q K^T from the saved logsumexp before its four gradient GEMMs (2Bs^2q per layer); the "
+                      "planner's backward is twice the forward, the eager attention the other modes run",
+                      "torch/utils/flop_counter.py sdpa_backward_flop_count (Step 1); Dao et al. 2022 Alg. 4"),)
     if recompute is not Recompute.SELECTIVE:
         return ()
     skipped = 2 * micro_batch * seq_len * seq_len * model.q_size * model.num_layers

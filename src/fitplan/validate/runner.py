@@ -5,11 +5,10 @@ from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import evaluate
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
-from fitplan.validate.reference_model import is_moe_layer
+from fitplan.validate.reference_model import IMPLEMENTED_RECOMPUTE, MOE_RECOMPUTE, is_moe_layer
 from fitplan.validate.report import Row, ValidationReport
 
 ACT_BYTES = (2, 4)   # bf16, fp32
@@ -39,16 +38,25 @@ def _moe_note(model: ModelSpec, got, layers: list[int]) -> str:
             "planner's rho = 1 (training.moe_imbalance) is exact here; the load imbalance matters once ep > 1")
 
 
+OP_NOTE = ("op: torchtitan's op-level SAC policy (every second aten.mm, SDPA, reduce_scatter saved) on SDPA "
+           "attention without attention dropout; its cache is measured from the checkpoint's storage. "
+           "Linears with a bias run as aten.addmm, which the policy neither saves nor counts")
+NORMS_NOTE = ("norms: Megatron-LM's CheckpointWithoutOutput on both norms (output storage freed after its "
+              "consumers saved it, refilled in backward); the norms' statistics go too")
+
+
 def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str = "cpu") -> list[Row]:
     """Per layer, for each dtype and recompute mode (dense and MoE layers in rows of their
     own); and the embedding + output once per dtype."""
     rows = []
     section = f"activations per layer ({device}, dropout 0.1, one micro-batch)"
     for e in ACT_BYTES:
-        for recompute in SEARCHED_RECOMPUTE:
+        for recompute in IMPLEMENTED_RECOMPUTE:
             kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
             got = saved_activations(model, device=device, **kw)
             for prefix, moe_layer, layers in _layer_kinds(model):
+                if moe_layer and recompute not in MOE_RECOMPUTE:
+                    continue
                 planner = X.planner_layer_bytes(model, moe_layer=moe_layer, **kw)
                 extras = X.layer_extras(model, device=device, moe_layer=moe_layer, **kw)
                 pred = planner + sum(x.value for x in extras)
@@ -57,7 +65,9 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
                                 planner=planner, extras=extras, measured=max(measured),
                                 per_rank_predicted=(pred,) * len(layers), per_rank_measured=measured,
                                 parts_label="layer", note=_moe_note(model, got, layers)
-                                if moe_layer and e == ACT_BYTES[0] and recompute is Recompute.NONE else ""))
+                                if moe_layer and e == ACT_BYTES[0] and recompute is Recompute.NONE else
+                                OP_NOTE if recompute is Recompute.OP and e == ACT_BYTES[0] and not moe_layer
+                                else NORMS_NOTE if recompute is Recompute.NORMS and e == ACT_BYTES[0] else ""))
             if recompute is Recompute.NONE:
                 outside = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
                 rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
@@ -69,7 +79,7 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
 
 def flops_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     rows = []
-    for recompute in SEARCHED_RECOMPUTE:
+    for recompute in IMPLEMENTED_RECOMPUTE if model.moe is None else MOE_RECOMPUTE:
         kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=recompute)
         rows.append(Row(section="FLOPs (FlopCounterMode, forward + backward, one micro-batch)", unit="FLOP",
                         quantity=f"hardware FLOPs {recompute.value}", planner=X.planner_flops(model, **kw),
