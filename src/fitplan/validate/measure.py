@@ -87,6 +87,57 @@ class SavedTensorRecorder:
         return handles
 
 
+class _Held:
+    """What LiveSavedRecorder packs: the saved tensor, and a release when autograd drops it
+    (after the backward of the node that saved it, or when its graph is freed)."""
+    __slots__ = ("t", "key", "recorder")
+
+    def __init__(self, t, key, recorder):
+        self.t, self.key, self.recorder = t, key, recorder
+
+    def __del__(self):
+        self.recorder.release(self.key)
+
+
+class LiveSavedRecorder:
+    """Saved-for-backward bytes alive at each moment (unique storages, parameters
+    excluded) and their peak: a pack hook that counts a storage in when the first tensor on
+    it is saved and out when autograd has released the last one."""
+
+    def __init__(self, exclude: set[int]):
+        self.exclude = exclude
+        self.refs: dict = {}
+        self.live = 0
+        self.peak = 0
+        self.trace: list = []    # live bytes after each storage enters or leaves
+
+    def pack(self, t):
+        local = local_tensor(t)
+        key = storage_id(local)
+        if key in self.exclude:
+            return t
+        entry = self.refs.get(key)
+        if entry is None:
+            entry = self.refs[key] = [0, local.untyped_storage().nbytes()]
+            self.live += entry[1]
+            self.peak = max(self.peak, self.live)
+            self.trace.append(self.live)
+        entry[0] += 1
+        return _Held(t, key, self)
+
+    @staticmethod
+    def unpack(held):
+        return held.t if isinstance(held, _Held) else held
+
+    def release(self, key) -> None:
+        entry = self.refs[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self.refs[key]
+            self.live -= entry[1]
+            self.trace.append(self.live)
+
+
 def param_storages(module) -> set[int]:
     return {storage_id(p) for p in module.parameters()}
 

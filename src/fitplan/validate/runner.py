@@ -93,6 +93,7 @@ def distributed_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, world:
     records = D.measure_distributed([model], seq_len=seq_len, micro_batch=micro_batch, world_size=world)
     rows = D.state_rows(model, records, seq_len=seq_len, world=world)
     rows += D.tp_activation_rows(model, records, seq_len=seq_len, micro_batch=micro_batch, world=world)
+    rows += D.pp_activation_rows(model, records, seq_len=seq_len, micro_batch=micro_batch, world=world)
     notes = [f"world {world}: skipped {reason}" for check in D.CHECKS
              if (reason := D.skip_reason(check, model, world=world, seq_len=seq_len))]
     return rows, notes
@@ -120,8 +121,11 @@ def cuda_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
 
 
 PIPELINE_NOTE = ("pipeline parallel: torch.distributed.pipelining runs on CPU with gloo "
-                 "(docs/engines.md#pipeline-parallel-on-cpu); the pp "
-                 "rows use PipelineStage + ScheduleGPipe, one stage per rank, 2 micro-batches")
+                 "(docs/engines.md#pipeline-parallel-on-cpu); the pp state rows use PipelineStage + ScheduleGPipe, "
+                 "one stage per rank, 2 micro-batches; the pipeline-activation rows run the model with 2p + 1 layers "
+                 "on the planner's uneven split under ScheduleGPipe and Schedule1F1B, 4 micro-batches, and record "
+                 "each rank's peak of live saved-for-backward bytes over the second step (the first also runs "
+                 "torch's metadata inference)")
 NOTES = (
     "ZeRO-2/3 are measured with FSDP2 fully_shard; FSDP1 (SHARD_GRAD_OP / FULL_SHARD) also runs on CPU but "
     "is deprecated and flattens and pads differently (docs/engines.md#zero-1-fsdp1-and-fsdp2); it is not measured",
