@@ -1,4 +1,4 @@
-"""Distributed model states (and TP activations) on CPU: gloo, N local processes.
+"""Distributed model states (and TP and pipeline activations) on CPU: gloo, N local processes.
 
 One spawn runs every check for every model (torch.multiprocessing, a file store, no
 torchrun). Each rank measures after one optimizer step the bytes of the unique storages
@@ -19,6 +19,9 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
                expert-data-parallel group (tp*dp*cp/ep = 1 rank) needs no reduction
   tp-act       one block, bf16, tensor parallel with and without DTensor sequence parallel
                (torchtitan's plan), bytes saved for backward per rank for each recompute mode
+  pp-act       dense models with L = 2N + 1 layers on counts.stages.split (uneven stages),
+               bf16, ScheduleGPipe and Schedule1F1B with 4 micro-batches: each rank's peak
+               of live saved-for-backward bytes over one step (measure.LiveSavedRecorder)
 
 The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
 the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
