@@ -65,12 +65,14 @@ def _layer_text(*, recompute, sp, t, c, **kw):
 
 def _op_text(*, n, bias, k):
     saved = op_sac_saved(n=n, bias=bias, moe=k > 0)
-    col = " + ".join({"q": "q", "k": "kv", "v": "kv", "w1": "f", "w3": "f"}[x] for x in saved if x not in ("o", "w2"))
+    widths = ["q"] + [{"q": "q", "k": "kv", "v": "kv", "w1": "f", "w3": "f"}[x] for x in saved if x not in ("o", "w2")]
     rows = sum(x in ("o", "w2") for x in saved)
-    narrow = "q" + (f" + {col}" if col else "") + (" + MoE MLP" if k else "")
+    terms = [(f"{widths.count(w)}{w}" if widths.count(w) > 1 else w) for w in ("q", "kv", "f") if w in widths]
+    narrow = f"e*({' + '.join(terms)})" if len(terms) > 1 else f"e*{terms[0]}"
+    moe = " + MoE MLP" if k else ""
     wide = "[t if no SP] + 2*[SP]" + (f" + {rows}t" if rows else "")
-    names = ", ".join(("w" + x if len(x) == 1 else x) for x in saved) or "no linear (all have biases: addmm)"
-    return (f"(e*s*b*h*({wide}) + s*b*(e*({narrow}) + 4a))/(t*c)  (input; saved mm outputs: {names}; "
+    names = ", ".join(("w" + x if len(x) == 1 else x) for x in saved) or "none (every linear has a bias: addmm)"
+    return (f"(e*s*b*h*({wide}) + s*b*({narrow} + 4a{moe}))/(t*c)  (input; saved mm outputs: {names}; "
             "SDPA out and fp32 logsumexp; under SP the two reduce-scatter outputs; row-parallel mm outputs "
             "are whole partial sums)")
 
