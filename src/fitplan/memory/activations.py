@@ -70,7 +70,7 @@ def _op_text(*, n, bias, k):
     terms = [(f"{widths.count(w)}{w}" if widths.count(w) > 1 else w) for w in ("q", "kv", "f") if w in widths]
     narrow = f"e*({' + '.join(terms)})" if len(terms) > 1 else f"e*{terms[0]}"
     moe = " + MoE MLP" if k else ""
-    wide = "[t if no SP] + 2*[SP]" + (f" + {rows}t" if rows else "")
+    wide = "[t if no SP] + 2*[SP]" + ("" if not rows else " + t" if rows == 1 else f" + {rows}t")
     names = ", ".join(("w" + x if len(x) == 1 else x) for x in saved) or "none (every linear has a bias: addmm)"
     return (f"(e*s*b*h*({wide}) + s*b*({narrow} + 4a{moe}))/(t*c)  (input; saved mm outputs: {names}; "
             "SDPA out and fp32 logsumexp; under SP the two reduce-scatter outputs; row-parallel mm outputs "
