@@ -1,16 +1,17 @@
 """Bytes saved for backward per layer by the reference model equal the planner's
-per_layer_bytes plus the named reference extras, exactly: recompute none / selective /
-full, bf16 and fp32, GPT and Llama styles, three shapes (one with s > h, one with GQA and
-SwiGLU, one with q != h). Also the embedding + output terms and the FLOPs of one step."""
+per_layer_bytes plus the named reference extras, exactly: recompute none / norms /
+selective / op / full, bf16 and fp32, GPT and Llama styles, three shapes (one with s > h,
+one with GQA and SwiGLU, one with q != h). Also the embedding + output terms and the FLOPs
+of one step."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.specs import Recompute
 from fitplan.validate import TINY_GPT, TINY_LLAMA
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, saved_activations
+from fitplan.validate.reference_model import IMPLEMENTED_RECOMPUTE
 
 from tests.torch.shapes import TINY_MIX
 
@@ -22,7 +23,7 @@ IDS = ["gpt-s128", "llama-s64", "mix-s48"]
 
 @pytest.mark.parametrize(("spec", "s", "b"), SHAPES, ids=IDS)
 @pytest.mark.parametrize("e", [2, 4], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("recompute", SEARCHED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
+@pytest.mark.parametrize("recompute", IMPLEMENTED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
 def test_saved_bytes_per_layer_exact(spec, s, b, e, recompute):
     kw = dict(seq_len=s, micro_batch=b, act_bytes=e, recompute=recompute)
     got = saved_activations(spec, **kw)
@@ -53,9 +54,32 @@ def test_full_recompute_keeps_only_the_layer_input():
 
 
 @pytest.mark.parametrize(("spec", "s", "b"), SHAPES[:2], ids=IDS[:2])
-@pytest.mark.parametrize("recompute", SEARCHED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
+@pytest.mark.parametrize("recompute", IMPLEMENTED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
 def test_flops_exact(spec, s, b, recompute):
     pytest.importorskip("fitplan.counts.flops")
     kw = dict(seq_len=s, micro_batch=b, recompute=recompute)
     predicted = X.planner_flops(spec, **kw) + sum(x.value for x in X.flops_extras(spec, **kw))
     assert count_flops(spec, **kw) == predicted
+
+
+@pytest.mark.parametrize("spec", [TINY_GPT, TINY_LLAMA], ids=["gpt", "llama"])
+@pytest.mark.parametrize("recompute", [Recompute.NORMS, Recompute.OP], ids=lambda r: r.value)
+def test_partial_recompute_keeps_the_gradients(spec, recompute):
+    """norms and op change what is stored, not what is computed: loss and every gradient match
+    the model without recompute (dropout off: op's SDPA has no attention dropout; fp32, SDPA vs
+    the eager attention to rounding)."""
+    from fitplan.validate.reference_model import build, lm_loss
+
+    ids = torch.randint(0, spec.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for mode in (Recompute.NONE, recompute):
+        torch.manual_seed(0)
+        net = build(spec, dropout_p=0.0, recompute=mode).train()
+        loss = lm_loss(net(ids), ids)
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad for n, p in net.named_parameters()}))
+    (loss0, g0), (loss1, g1) = grads
+    torch.testing.assert_close(loss1, loss0)
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], msg=name)

@@ -10,6 +10,9 @@ Expected relations (P = shape_params, N = 2, n = parameter tensors, 4 B step cou
   TP (DTensor) params = 4 x stage_params(t=2); grads + 4Vh/2 when the embedding is
                untied (DTensor's embedding backward is Replicate)                     exact
   PP           each stage 4 x stage_params(p=2, first/last)                          exact
+  PP in flight L = 2p + 1 layers on split(5, 2) = (2, 3), m = 4 micro-batches, bf16: each rank's
+               peak of live saved bytes = chunks_in_flight x one micro-batch's stage terms
+               (GPipe m; 1F1B min(m, p - r)) + named extras                        exact
 """
 import pytest
 
@@ -17,11 +20,11 @@ torch = pytest.importorskip("torch")
 
 from fitplan.arith import ceil_div
 from fitplan.counts import params as C
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.specs import Recompute
 from fitplan.validate import TINY_GPT, TINY_LLAMA
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
+from fitplan.validate.reference_model import IMPLEMENTED_RECOMPUTE
 
 MODELS = [TINY_GPT, TINY_LLAMA]
 S, B, N = 64, 2, 2
@@ -46,8 +49,10 @@ def _n_tensors(spec):
 def test_every_row_exact(records, spec):
     rows = D.state_rows(spec, records, seq_len=S, world=N)
     rows += D.tp_activation_rows(spec, records, seq_len=S, micro_batch=B, world=N)
-    # ddp 3, zero1 3 + the bound, fsdp2 2 x 4 (with forward->backward), tp 3, pp 2 stages x 3, tp-act 2 x 3 modes
-    assert len(rows) == 3 + 4 + 8 + 3 + 6 + 6
+    rows += D.pp_activation_rows(spec, records, seq_len=S, micro_batch=B, world=N)
+    # ddp 3, zero1 3 + the bound, fsdp2 2 x 4 (with forward->backward), tp 3, pp 2 stages x 3, tp-act 2 x 5 modes,
+    # pp-act 2 schedules x 2 stages
+    assert len(rows) == 3 + 4 + 8 + 3 + 6 + 10 + 4
     bad = [(r.quantity, r.per_rank_predicted, r.per_rank_measured, r.planner, r.measured) for r in rows if not r.ok]
     assert not bad
 
@@ -115,9 +120,40 @@ def test_pipeline_stages(records, spec):
 
 @pytest.mark.parametrize("spec", MODELS, ids=lambda s: s.name)
 @pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp+sp"])
-@pytest.mark.parametrize("recompute", SEARCHED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
+@pytest.mark.parametrize("recompute", IMPLEMENTED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
 def test_tensor_parallel_activations(records, spec, sp, recompute):
     kw = dict(seq_len=S, micro_batch=B, act_bytes=2, recompute=recompute, t=N, sp=sp)
     predicted = X.planner_layer_bytes(spec, **kw) + sum(x.value for x in X.layer_extras(spec, **kw))
     key = f"{'sp' if sp else 'tp'}/{recompute.value}"
     assert [r["act"][key] for r in _recs(records, spec, "tp-act")] == [predicted] * N
+
+
+@pytest.mark.parametrize("spec", MODELS, ids=lambda s: s.name)
+@pytest.mark.parametrize("schedule", D.PP_SCHEDULES)
+def test_pipeline_activations_in_flight(records, spec, schedule):
+    """torch.distributed.pipelining, one stage per rank, uneven stages from the planner's split:
+    GPipe holds all m micro-batches on every rank, 1F1B min(m, p - r), and at that peak each
+    rank's live saved bytes are the planner's stage terms plus the named extras, exactly."""
+    from fitplan.counts.stages import split
+
+    model = D.pp_act_model(spec, N)
+    assert split(model.num_layers, N) == (2, 3)
+    m = D.PP_MICROBATCHES
+    for r in _recs(records, spec, "pp-act"):
+        kw = dict(seq_len=S, micro_batch=B, act_bytes=2, world=N, rank=r["rank"], schedule=schedule, microbatches=m)
+        planner = X.planner_pp_stage(model, **kw)
+        assert r["layers"] == planner["layers"] == (2, 3)[r["rank"]]
+        assert planner["chunks"] == (m if schedule == "gpipe" else min(m, N - r["rank"]))
+        assert r[schedule] == planner["bytes"] + sum(x.value for x in X.pp_extras(model, **kw))
+        assert r[f"{schedule}_left"] == 0
+
+
+def test_pipeline_activations_three_stages():
+    """p = 3: 7 layers split (2, 3, 2); the middle rank holds 2 micro-batches under 1F1B."""
+    records = D.measure_distributed([TINY_LLAMA], seq_len=S, micro_batch=B, world_size=3, checks=("pp-act",))
+    rows = D.pp_activation_rows(TINY_LLAMA, records, seq_len=S, micro_batch=B, world=3)
+    assert len(rows) == 6 and all(r.ok for r in rows)
+    assert "7 layers split 2/3/2" in rows[0].section
+    assert [r.quantity for r in rows if r.quantity.startswith("1f1b")] == [
+        "1f1b stage 0 (2 layers, 3 micro-batches in flight)", "1f1b stage 1 (3 layers, 2 micro-batches in flight)",
+        "1f1b stage 2 (2 layers, 1 micro-batch in flight)"]

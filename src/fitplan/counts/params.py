@@ -64,14 +64,41 @@ def _mla_up_out(model: ModelSpec) -> int:
     return q_up + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
 
 
+def bias_kind(model: ModelSpec) -> str:
+    """Which linears have a bias: "all" (GPT), "qkv" (Qwen2: q, k and v only) or "none" (Llama)."""
+    return "all" if model.linear_bias else "qkv" if model.qkv_bias else "none"
+
+
+def op_sac_saved(*, n: int, bias: str = "none", moe: bool = False) -> tuple[str, ...]:
+    """The linears whose outputs torchtitan's op-level SAC saves in one layer
+    (formulas.md#partial-recompute). Its policy saves every odd-numbered aten.mm of the
+    layer, counted in forward order q, k, v, o, then w1, w3, w2 (SwiGLU; gate, up, down) or
+    w1, w2 (GeLU: fc1, fc2). A linear with a bias runs as aten.addmm (ATen Linear.cpp,
+    _flatten_nd_linear for a contiguous 3-D input), which the policy neither saves nor
+    counts. MoE layers: only the attention's linears (the MLP is accounted whole)."""
+    b_qkv, b_rest = bias != "none", bias == "all"
+    linears = [("q", b_qkv), ("k", b_qkv), ("v", b_qkv), ("o", b_rest)]
+    if not moe:
+        linears += [("w1", b_rest), ("w3", b_rest), ("w2", b_rest)] if n == 3 else [("w1", b_rest), ("w2", b_rest)]
+    return tuple([name for name, biased in linears if not biased][0::2])
+
+
 def rerun_matmul_params(model: ModelSpec, recompute) -> int:
     """Weight-matrix parameters whose matmuls a partial recompute reruns per layer. op
-    (torchtitan op-level SAC, every second matmul saved): wk, wo and w3 (or fc2), h*kv + q*h
-    + h*f (an MoE layer's expert GEMMs are not rerun). norms (DeepSeek-V3 Sec. 3.2.3): MLA's
-    up-projections from the latents (no GEMMs for a model without MLA)."""
+    (torchtitan op-level SAC): every linear whose output op_sac_saved does not keep; bias-free
+    that is wk, wo and w3 (or fc2), h*kv + q*h + h*f, and with biases on every linear all of
+    them (addmm is neither saved nor counted); an MoE layer's MLP GEMMs are not rerun. norms
+    (DeepSeek-V3 Sec. 3.2.3): MLA's up-projections from the latents (no GEMMs for a model
+    without MLA)."""
     h = model.hidden_size
+    if str(recompute) == "op" and model.mla is not None:
+        return h * model.kv_size + model.q_size * h
     if str(recompute) == "op":
-        return h * model.kv_size + model.q_size * h + (h * model.ffn_hidden_size if model.moe is None else 0)
+        q, kv, f, n = model.q_size, model.kv_size, model.ffn_hidden_size, _mlp_mats(model)
+        size = {"q": h * q, "k": h * kv, "v": h * kv, "o": q * h, "w1": h * f, "w3": h * f, "w2": f * h}
+        names = ["q", "k", "v", "o"] + ([] if model.moe is not None else ["w1", "w3", "w2"] if n == 3 else ["w1", "w2"])
+        saved = op_sac_saved(n=n, bias=bias_kind(model), moe=model.moe is not None)
+        return sum(size[x] for x in names if x not in saved)
     if str(recompute) == "norms" and model.mla is not None:
         return _mla_up_out(model) - model.num_heads * model.mla.v_head_dim * h
     return 0

@@ -24,6 +24,7 @@ Context parallel splits the sequence, so every term divides by c (for the score 
 a*(s/c)*s*b: local queries against all keys).
 """
 from fitplan.arith import ceil_div, minimum, select
+from fitplan.counts.params import op_sac_saved
 from fitplan.explain import COUNT, formula
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Recompute
@@ -40,8 +41,7 @@ def _paper_shaped(*, h, q, kv, f, n, e, M, D, r_extra=0, kernel="eager", k=0, e_
 def _layer_text(*, recompute, sp, t, c, **kw):
     div_c = "" if c == 1 else "/c"
     if recompute == Recompute.OP:
-        return ("(e*s*b*h*[2 SwiGLU]*[t if no SP] + s*b*(e*(2q + kv + f) + 4a))/(t*c)  (input, w2 out; wq, wv, "
-                "w1, SDPA out and logsumexp)")
+        return _op_text(n=kw.get("n", 2), bias=kw.get("bias", "none"), k=kw.get("k", 0))
     if recompute == Recompute.NORMS:
         return ("(R'*[t if no SP] + T' + S)/(t*c), R'=s*b*h*(2e+2DM) (norm outputs recomputed), "
                 "T' drops MLA's Q, K, V (up-projections recomputed)")
@@ -67,6 +67,20 @@ def _layer_text(*, recompute, sp, t, c, **kw):
     sc = "S=4*a*s*b (flash: fp32 logsumexp)" if kw.get("kernel") == "flash" else "S=a*s^2*b*(e+D*(e+M))"
     attn = "e*(2q+2kv)" if kw.get("e_l") is None else "e*(q+2kv) + e_l*q"
     return f"({rep} + T{core})/(t*c), {r}, T=s*b*({attn} + {mlp}), {sc}"
+
+
+def _op_text(*, n, bias, k):
+    saved = op_sac_saved(n=n, bias=bias, moe=k > 0)
+    widths = ["q"] + [{"q": "q", "k": "kv", "v": "kv", "w1": "f", "w3": "f"}[x] for x in saved if x not in ("o", "w2")]
+    rows = sum(x in ("o", "w2") for x in saved)
+    terms = [(f"{widths.count(w)}{w}" if widths.count(w) > 1 else w) for w in ("q", "kv", "f") if w in widths]
+    narrow = f"e*({' + '.join(terms)})" if len(terms) > 1 else f"e*{terms[0]}"
+    moe = " + MoE MLP" if k else ""
+    wide = "[t if no SP] + 2*[SP]" + ("" if not rows else " + t" if rows == 1 else f" + {rows}t")
+    names = ", ".join(("w" + x if len(x) == 1 else x) for x in saved) or "none (every linear has a bias: addmm)"
+    return (f"(e*s*b*h*({wide}) + s*b*({narrow} + 4a{moe}))/(t*c)  (input; saved mm outputs: {names}; "
+            "SDPA out and fp32 logsumexp; under SP the two reduce-scatter outputs; row-parallel mm outputs "
+            "are whole partial sums)")
 
 
 def attention_core_bytes(*, s, b, a, e, M, D, kernel):
@@ -97,21 +111,22 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recomput
                   "eager attention stores the s^2 scores unless recomputed; flash keeps a 4*a*s*b logsumexp",
                   "LayerNorm mean/rstd (2sb elements) ignored, as in Korthikanti Sec. 4"))
 def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0, kernel="eager",
-                    k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None):
+                    k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none"):
     """Bytes one layer stores for one micro-batch on one GPU. k > 0 makes it an MoE layer
     (tokens sequence-sharded over tp, as Megatron-LM requires SP for MoE with tp > 1);
     r_extra adds replicated widths (MLA's latents). e_l: the bytes of a stored linear input
     (the norms' outputs, the attention output, fc2's input, a dispatched token) where it
     differs from e: 1 under fp8 recipes, whose weight-gradient GEMMs read an fp8 copy
-    (Transformer Engine's Linear saves its fp8-cast input; DeepSeek-V3 Sec. 3.3.1)."""
+    (Transformer Engine's Linear saves its fp8-cast input; DeepSeek-V3 Sec. 3.3.1). bias
+    (counts.params.bias_kind) says which linears have a bias, which only op recompute depends on."""
     e_in = e if e_l is None else e_l
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
     mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E, e_l=e_l,
-                         swiglu_recompute=recompute == Recompute.NORMS and n == 3)
+                         swiglu_recompute=recompute == Recompute.NORMS and n == 3 and e_l is not None)
     if recompute == Recompute.OP:
-        return op_sac_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, n=n, e=e, t=t, c=c, sp=sp,
-                                  mlp=e * f if k == 0 else mlp)
+        return op_sac_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, t=t, c=c, sp=sp, bias=bias,
+                                  moe_mlp=mlp if k else 0, moe=k > 0)
     # Q, K, V and the attention output: 2q + 2kv in all; the output (o_proj's input) is q wide for
     # grouped-query attention and kv = a*d_v wide for MLA, whose K is q wide
     out = select(r_extra > 0, kv, q)
@@ -125,17 +140,26 @@ def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_
     return ceil_div(R * select(sp, 1, t) + T + S, t * c)
 
 
-def op_sac_layer_bytes(*, s, b, h, a, q, kv, n, e, t, c, sp, mlp):
+def op_sac_layer_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, bias="none", moe_mlp=0, moe=False):
     """torchtitan's op-level selective checkpointing (activation_checkpoint.mode = "selective",
-    selective_ac_option = "op", torchtitan/models/llama3/infra/parallelize.py): inside each
-    layer it saves the outputs of SDPA (the attention output and its fp32 logsumexp) and of
-    every second matmul, counted in the order wq, wk, wv, wo, w1, w3, w2, so wq, wv, w1 and
-    (SwiGLU) w2; everything else is recomputed from the layer's input, which the checkpoint
-    keeps. h-wide tensors (the input, w2's output) are sequence-sharded only under SP. MoE
-    layers keep their MLP's stored tensors (grouped expert GEMMs are not aten.mm)."""
-    wide = e * s * b * h * (2 if n == 3 else 1)
-    narrow = s * b * (e * (2 * q + kv) + mlp) + 4 * a * s * b
-    return ceil_div(wide * select(sp, 1, t) + narrow, t * c)
+    selective_ac_option = "op", torchtitan/models/llama3/infra/parallelize.py). The layer runs
+    under one non-reentrant checkpoint, which keeps the layer's input; its policy keeps the
+    outputs of SDPA (the attention output and its fp32 logsumexp, 4 B per head and token), of
+    reduce_scatter_tensor (under SP, the row-parallel outputs wo and w2 are reduce-scattered:
+    two h-wide shards) and of every odd-numbered aten.mm (counts.params.op_sac_saved: wq, wv,
+    w1 and, SwiGLU, w2 when no linear has a bias; a biased linear is an addmm, neither saved
+    nor counted). Everything else is recomputed. Per rank: column-parallel outputs (q, kv, f)
+    are split by t; a row-parallel mm output (wo, w2) is the rank's whole partial sum,
+    s*b*h, SP or not; the input is sequence-sharded only under SP. MoE layers keep their MLP's
+    stored tensors (moe_mlp, bytes per token; grouped expert GEMMs are not aten.mm) and the
+    attention's saves."""
+    saved = op_sac_saved(n=n, bias=bias, moe=moe)
+    col = sum({"q": q, "k": kv, "v": kv, "w1": f, "w3": f}.get(x, 0) for x in saved)
+    rows = sum(x in ("o", "w2") for x in saved)
+    scatters = select(sp, 1, 0) * select(t > 1, 2, 0)
+    wide = e * s * b * h * (select(sp, 1, t) + rows * t + scatters)
+    narrow = s * b * (e * (q + col) + 4 * a + moe_mlp)
+    return ceil_div(wide + narrow, t * c)
 
 
 @formula("activations/recompute_workspace",
@@ -146,7 +170,7 @@ def op_sac_layer_bytes(*, s, b, h, a, q, kv, n, e, t, c, sp, mlp):
                                     }[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0,
-                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None):
+                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none"):
     """While one layer's backward runs, its recomputed activations exist on top of the
     stored ones: the whole layer under full recompute, the attention core under selective.
     Korthikanti et al. leave this transient out; fitplan counts it (for the larger layer

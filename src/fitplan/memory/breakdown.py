@@ -76,6 +76,7 @@ class Shapes:
     kernel: str = "eager"
     moe: MoeShapes | None = None
     e_l: int | None = None    # bytes of a stored linear input where it differs from e (fp8 recipes: 1)
+    bias: str = "none"        # which linears have a bias (counts.params.bias_kind): op SAC cannot save an addmm
 
     @classmethod
     def of(cls, setup: Setup) -> "Shapes":
@@ -88,11 +89,12 @@ class Shapes:
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
                    n=3 if m.mlp.gated else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
                    r_extra=r_extra, kernel=tr.attention_kernel, moe=moe,
-                   e_l=1 if tr.recipe.compute == "fp8" and tr.act_bytes > 1 else None)
+                   e_l=1 if tr.recipe.compute == "fp8" and tr.act_bytes > 1 else None, bias=P.bias_kind(m))
 
-    def kw(self) -> dict:
+    def kw(self, recompute=None) -> dict:
         """The keywords of a per-layer formula call (activations.per_layer_bytes and its kin);
-        r_extra and kernel only where they differ from the formulas' defaults."""
+        r_extra and kernel only where they differ from the formulas' defaults, bias only for op
+        recompute (the one mode it changes) on a model with biases."""
         out = dict(s=self.s, h=self.h, a=self.a, q=self.q, kv=self.kv, f=self.f, n=self.n, e=self.e, M=self.M,
                    D=self.D)
         if self.r_extra:
@@ -101,6 +103,8 @@ class Shapes:
             out["kernel"] = self.kernel
         if self.e_l is not None:
             out["e_l"] = self.e_l
+        if self.bias != "none" and str(recompute) == "op":
+            out["bias"] = self.bias
         return out
 
 
@@ -262,7 +266,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     else:
         out["runtime/fp8_weight_cache"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
-    layer = dict(sh.kw(), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
+    layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
     a_layer = ev(A.per_layer_bytes, **layer)
     dual = c.schedule == Schedule.DUALPIPE

@@ -3,10 +3,11 @@
 `run_validation` builds the reference model (fitplan.validate.reference_model; MoE layers
 from fitplan.validate.reference_moe) from a ModelSpec and checks, row by row, the planner's
 formulas plus named reference extras against what torch measures: parameter counts (meta
-device), bytes saved for backward per layer (none / selective / full recompute, bf16 and
-fp32; dense and MoE layers apart), FLOPs of one step (FlopCounterMode), and, on 2-4 local
-gloo ranks, per-rank model states for DDP, ZeRO-1, FSDP2 (ZeRO-2/3), DTensor tensor and
-pipeline parallel, expert parallel (MoE), plus tensor-parallel activations.
+device), bytes saved for backward per layer (none / norms / selective / op / full recompute,
+bf16 and fp32; dense and MoE layers apart, op on dense layers only), FLOPs of one step
+(FlopCounterMode), and, on 2-4 local gloo ranks, per-rank model states for DDP, ZeRO-1,
+FSDP2 (ZeRO-2/3), DTensor tensor and pipeline parallel, expert parallel (MoE), plus
+tensor-parallel activations and pipeline activations in flight (GPipe, 1F1B).
 `fitplan.validate.report.render_text` prints it.
 
 Importing this package does not import torch; run_validation does.

@@ -1,4 +1,4 @@
-"""Distributed model states (and TP activations) on CPU: gloo, N local processes.
+"""Distributed model states (and TP and pipeline activations) on CPU: gloo, N local processes.
 
 One spawn runs every check for every model (torch.multiprocessing, a file store, no
 torchrun). Each rank measures after one optimizer step the bytes of the unique storages
@@ -19,6 +19,9 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
                expert-data-parallel group (tp*dp*cp/ep = 1 rank) needs no reduction
   tp-act       one block, bf16, tensor parallel with and without DTensor sequence parallel
                (torchtitan's plan), bytes saved for backward per rank for each recompute mode
+  pp-act       dense models with L = 2N + 1 layers on counts.stages.split (uneven stages),
+               bf16, ScheduleGPipe and Schedule1F1B with 4 micro-batches: each rank's peak
+               of live saved-for-backward bytes over one step (measure.LiveSavedRecorder)
 
 The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
 the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
@@ -39,15 +42,16 @@ import torch.distributed as dist
 from torch import nn
 
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute, ZeroStage
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.specs.model import Mlp
 from fitplan.validate import expected as X
-from fitplan.validate.measure import SavedTensorRecorder, local_tensor, param_storages, storage_key
-from fitplan.validate.reference_model import DEFAULT_DROPOUT, Block, build, embed_tokens, lm_loss
+from fitplan.validate.measure import (LiveSavedRecorder, SavedTensorRecorder, add_sac_saved, local_tensor,
+                                     param_storages, storage_key)
+from fitplan.validate.reference_model import (DEFAULT_DROPOUT, IMPLEMENTED_RECOMPUTE, Block, build, embed_tokens,
+                                               lm_loss)
 from fitplan.validate.report import Extra, Row
 
 STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
-CHECKS = STATE_CHECKS + ("tp-act",)
+CHECKS = STATE_CHECKS + ("tp-act", "pp-act")
 ACT_BYTES = 2     # tp-act runs in bf16
 LR = 1e-3
 
@@ -154,6 +158,8 @@ def skip_reason(check: str, spec: ModelSpec, *, world: int, seq_len: int) -> str
             return "ep: a dense model has no experts"
         if spec.moe.num_experts % world:
             return f"ep: {spec.moe.num_experts} experts do not split over ep={world}"
+    if check == "pp-act" and spec.moe is not None:
+        return "pp-act: pipeline activations are checked on dense models"
     if check in ("tp", "tp-act") and spec.moe is not None:
         return (f"{check}: no tensor-parallel plan for MoE layers (Megatron-LM needs sequence parallel and an "
                 f"expert-tensor-parallel choice there); the reference splits only dense layers")
@@ -285,17 +291,19 @@ def _tp(spec, *, rank, world, seq_len, b):
 
 
 class PipeStage(nn.Module):
-    """Rank r of p: layers [r*L/p, (r+1)*L/p); the first adds the embedding (and learned
-    positions), the last the final norm and the head; with tied embeddings the last stage
-    holds its own copy of the embedding matrix as the head (Megatron-LM)."""
+    """Rank r of p: layers [r*L/p, (r+1)*L/p), or layers = (start, stop); the first adds the
+    embedding (and learned positions), the last the final norm and the head; with tied
+    embeddings the last stage holds its own copy of the embedding matrix as the head
+    (Megatron-LM)."""
 
-    def __init__(self, net, spec: ModelSpec, rank: int, world: int):
+    def __init__(self, net, spec: ModelSpec, rank: int, world: int, layers: tuple[int, int] | None = None):
         super().__init__()
         per = spec.num_layers // world
+        start, stop = layers if layers is not None else (rank * per, (rank + 1) * per)
         self.first, self.last, self.p = rank == 0, rank == world - 1, net.p
         self.embed = net.embed if self.first else None
         self.pos = net.pos if self.first else None
-        self.layers = nn.ModuleList(net.layers[rank * per:(rank + 1) * per])
+        self.layers = nn.ModuleList(net.layers[start:stop])
         self.norm = net.norm if self.last else None
         self.head = None
         if self.last:
@@ -332,6 +340,56 @@ def _pp(spec, *, rank, world, seq_len, b):
     return _states(stage_mod.parameters(), opt.state)
 
 
+PP_MICROBATCHES = 4
+PP_SCHEDULES = ("gpipe", "1f1b")
+
+
+def pp_act_model(spec: ModelSpec, world: int) -> ModelSpec:
+    """The model the pipeline-activation check runs: spec with L = 2p + 1 layers, so that
+    fitplan.counts.stages.split gives uneven stages (5 on 2 stages: 2, 3)."""
+    from dataclasses import replace
+
+    return replace(spec, num_layers=2 * world + 1)
+
+
+def _pp_act(spec, *, rank, world, seq_len, b):
+    """Peak bytes saved for backward on this pipeline rank over one step of m micro-batches,
+    bf16, no recompute, for ScheduleGPipe and Schedule1F1B, on the planner's uneven split."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from fitplan.counts.stages import split
+
+    model = pp_act_model(spec, world)
+    sizes = split(model.num_layers, world)
+    start = sum(sizes[:rank])
+    out = {"layers": sizes[rank]}
+    for name, cls in zip(PP_SCHEDULES, (ScheduleGPipe, Schedule1F1B)):
+        torch.manual_seed(0)
+        net = build(model, dtype=torch.bfloat16).train()
+        stage_mod = PipeStage(net, model, rank, world, layers=(start, start + sizes[rank]))
+        stage = PipelineStage(stage_mod, stage_index=rank, num_stages=world, device=torch.device("cpu"))
+        schedule = cls(stage, n_microbatches=PP_MICROBATCHES, loss_fn=lm_loss)
+        ids, targets = _batch(model, PP_MICROBATCHES * b, seq_len)
+
+        def step():
+            if rank == 0:
+                schedule.step(ids)
+            elif rank == world - 1:
+                schedule.step(target=targets, losses=[])
+            else:
+                schedule.step()
+
+        # The first step also runs torch's metadata inference, one forward (and on the stages
+        # after the first a backward) outside the schedule: measure the second.
+        step()
+        recorder = LiveSavedRecorder(param_storages(stage_mod))
+        with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
+            step()
+        out[name] = recorder.peak
+        out[f"{name}_left"] = recorder.live   # 0: every micro-batch's saved tensors were released
+    return out
+
+
 def _ep(spec, *, rank, world, seq_len, b):
     """dp = ep = world: this rank's E/ep experts, DDP over the rest; each rank its own tokens."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -356,9 +414,9 @@ def _tp_act(spec, *, rank, world, seq_len, b):
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh("cpu", (world,))
-    out = {}
+    out, tensors = {}, {}
     for sp in (False, True):
-        for recompute in SEARCHED_RECOMPUTE:
+        for recompute in IMPLEMENTED_RECOMPUTE:
             torch.manual_seed(0)
             block = Block(spec, DEFAULT_DROPOUT, recompute).to(torch.bfloat16).train()
             parallelize_module(block, mesh, tp_plan(spec, sp=sp))
@@ -368,12 +426,14 @@ def _tp_act(spec, *, rank, world, seq_len, b):
             recorder.current = 0
             with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
                 y = block(x)
-            local_tensor(y).float().sum().backward()
+            add_sac_saved(recorder, [block])
             out[f"{'sp' if sp else 'tp'}/{recompute.value}"] = recorder.bytes(0)
-    return {"act": out}
+            tensors[f"{'sp' if sp else 'tp'}/{recompute.value}"] = recorder.tensors(0)
+            local_tensor(y).float().sum().backward()
+    return {"act": out, "act_tensors": tensors}
 
 
-_CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act,
+_CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act, "pp-act": _pp_act,
            "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
            "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
 
@@ -543,6 +603,32 @@ def tp_activation_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, mi
         rows.append(Row(section=f"tensor-parallel activations per layer (t={world}, bf16)",
                         quantity=f"{'tp+sp' if sp else 'tp'} {mode}", planner=planner, extras=extras,
                         measured=max(measured), per_rank_predicted=(pred,) * len(recs), per_rank_measured=measured))
+    return rows
+
+
+def pp_activation_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_batch: int,
+                       world: int) -> list[Row]:
+    """Per schedule, each rank's peak saved bytes against the planner's stage terms
+    (chunks_in_flight x one micro-batch's stage activations)."""
+    recs = sorted((r for r in records if r["check"] == "pp-act" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    if not recs:
+        return []
+    model = pp_act_model(spec, world)
+    section = (f"pipeline activations in flight (p={world}, {model.num_layers} layers split "
+               f"{'/'.join(str(r['layers']) for r in recs)}, m={PP_MICROBATCHES}, bf16, peak per rank)")
+    rows = []
+    for schedule in PP_SCHEDULES:
+        for r in recs:
+            kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=ACT_BYTES, world=world, rank=r["rank"],
+                      schedule=schedule, microbatches=PP_MICROBATCHES)
+            planner = X.planner_pp_stage(model, **kw)
+            n = planner["chunks"]
+            rows.append(Row(section=section, quantity=f"{schedule} stage {r['rank']} ({r['layers']} layers, "
+                                                      f"{n} micro-batch{'' if n == 1 else 'es'} in flight)",
+                            planner=planner["bytes"], extras=X.pp_extras(model, **kw), measured=r[schedule],
+                            note="" if r[f"{schedule}_left"] == 0 else
+                            f"{r[f'{schedule}_left']:,} B still saved after the step"))
     return rows
 
 

@@ -22,9 +22,11 @@ ADAM_STEP_BYTES = 4          # torch.optim.Adam: state["step"] is a float32 scal
 PARAM_BYTES = 4              # fp32
 
 
-def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1) -> Setup:
+def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1,
+              global_batch: int | None = None) -> Setup:
     """A planner Setup for the reference run: fp32-Adam states, dropout on (1-byte masks)."""
-    training = TrainingSpec(seq_len=seq_len, recipe=recipe(RECIPE), act_bytes=act_bytes, dropout=True)
+    training = TrainingSpec(seq_len=seq_len, recipe=recipe(RECIPE), act_bytes=act_bytes, dropout=True,
+                            global_batch=global_batch)
     cluster = ClusterSpec(gpu=gpu("h100-80gb"), num_gpus=world, gpus_per_node=max(8, world), reserve_bytes=0)
     return Setup(model=model, training=training, cluster=cluster)
 
@@ -37,7 +39,7 @@ def planner_layer_bytes(model: ModelSpec, *, seq_len: int, micro_batch: int, act
     MoeShapes' for an MoE layer, as stage_memory's activations/per_moe_layer)."""
     sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=t))
     moe = sh.moe.kw() if moe_layer else {}
-    value = A.per_layer_bytes(**sh.kw(), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
+    value = A.per_layer_bytes(**sh.kw(recompute), **moe, b=micro_batch, t=t, c=1, sp=sp, recompute=recompute)
     return int(value) if float(value).is_integer() else value   # rho (a float) makes a whole float
 
 
@@ -56,8 +58,11 @@ _NORM_CITE = {Norm.LAYERNORM: "docs/engines.md#activations-saved-for-backward (L
 
 def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
                  t: int = 1, sp: bool = False, device: str = "cpu", moe_layer: bool = False) -> tuple[Extra, ...]:
-    """Per layer and rank, what the reference stores beyond per_layer_bytes."""
-    if recompute is Recompute.FULL:
+    """Per layer and rank, what the reference stores beyond per_layer_bytes. Full and op
+    recompute keep nothing beyond it: the checkpoint recomputes the norms' statistics, RoPE's
+    tables and the masks (op runs SDPA: no causal mask). Norms recompute (Megatron-style)
+    also recomputes the norms' statistics."""
+    if recompute in (Recompute.FULL, Recompute.OP):
         return ()
     if moe_layer:
         dense = layer_extras(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes,
@@ -66,10 +71,12 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
     s, b, e = seq_len, micro_batch, act_bytes
     s_local = s // t if sp else s
     norm = "LayerNorm mean and rstd" if model.norm is Norm.LAYERNORM else "RMSNorm rstd (fp32)"
-    out = [Extra("norm-stats", 2 * norm_stats_bytes(model, tokens=s_local * b, act_bytes=e, device=device),
-                 f"each of the two norms saves its {norm} for backward, (b, s, 1) per tensor "
-                 f"(Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm])]
-    if recompute is Recompute.NONE:
+    out = []
+    if recompute is not Recompute.NORMS:
+        out.append(Extra("norm-stats", 2 * norm_stats_bytes(model, tokens=s_local * b, act_bytes=e, device=device),
+                         f"each of the two norms saves its {norm} for backward, (b, s, 1) per tensor "
+                         f"(Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm]))
+    if recompute in (Recompute.NONE, Recompute.NORMS):
         out.append(Extra("causal-mask", s * s,
                          "masked_fill saves the s x s bool causal mask (1 B/element) it is given"))
     if model.position is Position.ROPE:
@@ -78,7 +85,15 @@ def layer_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
                          "RoPE's x*cos and rotate_half(x)*sin save the (s, d) cos and sin tables in the "
                          "activation dtype (the paper's GPT has learned positions)",
                          "reference_model.apply_rope"))
-    if sp and t > 1:
+    if sp and t > 1 and recompute is Recompute.NORMS:
+        full = e * s * b * model.hidden_size
+        out.append(Extra("dtensor-sp-ln-output", 2 * full,
+                         "under DTensor sequence parallel the column-parallel linears save the all-gathered "
+                         "(full) norm outputs, 2sbh each, a copy the norm recompute cannot free: it frees only "
+                         "the norm's own sbh/t output, which nothing saves here (Megatron keeps that shard and "
+                         "gathers it again in backward, so there the recompute frees it)",
+                         "docs/engines.md#tensor-and-sequence-parallel-under-dtensor (TP / TP+SP activations)"))
+    elif sp and t > 1:
         full = e * s * b * model.hidden_size
         out.append(Extra("dtensor-sp-ln-output", 2 * (full - full // t),
                          "under DTensor sequence parallel the column-parallel linears save the all-gathered "
@@ -158,6 +173,13 @@ def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute
 
 
 def flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> tuple[Extra, ...]:
+    if recompute is Recompute.OP:
+        rerun = 2 * micro_batch * seq_len * seq_len * model.q_size * model.num_layers
+        return (Extra("sdpa-backward-scores", rerun,
+                      "op recompute's attention is SDPA (torchtitan's), whose flash backward recomputes the scores "
+                      "Q K^T from the saved logsumexp before its four gradient GEMMs (2Bs^2q per layer); the "
+                      "planner's backward is twice the forward, the eager attention the other modes run",
+                      "torch/utils/flop_counter.py sdpa_backward_flop_count (Step 1); Dao et al. 2022 Alg. 4"),)
     if recompute is not Recompute.SELECTIVE:
         return ()
     skipped = 2 * micro_batch * seq_len * seq_len * model.q_size * model.num_layers
@@ -250,3 +272,63 @@ def _numel(shape) -> int:
 
 def _row(shape) -> int:
     return _numel(shape[1:])
+
+
+# ---------------------------------------------------------------- pipeline activations in flight
+
+PP_TERMS = ("activations/layers", "activations/pipeline_in_flight", "activations/embedding", "activations/output")
+
+
+def planner_pp_stage(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, world: int, rank: int,
+                     schedule: str, microbatches: int) -> dict:
+    """The planner's activation terms for pipeline rank `rank` of `world` (tp = dp = 1, no
+    recompute, m = microbatches): breakdown.stage_memory on the default split, plus its
+    layers and chunks_in_flight."""
+    from fitplan.memory.breakdown import stage_at
+    from fitplan.specs.parallel import Schedule
+
+    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes, world=world,
+                      global_batch=microbatches * micro_batch)
+    config = ParallelConfig(pp=world, micro_batch=micro_batch, schedule=Schedule(schedule))
+    stage = stage_at(RAW, model, config, rank)
+    parts = stage_memory(RAW, setup, config, stage=stage)
+    chunks = A.chunks_in_flight(p=world, v=1, r=rank, m=microbatches, schedule=schedule)
+    return {"bytes": sum(parts[k] for k in PP_TERMS), "layers": int(stage.layers), "chunks": int(chunks)}
+
+
+def pp_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, world: int, rank: int,
+              schedule: str, microbatches: int) -> tuple[Extra, ...]:
+    """What the pipeline rank keeps at its peak beyond the planner's terms: each in-flight
+    micro-batch's layer extras (layer_extras), the first stage's position ids, the last
+    stage's final-norm statistics and loss bookkeeping (outside_extras), and the whole
+    batch's token ids or targets: torch.distributed.pipelining splits the batch with
+    tensor_split, so a micro-batch's ids are a view, and the embedding (or the loss) keeps
+    the whole batch's storage alive while any of its micro-batches is in flight."""
+    p = planner_pp_stage(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes, world=world,
+                         rank=rank, schedule=schedule, microbatches=microbatches)
+    s, b, m, chunks = seq_len, micro_batch, microbatches, p["chunks"]
+    kw = dict(seq_len=s, micro_batch=b, act_bytes=act_bytes, recompute=Recompute.NONE)
+    out = [Extra(f"layer-{x.key}", x.value * p["layers"] * chunks,
+                 f"{x.reason}; for each of the stage's layers and micro-batches in flight", x.cite)
+           for x in layer_extras(model, **kw)]
+    view = ("torch.distributed.pipelining splits the batch with tensor_split, so each micro-batch's {what} is a "
+            "view and the whole batch's int64 storage (8*m*s*b) stays alive while any micro-batch is in flight: "
+            "8*s*b*(m - in flight) more than the planner's 8*s*b per micro-batch")
+    src = "torch/distributed/pipelining/microbatch.py split_args_kwargs_into_chunks (tensor_split)"
+    if rank == 0:
+        if model.position is Position.LEARNED:
+            out.append(Extra("position-ids", 8 * s * chunks, "each micro-batch's learned-position lookup saves its "
+                             "int64 position ids (8s)", "embedding backward (derivatives.yaml), measured here"))
+        out.append(Extra("pp-token-ids-view", 8 * s * b * (m - chunks), view.format(what="token ids"), src))
+    if rank == world - 1:
+        n_out = m if schedule == "gpipe" else 1
+        out.append(Extra("final-norm-stats", n_out * norm_stats_bytes(model, tokens=s * b, act_bytes=act_bytes,
+                                                                      device="cpu"),
+                         "the final norm saves its statistics, per micro-batch whose loss awaits its backward",
+                         _NORM_CITE[model.norm]))
+        out.append(Extra("loss-targets", n_out * (8 * s * b + 4),
+                         "cross_entropy's nll_loss saves the int64 targets (8sb) and a 4-byte fp32 total_weight, "
+                         "per micro-batch whose loss awaits its backward",
+                         "nll_loss backward (derivatives.yaml), measured here"))
+        out.append(Extra("pp-targets-view", 8 * s * b * (m - n_out), view.format(what="target"), src))
+    return tuple(x for x in out if x.value)

@@ -3,11 +3,14 @@ for backward, per layer, by unique storage (parameters excluded).
 
 Method (docs/engines.md#activations-saved-for-backward): a
 torch.autograd.graph.saved_tensors_hooks pack hook sees every tensor autograd keeps; it
-records the tensor's untyped storage once per data pointer, skipping parameter storages,
-into the bucket of the layer whose forward is running (forward pre/post hooks on each
-block) or "outside" (embedding, final norm, head, loss).
-Storages of saved tensors stay alive until backward, so a data pointer cannot be reused
-within one measurement. A DTensor is measured by its local shard.
+records the tensor's untyped storage once (by storage identity), skipping parameter
+storages, into the bucket of the layer whose forward is running (forward pre/post hooks on
+each block) or "outside" (embedding, final norm, head, loss). A storage counts the bytes
+it holds when the forward has ended: Megatron-style norm recompute frees a saved norm
+output's storage (resize_(0)) during the forward and refills it in backward. Tensors a
+selective checkpoint caches (op SAC's MUST_SAVE outputs) bypass the hooks; they are added
+from the checkpoint's cache (reference_model.sac_saved_tensors).
+A DTensor is measured by its local shard.
 """
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from fitplan.specs import ModelSpec, Recompute
-from fitplan.validate.reference_model import DEFAULT_DROPOUT, build, lm_loss
+from fitplan.validate.reference_model import DEFAULT_DROPOUT, build, lm_loss, sac_saved_tensors
 
 OUTSIDE = "outside"
 DTYPES = {2: torch.bfloat16, 4: torch.float32}
@@ -38,6 +41,12 @@ def storage_key(t) -> tuple[int, int]:
     return st.data_ptr(), st.nbytes()
 
 
+def storage_id(t) -> int:
+    """The identity of the storage behind t (its c10::StorageImpl): the same for every view
+    of it, and stable when the storage is resized, unlike its data pointer."""
+    return local_tensor(t).untyped_storage()._cdata
+
+
 class SavedTensorRecorder:
     """Pack hook that buckets unique saved storages by the layer running when saved."""
 
@@ -46,11 +55,15 @@ class SavedTensorRecorder:
         self.current = OUTSIDE
         self.buckets: dict = defaultdict(dict)
 
+    def add(self, t, bucket=None):
+        local = local_tensor(t)
+        key = storage_id(local)
+        if key not in self.exclude:
+            self.buckets[self.current if bucket is None else bucket].setdefault(
+                key, (local.untyped_storage(), tuple(local.shape), str(local.dtype)))
+
     def pack(self, t):
-        ptr, nbytes = storage_key(t)
-        if ptr and ptr not in self.exclude:
-            local = local_tensor(t)
-            self.buckets[self.current].setdefault(ptr, (nbytes, tuple(local.shape), str(local.dtype)))
+        self.add(t)
         return t
 
     @staticmethod
@@ -58,7 +71,12 @@ class SavedTensorRecorder:
         return t
 
     def bytes(self, bucket) -> int:
-        return sum(v[0] for v in self.buckets.get(bucket, {}).values())
+        """The bytes the bucket's storages hold now: call it between forward and backward."""
+        return sum(v[0].nbytes() for v in self.buckets.get(bucket, {}).values())
+
+    def tensors(self, bucket) -> tuple:
+        """(bytes, shape, dtype) of the bucket's storages, sorted, for explanations."""
+        return tuple(sorted((v[0].nbytes(), v[1], v[2]) for v in self.buckets.get(bucket, {}).values()))
 
     def watch(self, modules) -> list:
         """Attribute saves made inside modules[i].forward to bucket i; returns the handles."""
@@ -69,8 +87,66 @@ class SavedTensorRecorder:
         return handles
 
 
+class _Held:
+    """What LiveSavedRecorder packs: the saved tensor, and a release when autograd drops it
+    (after the backward of the node that saved it, or when its graph is freed)."""
+    __slots__ = ("t", "key", "recorder")
+
+    def __init__(self, t, key, recorder):
+        self.t, self.key, self.recorder = t, key, recorder
+
+    def __del__(self):
+        self.recorder.release(self.key)
+
+
+class LiveSavedRecorder:
+    """Saved-for-backward bytes alive at each moment (unique storages, parameters
+    excluded) and their peak: a pack hook that counts a storage in when the first tensor on
+    it is saved and out when autograd has released the last one."""
+
+    def __init__(self, exclude: set[int]):
+        self.exclude = exclude
+        self.refs: dict = {}
+        self.live = 0
+        self.peak = 0
+        self.trace: list = []    # live bytes after each storage enters or leaves
+
+    def pack(self, t):
+        local = local_tensor(t)
+        key = storage_id(local)
+        if key in self.exclude:
+            return t
+        entry = self.refs.get(key)
+        if entry is None:
+            entry = self.refs[key] = [0, local.untyped_storage().nbytes()]
+            self.live += entry[1]
+            self.peak = max(self.peak, self.live)
+            self.trace.append(self.live)
+        entry[0] += 1
+        return _Held(t, key, self)
+
+    @staticmethod
+    def unpack(held):
+        return held.t if isinstance(held, _Held) else held
+
+    def release(self, key) -> None:
+        entry = self.refs[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self.refs[key]
+            self.live -= entry[1]
+            self.trace.append(self.live)
+
+
 def param_storages(module) -> set[int]:
-    return {storage_key(p)[0] for p in module.parameters()}
+    return {storage_id(p) for p in module.parameters()}
+
+
+def add_sac_saved(recorder: SavedTensorRecorder, blocks) -> None:
+    """Put each block's selective-checkpoint cache (op SAC) into its bucket."""
+    for i, block in enumerate(blocks):
+        for t in sac_saved_tensors(getattr(block, "sac_storage", None)):
+            recorder.add(t, bucket=i)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,25 +176,34 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
     finally:
         for handle in handles:
             handle.remove()
-    loss.backward()
+    add_sac_saved(recorder, net.layers)
     per_layer = tuple(recorder.bytes(i) for i in range(model.num_layers))
-    layer0 = tuple(sorted(recorder.buckets.get(0, {}).values()))
+    layer0 = recorder.tensors(0)
+    outside = recorder.bytes(OUTSIDE)
+    loss.backward()
     loads = tuple(getattr(layer.mlp, "tokens_per_expert", ()) for layer in net.layers)
-    return SavedActivations(per_layer=per_layer, outside=recorder.bytes(OUTSIDE), layer0_tensors=layer0,
-                            expert_tokens=loads)
+    return SavedActivations(per_layer=per_layer, outside=outside, layer0_tensors=layer0, expert_tokens=loads)
 
 
 def count_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,
                 dropout_p: float = DEFAULT_DROPOUT, seed: int = 0) -> int:
     """torch.utils.flop_counter.FlopCounterMode over one forward + backward (fp32, CPU):
-    matmul FLOPs (mm, addmm, bmm: 2xyz), recomputed forwards included."""
-    from torch.utils.flop_counter import FlopCounterMode
+    matmul FLOPs (mm, addmm, bmm: 2xyz), recomputed forwards included. SDPA's CPU flash
+    kernel (op recompute's attention) is counted with torch's own SDPA formulas, which
+    FlopCounterMode registers for the CUDA kernels only: 4*b*a*s^2*d forward (the two GEMMs,
+    the causal mask not discounted, like the eager bmm's), twice that backward."""
+    from torch.utils import flop_counter as fc
 
+    aten = torch.ops.aten
+    cpu_sdpa = {aten._scaled_dot_product_flash_attention_for_cpu:
+                lambda q, k, v, *_, out_shape=None, **__: fc.sdpa_flop_count(q, k, v),
+                aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                lambda grad, q, k, v, *_, out_shape=None, **__: fc.sdpa_backward_flop_count(grad, q, k, v)}
     torch.manual_seed(seed)
     net = build(model, dropout_p=dropout_p, recompute=recompute).train()
     ids = torch.randint(0, model.vocab_size, (micro_batch, seq_len))
     targets = torch.randint(0, model.vocab_size, (micro_batch, seq_len))
-    with FlopCounterMode(display=False) as counter:
+    with fc.FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
         lm_loss(net(ids), targets).backward()
     return counter.get_total_flops()
 

@@ -19,19 +19,30 @@ plus a few tensors PyTorch cannot avoid, which fitplan.validate.expected names o
 * MoE layers (ModelSpec.moe, after the first first_dense_layers): fitplan.validate.reference_moe,
   a dropless router / top-k / permute / experts / weighted combine with shared experts.
 * recompute: none; selective (the attention core, from the scores to @V, under
-  torch.utils.checkpoint); full (the whole layer under torch.utils.checkpoint).
+  torch.utils.checkpoint); full (the whole layer under torch.utils.checkpoint);
+  op (torchtitan's op-level selective checkpointing, op_sac_policy: the layer under a
+  non-reentrant checkpoint with create_selective_checkpoint_contexts; attention is SDPA,
+  as in torchtitan, so its core saves the output and an fp32 logsumexp); norms (DeepSeek-V3
+  Sec. 3.2.3 as Megatron-LM's --recompute-modules layernorm does it: NormRecompute, each
+  norm's output storage freed after its consumers ran and refilled in backward).
 """
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
 from fitplan.specs.parallel import Recompute
 
 DEFAULT_DROPOUT = 0.1
+# The recompute modes the reference implements: the planner's five (fitplan.specs.parallel.
+# SEARCHED_RECOMPUTE is only what the search tries). Its MoE layers run op too, but their
+# experts are per-expert dense matmuls, which op SAC counts and saves like any aten.mm, where
+# torchtitan's grouped expert GEMMs are not in its save list: op is not validated on them.
+IMPLEMENTED_RECOMPUTE = (Recompute.NONE, Recompute.NORMS, Recompute.SELECTIVE, Recompute.OP, Recompute.FULL)
+MOE_RECOMPUTE = tuple(r for r in IMPLEMENTED_RECOMPUTE if r is not Recompute.OP)
 ROPE_THETA = 10000.0
 NORM_EPS = 1e-5
 
@@ -130,6 +141,17 @@ def attention_core(q, k, v, p: float, training: bool):
     return out.view(b, g, r, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
 
 
+def sdpa_core(q, k, v):
+    """torchtitan's attention: F.scaled_dot_product_attention, causal, no attention dropout
+    (torchtitan has none; on CPU a dropout would send SDPA to its math path, which upcasts
+    bf16 to fp32). On CPU this is aten._scaled_dot_product_flash_attention_for_cpu, which
+    returns the output and an fp32 logsumexp; grouped-query attention via enable_gqa."""
+    b, s = q.shape[0], q.shape[1]
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                         enable_gqa=k.shape[2] != q.shape[2])
+    return out.transpose(1, 2).reshape(b, s, -1)
+
+
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, p: float, recompute: Recompute):
         super().__init__()
@@ -143,6 +165,7 @@ class Attention(nn.Module):
         self.rope = spec.position is Position.ROPE
         self.p = p
         self.selective = recompute is Recompute.SELECTIVE
+        self.sdpa = recompute is Recompute.OP
 
     def forward(self, x):
         b, s, d = x.shape[0], x.shape[1], self.head_dim
@@ -152,7 +175,9 @@ class Attention(nn.Module):
         if self.rope:
             cos, sin = rope_tables(s, d, q.dtype, q.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.selective:
+        if self.sdpa:
+            out = sdpa_core(q, k, v)
+        elif self.selective:
             out = checkpoint(attention_core, q, k, v, self.p, self.training, use_reentrant=False)
         else:
             out = attention_core(q, k, v, self.p, self.training)
@@ -198,15 +223,140 @@ class Block(nn.Module):
             self.mlp = SwiGluMlp(spec) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec)
         self.p = p
         self.full = recompute is Recompute.FULL
+        self.op = recompute is Recompute.OP
+        self.norms = recompute is Recompute.NORMS
+        self.sac_storage = None   # op: the selective checkpoint's cache of saved op outputs
 
     def forward(self, x):
         if self.full:
             return checkpoint(self._layer, x, use_reentrant=False)
+        if self.op:
+            # preserve_rng_state (the default) so the recomputed dropouts match; torchtitan has no
+            # dropout and passes False, which changes nothing stored on the device
+            return checkpoint(self._layer, x, use_reentrant=False, context_fn=self._op_contexts)
         return self._layer(x)
 
+    def _op_contexts(self):
+        fwd, recompute = create_selective_checkpoint_contexts(op_sac_policy())
+        self.sac_storage = fwd.storage
+        return fwd, recompute
+
     def _layer(self, x):
+        if self.norms:
+            return self._layer_norms_recomputed(x)
         x = x + dropout(self.attn(self.norm1(x)), self.p, self.training)
         return x + dropout(self.mlp(self.norm2(x)), self.p, self.training)
+
+    def _layer_norms_recomputed(self, x):
+        """Megatron-LM TransformerLayer with recompute_input_layernorm and
+        recompute_pre_mlp_layernorm: the norm runs under CheckpointWithoutOutput, its output
+        storage is dropped once the attention (MLP) has saved it, and refilled by a hook on
+        the attention (MLP) output's gradient, before the backward that reads it."""
+        norm = NormRecompute()
+        a = self.attn(norm.run(self.norm1, x))
+        norm.discard(a)
+        x = x + dropout(a, self.p, self.training)
+        norm = NormRecompute()
+        m = self.mlp(norm.run(self.norm2, x))
+        norm.discard(m)
+        return x + dropout(m, self.p, self.training)
+
+
+# torchtitan's op-level SAC save list (torchtitan/models/llama3/infra/parallelize.py
+# _op_sac_save_list) plus SDPA's CPU flash kernel, the CPU twin of
+# _scaled_dot_product_flash_attention (torchtitan lists only the CUDA/cuDNN/math variants).
+OP_SAC_SAVE = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_attention_math.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops.aten.max.default,
+}
+
+
+def op_sac_policy():
+    """torchtitan's _custom_policy: save the outputs of the listed ops, except every second
+    aten.mm (counted separately in the forward and in the recompute). A Linear with a bias on
+    a contiguous 3-D input dispatches to aten.addmm (ATen Linear.cpp _flatten_nd_linear),
+    which the list neither saves nor counts."""
+    counts = {False: 0, True: 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        if func == torch.ops.aten.mm.default:
+            counts[ctx.is_recompute] += 1
+        save = func in OP_SAC_SAVE and not (func == torch.ops.aten.mm.default and counts[ctx.is_recompute] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def sac_saved_tensors(storage) -> list:
+    """The tensors a selective checkpoint's cache holds between forward and backward (its
+    MUST_SAVE op outputs); they bypass saved_tensors_hooks."""
+    from torch.utils._pytree import tree_leaves
+
+    out = []
+    for entries in (storage or {}).values():
+        for entry in entries.values():   # an op's output (tuple) of _VersionWrapper, or the recompute marker
+            for leaf in tree_leaves(entry):
+                if isinstance(getattr(leaf, "val", None), torch.Tensor):
+                    out.append(leaf.val)
+    return out
+
+
+def _local(t):
+    """A DTensor's local shard (sequence-parallel norms), any other tensor itself."""
+    return getattr(t, "_local_tensor", t)
+
+
+class _NormForward(torch.autograd.Function):
+    """Megatron-LM CheckpointWithoutOutputFunction: the norm runs without grad, only its
+    input is saved; the backward replays the recomputed graph NormRecompute built."""
+
+    @staticmethod
+    def forward(ctx, run, holder, x):
+        with torch.no_grad():
+            out = run(x)
+        ctx.save_for_backward(x.detach())
+        holder.ctx = ctx
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.recomputed
+        ctx.recomputed = None
+        torch.autograd.backward(out, grad)
+        return None, None, x.grad
+
+
+class NormRecompute:
+    """Megatron-LM tensor_parallel.CheckpointWithoutOutput for one norm: run() keeps only
+    the input, discard(consumer_output) frees the output's storage after its consumers
+    saved it and registers the recompute on consumer_output's gradient, which fills the same
+    storage again before any of their backwards reads it."""
+
+    def run(self, norm, x):
+        self.norm = norm
+        self.out = _NormForward.apply(norm, self, x)
+        return self.out
+
+    def discard(self, consumer_output):
+        _local(self.out).untyped_storage().resize_(0)
+        consumer_output.register_hook(self._recompute)
+
+    def _recompute(self, _grad):
+        (x,) = self.ctx.saved_tensors
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = self.norm(x)
+        storage, fresh = _local(self.out).untyped_storage(), _local(out).untyped_storage()
+        storage.resize_(fresh.nbytes())
+        with torch.no_grad():
+            storage.copy_(fresh)
+        self.ctx.recomputed = (x, out)
 
 
 class ReferenceModel(nn.Module):

@@ -5,11 +5,10 @@ from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import evaluate
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
-from fitplan.validate.reference_model import is_moe_layer
+from fitplan.validate.reference_model import IMPLEMENTED_RECOMPUTE, MOE_RECOMPUTE, is_moe_layer
 from fitplan.validate.report import Row, ValidationReport
 
 ACT_BYTES = (2, 4)   # bf16, fp32
@@ -39,16 +38,25 @@ def _moe_note(model: ModelSpec, got, layers: list[int]) -> str:
             "planner's rho = 1 (training.moe_imbalance) is exact here; the load imbalance matters once ep > 1")
 
 
+OP_NOTE = ("op: torchtitan's op-level SAC policy (every second aten.mm, SDPA, reduce_scatter saved) on SDPA "
+           "attention without attention dropout; its cache is measured from the checkpoint's storage. "
+           "Linears with a bias run as aten.addmm, which the policy neither saves nor counts")
+NORMS_NOTE = ("norms: Megatron-LM's CheckpointWithoutOutput on both norms (output storage freed after its "
+              "consumers saved it, refilled in backward); the norms' statistics go too")
+
+
 def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str = "cpu") -> list[Row]:
     """Per layer, for each dtype and recompute mode (dense and MoE layers in rows of their
     own); and the embedding + output once per dtype."""
     rows = []
     section = f"activations per layer ({device}, dropout 0.1, one micro-batch)"
     for e in ACT_BYTES:
-        for recompute in SEARCHED_RECOMPUTE:
+        for recompute in IMPLEMENTED_RECOMPUTE:
             kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
             got = saved_activations(model, device=device, **kw)
             for prefix, moe_layer, layers in _layer_kinds(model):
+                if moe_layer and recompute not in MOE_RECOMPUTE:
+                    continue
                 planner = X.planner_layer_bytes(model, moe_layer=moe_layer, **kw)
                 extras = X.layer_extras(model, device=device, moe_layer=moe_layer, **kw)
                 pred = planner + sum(x.value for x in extras)
@@ -57,7 +65,9 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
                                 planner=planner, extras=extras, measured=max(measured),
                                 per_rank_predicted=(pred,) * len(layers), per_rank_measured=measured,
                                 parts_label="layer", note=_moe_note(model, got, layers)
-                                if moe_layer and e == ACT_BYTES[0] and recompute is Recompute.NONE else ""))
+                                if moe_layer and e == ACT_BYTES[0] and recompute is Recompute.NONE else
+                                OP_NOTE if recompute is Recompute.OP and e == ACT_BYTES[0] and not moe_layer
+                                else NORMS_NOTE if recompute is Recompute.NORMS and e == ACT_BYTES[0] else ""))
             if recompute is Recompute.NONE:
                 outside = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
                 rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
@@ -69,7 +79,7 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
 
 def flops_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     rows = []
-    for recompute in SEARCHED_RECOMPUTE:
+    for recompute in IMPLEMENTED_RECOMPUTE if model.moe is None else MOE_RECOMPUTE:
         kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=recompute)
         rows.append(Row(section="FLOPs (FlopCounterMode, forward + backward, one micro-batch)", unit="FLOP",
                         quantity=f"hardware FLOPs {recompute.value}", planner=X.planner_flops(model, **kw),
@@ -83,6 +93,7 @@ def distributed_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, world:
     records = D.measure_distributed([model], seq_len=seq_len, micro_batch=micro_batch, world_size=world)
     rows = D.state_rows(model, records, seq_len=seq_len, world=world)
     rows += D.tp_activation_rows(model, records, seq_len=seq_len, micro_batch=micro_batch, world=world)
+    rows += D.pp_activation_rows(model, records, seq_len=seq_len, micro_batch=micro_batch, world=world)
     notes = [f"world {world}: skipped {reason}" for check in D.CHECKS
              if (reason := D.skip_reason(check, model, world=world, seq_len=seq_len))]
     return rows, notes
@@ -110,8 +121,11 @@ def cuda_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
 
 
 PIPELINE_NOTE = ("pipeline parallel: torch.distributed.pipelining runs on CPU with gloo "
-                 "(docs/engines.md#pipeline-parallel-on-cpu); the pp "
-                 "rows use PipelineStage + ScheduleGPipe, one stage per rank, 2 micro-batches")
+                 "(docs/engines.md#pipeline-parallel-on-cpu); the pp state rows use PipelineStage + ScheduleGPipe, "
+                 "one stage per rank, 2 micro-batches; the pipeline-activation rows run the model with 2p + 1 layers "
+                 "on the planner's uneven split under ScheduleGPipe and Schedule1F1B, 4 micro-batches, and record "
+                 "each rank's peak of live saved-for-backward bytes over the second step (the first also runs "
+                 "torch's metadata inference)")
 NOTES = (
     "ZeRO-2/3 are measured with FSDP2 fully_shard; FSDP1 (SHARD_GRAD_OP / FULL_SHARD) also runs on CPU but "
     "is deprecated and flattens and pads differently (docs/engines.md#zero-1-fsdp1-and-fsdp2); it is not measured",
