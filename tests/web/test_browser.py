@@ -107,6 +107,10 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     assert page.locator("#memory-chart .usable-line").count() == 1
     assert page.locator("#sweep-chart svg circle.sweep-point").count() >= 10
     assert page.locator("#sweep-chart .capacity-line").count() == 1
+    # serving memory for the same model: fitplan infer's numbers (tp 8 by default, batch 1)
+    code, served = cli_json("infer", "--preset", "gpt3-175b", "--gpus", "8", "--tp", "8", "--batch", "1", "--json")
+    serving = page.inner_text("#serving")
+    assert f"largest batch {served['max_batch']:,}" in serving and "decode step >=" in serving
     page.screenshot(path=str(shots / "fitplan-serve-16-gpus.png"), full_page=True)
 
     # export the first suggestion for Megatron-LM

@@ -275,6 +275,12 @@
       const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `
                      + "fit. Recommended (the fastest with a safe margin): "];
       if (r) parts.push(layout(r, "recommended"), `, ${memory(r)}. `);
+      if (r && r.to_train && r.to_train.days !== null) {
+        const tt = r.to_train;
+        parts.push(node("span", { id: "to-train", textContent:
+          `To train ${int(tt.tokens)} tokens: ${fmt(tt.days, 1)} days, ${int(Math.round(tt.gpu_hours))} GPU-hours, `
+          + `${fmt(tt.energy_mwh, 1)} MWh` + (tt.cost === null ? "" : `, cost ${int(Math.round(tt.cost))}`) + ". " }));
+      }
       else parts.push(node("strong", { id: "recommended", textContent: "none" }), ` (${plan.recommend_note}). `);
       if (mv && !(r && configKey(r) === configKey(mv)))
         parts.push("Minimum viable (least disturbance): ", layout(mv, "minimum-viable"), `, ${memory(mv)}.`);
@@ -386,6 +392,34 @@
     timer = setTimeout(() => { timer = null; update(); }, delay);
   }
 
+  // serving memory (fitplan infer) for the same model and GPU: one instance on tp GPUs
+  async function updateServing(base, signal, g) {
+    const box = $("serving");
+    if (!box) return;
+    const body = { ...base };
+    for (const k of ["suggest", "rank", "top", "dp", "cp", "ep", "pp", "zero", "recompute", "sequence_parallel",
+                     "virtual_stages", "micro_batch", "global_batch"]) delete body[k];
+    for (const id of ["serve_tp", "serve_batch", "serve_context"]) {
+      const v = numberOf(id);
+      if (v !== undefined) body[{ serve_tp: "tp", serve_batch: "batch", serve_context: "context" }[id]] = v;
+    }
+    for (const id of ["serve_weights", "serve_kv"]) {
+      const v = $(id).value;
+      if (v) body[{ serve_weights: "weight_precision", serve_kv: "kv_precision" }[id]] = v;
+    }
+    body.gpus = body.tp || 1;
+    try {
+      const r = (await post("/api/infer", body, signal)).data;
+      if (g !== generation) return;
+      box.textContent = `${r.fits ? "fits" : "does not fit"}: weights ${gib(r.weights_bytes_per_gpu)} GiB and KV cache `
+        + `${gib(r.kv_cache_bytes_per_gpu)} GiB per GPU; largest batch ${int(r.max_batch)} at this context, largest `
+        + `context ${int(r.max_context)} at this batch; decode step >= ${fmt(1000 * r.decode_step_s_lower_bound, 2)} ms`;
+    } catch (e) {
+      if (e.name === "AbortError") throw e;
+      box.textContent = e.message;
+    }
+  }
+
   async function update() {
     const g = ++generation;
     if (controller) controller.abort();
@@ -429,6 +463,7 @@
         updateCompare(base, signal, g)]);
       if (g !== generation) return;
       renderMemory(configs, breakdowns, dist.data);
+      await updateServing(base, signal, g);
     } catch (e) {
       if (e.name === "AbortError" || g !== generation) return;
       showError(e.message);
@@ -685,6 +720,9 @@
       if (ev.target.name === "source") { sourceChanged(); schedule(0); }
     });
     form.addEventListener("submit", ev => { ev.preventDefault(); schedule(0); });
+    $("serving-panel").addEventListener("input", () => {
+      if (current) updateServing(current.base, undefined, generation).catch(e => { $("serving").textContent = e.message; });
+    });
     $("hf-file").addEventListener("change", ev => {
       const file = ev.target.files[0];
       if (!file) return;
