@@ -26,7 +26,8 @@ DEFAULT_GPU = "h100-80gb"
 AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
 # configuration fields that are one setting for the whole search, not an axis (fitplan.search.SETTINGS)
 SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
-            "recompute_num_layers", "recompute_method")
+            "recompute_num_layers", "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
+            "tp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute
 from fitplan.units import fmt_count
 # Settings every candidate shares: the user's value (with --suggest) or the default.
 SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
-            "recompute_num_layers", "recompute_method")
+            "recompute_num_layers", "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
+            "tp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap")
 
 # A space larger than this takes more than a few seconds (about 5-10 M candidates/s on one core,
 # bench/search.py) and a few hundred MiB; it is refused with the levers that narrow it.
@@ -57,6 +58,11 @@ class SearchSpace:
     last_stage_layers: int | None = None
     recompute_num_layers: int | None = None
     recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool = False
+    cp_comm_overlap: bool = True
+    ep_comm_overlap: bool | None = None
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -107,6 +113,11 @@ class _Grid:
     last_stage_layers: int | None = None
     recompute_num_layers: int | None = None
     recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool = False
+    cp_comm_overlap: bool = True
+    ep_comm_overlap: bool | None = None
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.breakdown.candidate_stages), row-aligned
 
     def __len__(self) -> int:
