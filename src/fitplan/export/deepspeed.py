@@ -19,6 +19,7 @@ import json
 
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
+from fitplan.specs.parallel import overlaps_param_gather
 from fitplan.specs import Recompute, ZeroStage
 
 FORMAT = "deepspeed"
@@ -31,7 +32,7 @@ def to_deepspeed(plan: Plan) -> Exported | Unsupported:
               "train_micro_batch_size_per_gpu": plan.parallel.micro_batch,
               "gradient_accumulation_steps": plan.num_microbatches}
     config.update(_precision(plan, reasons, notes))
-    config["zero_optimization"] = {"stage": int(plan.parallel.zero)}
+    config["zero_optimization"] = {"stage": int(plan.parallel.zero), **_overlap(plan, notes)}
     config.update(_optimizer(plan, reasons))
     config.update(_recompute(plan, notes))
     if reasons:
@@ -53,6 +54,26 @@ def _parallel_reasons(plan: Plan) -> list:
     if c.cp > 1:
         out.append(f"cp = {c.cp}: DeepSpeed has no context-parallel config key; its sequence parallelism "
                    f"(Ulysses) is set up in code and splits attention heads, not the sequence ring the plan models")
+    return out
+
+
+def _overlap(plan: Plan, notes: list) -> dict:
+    """The plan's data-parallel overlaps (docs/formulas.md#overlap): overlap_comm (DeepSpeed's default:
+    on for stage 3 only) reduces gradients during the backward; stage 3 prefetches parameters unless
+    stage3_prefetch_bucket_size is 0."""
+    c = plan.parallel
+    if c.zero == ZeroStage.NONE:
+        if c.overlap_grad_reduce:
+            notes.append("without ZeRO DeepSpeed all-reduces the gradients after the backward; the plan overlapped "
+                         "them (--overlap-grad-reduce, PyTorch DDP's way): plan --no-overlap-grad-reduce to match")
+        return {}
+    out = {"overlap_comm": bool(c.overlap_grad_reduce)}
+    gather = overlaps_param_gather(c)
+    if c.zero == ZeroStage.OS_G_P and not gather:
+        out["stage3_prefetch_bucket_size"] = 0
+    elif c.zero != ZeroStage.OS_G_P and gather:
+        notes.append("the plan gathers ZeRO-1/2's updated weights during the next forward (--overlap-param-gather, "
+                     "Megatron-LM's); DeepSpeed gathers them after the step")
     return out
 
 

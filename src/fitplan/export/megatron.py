@@ -11,6 +11,9 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
               Adam over dp x cp, keeps the full grad buffer, as fitplan's ZeRO-1);
               2, 3: Megatron-FSDP, --use-megatron-fsdp --data-parallel-sharding-strategy
               optim_grads / optim_grads_params, with the flags its guide requires
+  overlap     the plan's overlaps (docs/formulas.md#overlap): --overlap-grad-reduce,
+              --overlap-param-gather (ZeRO >= 1), --tp-comm-overlap,
+              --overlap-moe-expert-parallel-comm; Megatron defaults them all off
   batch       --micro-batch-size b, --global-batch-size B (Megatron derives dp and the
               number of micro-batches B/(dp*b) itself)
   recompute   selective: --recompute-granularity selective --recompute-modules core_attn
@@ -32,6 +35,7 @@ from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
+from fitplan.specs.parallel import Schedule, overlaps_ep_comm, overlaps_param_gather
 
 FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -41,7 +45,7 @@ VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
     reasons, notes = [], []
-    flags = (_degrees(plan) + _zero(plan) + _batch(plan) + _recompute(plan)
+    flags = (_degrees(plan) + _zero(plan) + _overlap(plan, reasons) + _batch(plan) + _recompute(plan)
              + _precision(plan, reasons, notes) + _shapes(plan, reasons, notes))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
@@ -76,6 +80,24 @@ def _zero(plan: Plan) -> list:
     return [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]),
             _flag("--use-distributed-optimizer"), _flag("--no-gradient-accumulation-fusion"),
             _flag("--ckpt-format", "fsdp_dtensor")]
+
+
+def _overlap(plan: Plan, reasons: list) -> list:
+    """The overlaps the plan's step time assumed (docs/formulas.md#overlap), as Megatron-LM's flags,
+    which all default off: the exported run then overlaps what the plan counted as hidden."""
+    c = plan.parallel
+    out = [_flag("--overlap-grad-reduce")] if c.overlap_grad_reduce else []
+    if overlaps_param_gather(c) and c.zero >= ZeroStage.OS:
+        if c.overlap_grad_reduce:
+            out.append(_flag("--overlap-param-gather"))
+        else:
+            reasons.append("--overlap-param-gather without --overlap-grad-reduce: Megatron-LM asserts 'Must use "
+                           "--overlap-param-gather with --overlap-grad-reduce'; plan both or neither")
+    if c.tp_comm_overlap and c.tp > 1:
+        out.append(_flag("--tp-comm-overlap"))
+    if c.ep > 1 and overlaps_ep_comm(c) and c.schedule != Schedule.DUALPIPE:
+        out.append(_flag("--overlap-moe-expert-parallel-comm"))
+    return out
 
 
 def _batch(plan: Plan) -> list:
