@@ -259,10 +259,7 @@ def _placement(ev, setup: Setup, c) -> dict:
     out["dp"] = dp_group(c.dp, "")
     if c.shard_degree is not None:   # a shard group: all cp ranks and shard/cp of the dp ranks
         out["dp_shard"] = dp_group(maximum(c.shard_degree // c.cp, 1), "shard_")
-    if setup.model.moe is not None:
-        intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=G)
-        out["ep"] = (intra, ev(CM.ep_group_nodes, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=G, intra=intra))
-    return out
+    return out   # the ep group's: _ep_time
 
 
 def _collective(ev, key, setup, *, count, kind, n, nodes, S):
