@@ -56,6 +56,16 @@ SOURCES = {
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
+    "nccl": Source("NCCL tuning model", "NVIDIA", 2026,
+                   "NVIDIA/nccl src/graph/tuning.cc @5067397c (ncclTunerConstantsDefaults, ncclTopoTuneModel, "
+                   "ncclTopoGetAlgoTime)"),
+    "nccl-tests": Source("nccl-tests bus bandwidths, as published", "NVIDIA; Bekman", 2026,
+                         "stas00/ml-engineering network/README.md @744d01e; NVIDIA/nccl-tests#212, #267; "
+                         "NVIDIA/nccl#812"),
+    "megatron-overlap": Source("Megatron-Core communication overlap", "NVIDIA", 2026,
+                               "megatron/core/distributed/distributed_data_parallel_config.py (overlap_grad_reduce, "
+                               "overlap_param_gather: False); megatron/core/model_parallel_config.py "
+                               "(tp_comm_overlap, overlap_moe_expert_parallel_comm: False) @d98e8a6"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -85,4 +95,5 @@ def short_name(key: str) -> str:
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
             "pope": "Pope et al.", "awq": "AWQ",
-            "transformer-engine": "Transformer Engine"}[key]
+            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests",
+            "megatron-overlap": "Megatron-Core"}[key]

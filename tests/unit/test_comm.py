@@ -9,28 +9,107 @@ from fitplan.timing import comm as CM
 from fitplan.timing import traffic as T
 
 
-def test_ring_all_reduce_by_hand():
-    """n = 8, S = 1 GB, B = 300 GB/s, alpha = 3 us:
-    2*(8-1)*3e-6 + 2*(8-1)/8 * 1e9/3e11 = 4.2e-5 + 5.8333e-3 = 5.875333e-3 s."""
-    t = CM.ring_collective_s(count=1, n=8, S=1e9, B=300e9, alpha=3e-6, kind="all_reduce")
-    assert t == pytest.approx(4.2e-5 + 1.75e9 / 300e9, rel=1e-12)
-    assert t == pytest.approx(5.875333e-3, rel=1e-6)
+H100 = CM.tiers(presets.gpu("h100-80gb"))     # NVLink 4: 0.82 x 450 GB/s, 3.4 us; NDR: 0.96 x 50 GB/s, 14 us
+GiB = 2**30
 
 
-def test_reduce_scatter_and_all_gather_are_half_an_all_reduce():
-    kw = dict(count=3, n=16, S=123_456_789, B=25e9, alpha=8e-6)
-    ar = CM.ring_collective_s(kind="all_reduce", **kw)
-    rs = CM.ring_collective_s(kind="reduce_scatter", **kw)
-    ag = CM.ring_collective_s(kind="all_gather", **kw)
-    assert rs == ag == pytest.approx(ar / 2, rel=1e-12)
-    # 3 reduce-scatters over 16 ranks: 3*15*8e-6 + 3*15/16*S/B
-    assert rs == pytest.approx(3 * 15 * 8e-6 + 3 * 15 / 16 * 123_456_789 / 25e9, rel=1e-12)
+def test_tiers_are_the_links_rates_times_their_bus_efficiency():
+    assert H100 == {"B_in": pytest.approx(369e9), "a_in": 3.4e-6, "B_net": pytest.approx(48e9), "a_net": 14e-6}
+
+
+def test_one_node_all_reduce_by_hand():
+    """8 GPUs in one node, S = 1 GiB, B_in = 369 GB/s, NCCL's constants (us):
+      ring Simple  8.4 + 2*7*3.4        = 56.0  + 1.75*S/369e9          = 5.1484 ms
+      ring LL128   14  + 2*7*3.4*1.9/3.4 = 40.6  + 1.75*S/(0.92*369e9)   = 5.5758 ms
+      ring LL      6.6 + 2*7*0.6         = 15.0  + 1.75*S/(0.5*369e9)    = 10.200 ms
+      tree Simple  8.4 + 2*7*4.0         = 64.4  + S/(0.5*0.92*369e9)    = 6.3903 ms
+    NCCL runs the fastest, the Simple ring: busbw = 1.75*S/t = 365.0 GB/s."""
+    kw = dict(kind="all_reduce", n=8, k=1, S=GiB, **H100)
+    times = {(a, p): t for a, p, t in CM.algorithm_times(**kw)}
+    assert times["ring", "Simple"] == pytest.approx(56.0e-6 + 1.75 * GiB / 369e9)
+    assert times["ring", "LL128"] == pytest.approx(40.6e-6 + 1.75 * GiB / (0.92 * 369e9))
+    assert times["ring", "LL"] == pytest.approx(15.0e-6 + 1.75 * GiB / (0.5 * 369e9))
+    assert times["tree", "Simple"] == pytest.approx(64.4e-6 + GiB / (0.46 * 369e9))
+    t = CM.collective_s(count=1, **kw)
+    assert t == times["ring", "Simple"] == pytest.approx(5.1484e-3, rel=1e-4)
+    assert CM.nccl_choice(**kw) == ("ring", "Simple")
+    assert CM.bus_bandwidth(kind="all_reduce", n=8, S=GiB, seconds=t) == pytest.approx(365.0e9, rel=1e-3)
+    # small messages: the LL ring (NCCL picks RING/LL up to 1 MiB on 8 H200s, stas00/ml-engineering)
+    assert CM.nccl_choice(**{**kw, "S": 2**20}) == ("ring", "LL")
+
+
+def test_a_ring_across_nodes_runs_at_the_nodes_nics():
+    """32 ranks on 4 nodes (r = 8 per node), S = 16 GiB, H100 tiers. Each channel's ring
+    crosses every node boundary once and NCCL spreads the channels over the node's 8 NICs:
+    bus bandwidth min(369*8/7, 8*48) = 384 GB/s, not one NIC's 48. Simple latency:
+    (8.4 + 2*(32-4)*3.4 + 2*(4-1)*14)*1.4 = (8.4 + 190.4 + 84)*1.4 = 395.9 us;
+    t = 395.9 us + 1.9375*16 GiB/384e9 = 87.07 ms, busbw 382.3 GB/s."""
+    kw = dict(kind="all_reduce", n=32, k=4, S=16 * GiB, **H100)
+    times = {(a, p): t for a, p, t in CM.algorithm_times(**kw)}
+    assert times["ring", "Simple"] == pytest.approx(395.92e-6 + 1.9375 * 16 * GiB / 384e9)
+    t = CM.collective_s(count=1, **kw)
+    assert t == times["ring", "Simple"]
+    assert CM.bus_bandwidth(kind="all_reduce", n=32, S=16 * GiB, seconds=t) == pytest.approx(382.3e9, rel=1e-3)
+    # NVLink slower than r NICs: the intra-node hops bound it, B_in*r/(r-1)
+    slow = dict(H100, B_in=100e9)
+    t = CM.collective_s(count=1, **{**kw, **slow})
+    assert t == pytest.approx(395.92e-6 + 1.9375 * 16 * GiB / (100e9 * 8 / 7))
+
+
+def test_one_rank_per_node_runs_at_one_nic():
+    """dp over 8 nodes with tp = 8 (members 8 apart): r = 1, every hop crosses the network on the
+    GPU's own NIC (48 GB/s), and NCCL charges the tree's network latency (Simple 14 us, LL 5 us):
+    ring Simple (8.4 + 14*14)*1.4 = 286.2 us + 1.75*S/48e9."""
+    kw = dict(kind="all_reduce", n=8, k=8, S=GiB, **H100)
+    times = {(a, p): t for a, p, t in CM.algorithm_times(**kw)}
+    assert times["ring", "Simple"] == pytest.approx(286.16e-6 + 1.75 * GiB / 48e9)
+    assert times["ring", "LL"] == pytest.approx(6.6e-6 + 14 * 5.0e-6 + 1.75 * GiB / (0.5 * 48e9))
+    # the tree: 8.4 + 2*(0 + log2(8)*14) = 92.4 us, S/(0.46*48e9)
+    assert times["tree", "Simple"] == pytest.approx(92.4e-6 + GiB / (0.46 * 48e9))
+
+
+def test_the_tree_wins_small_all_reduces_at_scale():
+    """1 MiB over 512 ranks on 64 nodes: the ring's 2*511 hops of latency against the tree's
+    2*(7 + 6) hops; NCCL's model picks the tree."""
+    kw = dict(kind="all_reduce", n=512, k=64, S=2**20, **H100)
+    algo, _ = CM.nccl_choice(**kw)
+    assert algo == "tree"
+    ring = min(t for a, _, t in CM.algorithm_times(**kw) if a == "ring")
+    assert CM.collective_s(count=1, **kw) < ring / 5
+
+
+def test_reduce_scatter_and_all_gather_are_rings_of_one_phase():
+    """No tree for them (NCCL tunes RS/AG with the ring, PAT, NVLS, CollNet only): ring Simple,
+    8.4 + 7*3.4 = 32.2 us + 7/8*S/369e9, the same for both; an all-reduce's bandwidth term is
+    twice theirs."""
+    for kind in ("reduce_scatter", "all_gather"):
+        kw = dict(kind=kind, n=8, k=1, S=GiB, **H100)
+        assert [a for a, _, _ in CM.algorithm_times(**kw)] == ["ring"] * 3
+        assert CM.collective_s(count=3, **kw) == pytest.approx(3 * (32.2e-6 + 7 / 8 * GiB / 369e9))
+
+
+def test_all_to_all_sends_to_every_peer_at_once():
+    """16 ranks on 2 nodes (8 each), S = 1 GiB: 7/16 of it over NVLink, 8/16 over the GPU's own
+    NIC (an all-to-all cannot combine NICs, nccl-tests#267): 14 us + max(7/16*S/369e9, 8/16*S/48e9)."""
+    t = CM.collective_s(count=2, kind="all_to_all", n=16, k=2, S=GiB, **H100)
+    assert t == pytest.approx(2 * (14e-6 + 0.5 * GiB / 48e9))
+    one_node = CM.collective_s(count=1, kind="all_to_all", n=8, k=1, S=GiB, **H100)
+    assert one_node == pytest.approx(3.4e-6 + 7 / 8 * GiB / 369e9)
+
+
+def test_arrays_give_the_scalar_answers():
+    n, k, S = np.array([8, 32, 8, 512, 1]), np.array([1, 4, 8, 64, 1]), np.array([GiB, 16 * GiB, GiB, 2**20, GiB])
+    got = CM.collective_s(count=1, kind="all_reduce", n=n, k=k, S=S, **H100)
+    for i in range(5):
+        one = CM.collective_s(count=1, kind="all_reduce", n=int(n[i]), k=int(k[i]), S=int(S[i]), **H100)
+        assert got[i] == pytest.approx(one, rel=1e-12)
+    assert got[4] == 0   # a group of one sends nothing
 
 
 def test_wire_bytes_and_singleton_groups():
     assert CM.ring_wire_bytes(count=1, n=4, S=1000, kind="all_reduce") == 1500      # 2*(3/4)*1000
     assert CM.ring_wire_bytes(count=2, n=4, S=1000, kind="all_gather") == 1500      # 2*(3/4)*1000
-    assert CM.ring_collective_s(count=5, n=1, S=1e9, B=1e9, alpha=1e-5, kind="all_reduce") == 0
+    assert CM.collective_s(count=5, kind="all_reduce", n=1, k=1, S=1e9, **H100) == 0
     assert CM.ring_wire_bytes(count=5, n=1, S=1e9, kind="all_reduce") == 0
 
 
@@ -79,7 +158,7 @@ def test_rank_strides_and_arrays():
         assert pp_intra[i] == CM.group_is_intra_node(stride=int(strides["pp"][i]), n=int(pp[i]), G=8)
     gpu = presets.gpu("a100-80gb")
     link = CM.link_inputs(pp_intra, gpu)
-    assert link["B"].tolist() == [25e9, 300e9, 300e9, 300e9]
+    assert link["B"] == pytest.approx([24e9, 234e9, 234e9, 234e9])   # rates x bus efficiency (0.96, 0.78)
     assert CM.link_name(False, gpu) == "InfiniBand HDR 200 Gb/s"
 
 
@@ -119,15 +198,32 @@ def test_exposed_and_windows():
     assert T.exposed_s(T_comm=2.0, T_window=1.5, T_tail=0.1) == pytest.approx(0.5)
     assert T.exposed_s(T_comm=2.0, T_window=9.0, T_tail=0.1) == 0.1       # the last bucket stays exposed
     assert T.exposed_s(T_comm=0.05, T_window=9.0, T_tail=0.1) == 0.05
-    kw = dict(m=4, T_f=1.0, T_b=2.0)
-    assert T.dp_window_s(zero=ZeroStage.NONE, overlap=T.DpOverlap.BACKWARD, **kw) == 2.0   # last backward
-    assert T.dp_window_s(zero=ZeroStage.OS_G, overlap=T.DpOverlap.BACKWARD, **kw) == 8.0   # every backward
-    assert T.dp_window_s(zero=ZeroStage.OS_G_P, overlap=T.DpOverlap.BACKWARD, **kw) == 12.0
-    assert T.dp_window_s(zero=ZeroStage.OS_G_P, overlap=T.DpOverlap.NONE, **kw) == 0
-    assert T.dp_after_step_s(T_param=3.0, zero=ZeroStage.OS) == 3.0
-    assert T.dp_after_step_s(T_param=3.0, zero=ZeroStage.OS_G_P) == 0
-    assert T.dp_overlapped_s(T_grad=1.0, T_param=3.0, zero=ZeroStage.OS_G_P) == 4.0
-    assert T.dp_overlapped_s(T_grad=1.0, T_param=3.0, zero=ZeroStage.OS) == 1.0
+    # buckets: 10 of them, 2 s in all, behind a 1.5 s backward: 0.5 s stick out; behind 9 s, the last one
+    assert T.bucketed_exposed_s(T_comm=2.0, T_window=1.5, buckets=10, overlap=True) == pytest.approx(0.5)
+    assert T.bucketed_exposed_s(T_comm=2.0, T_window=9.0, buckets=10, overlap=True) == pytest.approx(0.2)
+    assert T.bucketed_exposed_s(T_comm=2.0, T_window=9.0, buckets=10, overlap=False) == 2.0
+
+
+def test_layer_pipeline_by_hand():
+    """ZeRO-3 forward over L = 10 layers, a 5 ms gather per layer, 4 ms of compute per layer:
+    the first gather (5) and nine 1 ms overhangs = 14 ms; without prefetch all ten, 50 ms.
+    Backward, a 5 ms gather and a 5 ms reduce-scatter per layer behind 8 ms of compute:
+    5 + 5 + 9*(10 - 8) = 28 ms."""
+    assert T.layer_pipeline_exposed_s(L=10, x=0, h_first=5, h_last=0, W=4) == 14
+    assert T.layer_pipeline_exposed_s(L=10, x=5, h_first=0, h_last=0, W=4) == 50
+    assert T.layer_pipeline_exposed_s(L=10, x=0, h_first=5, h_last=5, W=8) == 28
+    assert T.layer_pipeline_exposed_s(L=10, x=0, h_first=5, h_last=5, W=20) == 10   # hidden but the ends
+
+
+def test_tp_overlap_by_hand():
+    """One layer, a = 3 ms per block exchange, attention GEMMs 1 ms, MLP GEMMs 4 ms: forward
+    (3-1) + 0, backward (3-2) + 0 = 3 ms exposed of the 12 ms; without overlap all 12; full
+    recompute reruns the forward: +2 ms (+6 ms without overlap)."""
+    kw = dict(a=3.0, W_attn=1.0, W_mlp=4.0)
+    assert T.tp_layer_exposed_s(full=0, overlap=True, **kw) == 3.0
+    assert T.tp_layer_exposed_s(full=0, overlap=False, **kw) == 12.0
+    assert T.tp_layer_exposed_s(full=1, overlap=True, **kw) == 5.0
+    assert T.tp_layer_exposed_s(full=1, overlap=False, **kw) == 18.0
 
 
 def test_dp_times_cp_group_is_intra_only_if_both_are():
@@ -184,3 +280,30 @@ def test_ep_group_that_spans_two_nodes():
     assert CM.ep_group_is_intra_node(t=8, c=1, p=2, ep=8, G=8)           # the tp block itself
     assert CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=4, G=8)           # 4 dp replicas 2 apart: 0, 2, 4, 6
     assert not CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=8, G=8)       # 0, 2, ..., 14
+
+
+@pytest.mark.parametrize(("name", "stride", "n", "G", "nodes"), [
+    ("tp=8 on 8 GPUs/node", 1, 8, 8, 1),
+    ("tp=16 on 8 GPUs/node: two nodes of 8", 1, 16, 8, 2),
+    ("dp=4 with stride 8 (tp=8): one rank per node", 8, 4, 8, 4),
+    ("dp=8 with stride 4 (tp=4): two ranks per node", 4, 8, 8, 4),
+    ("dp=64 with stride 1: eight nodes of 8", 1, 64, 8, 8),
+    ("cp=3 after tp=2 straddles two nodes", 2, 3, 8, 2),
+    ("dp=24 in a 72-GPU NVL72 domain", 1, 24, 72, 1),
+    ("dp=16 in NVL72 domains: ranks 64-79 straddle two", 1, 16, 72, 2),
+])
+def test_nodes_a_group_spans(name, stride, n, G, nodes):
+    intra = CM.group_is_intra_node(stride=stride, n=n, G=G)
+    assert CM.group_nodes(stride=stride, n=n, G=G, intra=intra) == nodes, name
+
+
+def test_dp_x_cp_and_ep_groups_span_the_nodes_of_their_ranks():
+    """dp x cp: cp inside a node repeats on the dp replicas' nodes (tp=2, cp=2, pp=1, dp=8: replicas
+    4 ranks apart, two per node, 4 nodes); a cp group that leaves the node multiplies by dp.
+    ep: tp=4, pp=2, dp=2, ep=8: blocks of 4 ranks (0-3, 8-11) on two nodes."""
+    k_dp = CM.group_nodes(stride=4, n=8, G=8, intra=False)
+    assert CM.dp_cp_group_nodes(k_dp=k_dp, k_cp=1, dp=8, cp_intra=True) == 4
+    assert CM.dp_cp_group_nodes(k_dp=4, k_cp=2, dp=4, cp_intra=False) == 8
+    assert CM.ep_group_nodes(t=4, c=1, p=2, ep=8, G=8, intra=False) == 2
+    assert CM.ep_group_nodes(t=1, c=1, p=1, ep=32, G=8, intra=False) == 4
+    assert CM.ep_group_nodes(t=8, c=1, p=2, ep=8, G=8, intra=True) == 1

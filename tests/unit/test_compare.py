@@ -35,7 +35,8 @@ def test_pure_tp(result):
     psi = L * (sharded // 64 + replicated) + V * h // 64 + 2048 * h + 2 * h   # + positions, final LN
     assert tp.state_bytes == 16 * psi                        # 24.44 GiB: replicated norms/biases/positions add 0.34
     assert not tp.step.comm["tp"].intra_node            # 64 ranks cannot share one 8-GPU node
-    assert tp.step.shares["time/tp_exposed"] > 0.9      # the all-reduces over InfiniBand dominate
+    # the all-reduces over InfiniBand dominate, though the ring spreads over the 8 nodes' 8 NICs each
+    assert tp.step.shares["time/tp_exposed"] > 0.8
 
 
 def test_pure_pp_needs_full_recompute(result):
@@ -62,8 +63,10 @@ def test_reasons_are_data_and_the_report_words_them(result):
     assert first.verdict == "preferred" and first.layout is result.preferred and first.cost.kind == "tp"
     assert [r.layout.name for r in rest] == [l.name for l in result.layouts if l is not result.preferred]
     pure_tp = next(r for r in rest if r.layout.name == "pure TP")
-    assert pure_tp.verdict == "slower" and pure_tp.mostly == "time/tp_exposed" and pure_tp.ratio > 20
-    assert reason(pure_tp).startswith("pure TP: +1.21e+03 s per step (23.894x), mostly exposed tp traffic")
+    # tp = 64 over 8 nodes: each all-reduce rings through 8 NICs per node (384 GB/s of bus bandwidth, about
+    # NVLink's 369) but pays 2*63 hops of latency, 14 us each across nodes, 1,024 exchanges per micro-batch
+    assert pure_tp.verdict == "slower" and pure_tp.mostly == "time/tp_exposed" and pure_tp.ratio > 4
+    assert reason(pure_tp).startswith("pure TP: +237 s per step (5.227x), mostly exposed tp traffic")
     assert next(r for r in rest if r.layout.name == "hybrid pp2 x dp4").verdict == "does_not_fit"
 
 

@@ -47,7 +47,9 @@ def megatron_parser() -> argparse.ArgumentParser:
     for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
                  "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
                  "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
-                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+                 "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+                 "--overlap-moe-expert-parallel-comm"):
         p.add_argument(name, action="store_true")
     p.add_argument("--pipeline-model-parallel-layout")
     p.add_argument("--disable-bias-linear", action="store_false", dest="add_bias_linear")
@@ -315,7 +317,8 @@ def test_deepspeed_zero_mixed_adam(zero):
     assert c["gradient_accumulation_steps"] == 4                  # 64 / (8 dp x 2)
     # DeepSpeed's rule: train_batch_size = micro x accumulation x data-parallel size
     assert c["train_micro_batch_size_per_gpu"] * c["gradient_accumulation_steps"] * p.parallel.dp == 64
-    assert c["zero_optimization"] == {"stage": int(zero)}
+    # the plan overlaps gradient reduction (--overlap-grad-reduce, on by default): overlap_comm says so
+    assert c["zero_optimization"] == {"stage": int(zero), **({"overlap_comm": True} if zero else {})}
     assert c["bf16"] == {"enabled": True} and c["fp16"] == {"enabled": False}
     assert c["data_types"] == {"grad_accum_dtype": "bf16"}       # 2-byte grads
     assert c["optimizer"] == {"type": "AdamW"}
@@ -350,17 +353,18 @@ def test_deepspeed_cannot_express_model_parallelism():
 def test_deepspeed_hybrid_sharding_is_mics():
     result = export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, shard_degree=4))
     c = parse_deepspeed(result)
-    assert c["zero_optimization"] == {"stage": 3, "mics_shard_size": 4}
+    # overlap_comm: the plan's gradient overlap (on by default), docs/formulas.md#overlap
+    assert c["zero_optimization"] == {"stage": 3, "mics_shard_size": 4, "overlap_comm": True}
     assert any("deepspeed.zero.MiCS_Init" in n for n in result.notes)
     assert parse_deepspeed(export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, shard_degree=8))
-                           )["zero_optimization"] == {"stage": 3}
+                           )["zero_optimization"] == {"stage": 3, "overlap_comm": True}
 
 
 def test_deepspeed_keeps_gathered_weights_by_reuse_distance():
     """Llama 3.1 8B builds 8,030,261,248 parameters; twice that keeps every layer gathered."""
     c = parse_deepspeed(export("deepspeed", plan(dp=8, zero=ZeroStage.OS_G_P, reshard_after_forward=False)))
     assert c["zero_optimization"] == {"stage": 3, "stage3_max_reuse_distance": 16_060_522_496,
-                                      "stage3_max_live_parameters": 16_060_522_496}
+                                      "stage3_max_live_parameters": 16_060_522_496, "overlap_comm": True}
 
 
 @pytest.mark.parametrize(("method", "needle"), [(RecomputeMethod.BLOCK, "only the first 4 transformer layers"),
@@ -655,3 +659,22 @@ def test_megatron_refuses_alibi():
     code = main(["export", "--preset", "bloom-176b", "--gpus", "384", "--tp", "4", "--pp", "12", "--zero", "1",
                  "--recompute", "full", "--format", "megatron"], out=out, err=err)
     assert "ALiBi positions" in out.getvalue() + err.getvalue() and code != 0
+
+
+def test_the_plans_overlaps_are_exported():
+    """The step time assumed these overlaps (docs/formulas.md#overlap); the exported run must
+    set them. Megatron-LM defaults all four off, so each is emitted when the plan has it; it
+    asserts --overlap-param-gather only with --overlap-grad-reduce. DeepSpeed's overlap_comm
+    carries the gradient overlap; stage 3 without prefetch sets stage3_prefetch_bucket_size 0."""
+    a = parse_megatron(export("megatron", plan(tp=2, dp=32, zero=ZeroStage.OS, sequence_parallel=True)))
+    assert a.overlap_grad_reduce and not a.overlap_param_gather and not a.tp_comm_overlap
+    a = parse_megatron(export("megatron", plan(tp=2, dp=32, zero=ZeroStage.OS, sequence_parallel=True,
+                                               overlap_param_gather=True, tp_comm_overlap=True)))
+    assert a.overlap_grad_reduce and a.overlap_param_gather and a.tp_comm_overlap
+    a = parse_megatron(export("megatron", plan(dp=64, overlap_grad_reduce=False)))
+    assert not a.overlap_grad_reduce
+    refused = export("megatron", plan(dp=64, zero=ZeroStage.OS, overlap_grad_reduce=False, overlap_param_gather=True))
+    assert not refused.ok and any("--overlap-grad-reduce" in r for r in refused.reasons)
+    c = parse_deepspeed(export("deepspeed", plan(seq_len=4096, global_batch=64, dp=8, zero=ZeroStage.OS_G_P,
+                                                 micro_batch=2, overlap_param_gather=False)))
+    assert c["zero_optimization"] == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 0}

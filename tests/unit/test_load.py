@@ -59,7 +59,8 @@ def test_dump_is_toml_with_units_in_values():
     assert data["memory"] == "80 GiB"              # 85,899,345,920 B: binary, as the preset states it
     assert data["default_reserve"] == "5 GiB"
     assert data["peak_bf16_flops_per_s"] == 989e12
-    assert data["intra_node"] == {"name": "NVLink 4", "bandwidth": "450 GB/s", "latency": "3 us"}
+    assert data["intra_node"] == {"name": "NVLink 4", "bandwidth": "450 GB/s", "latency": "3.4 us",
+                                  "bus_efficiency": 0.82}
     assert 'memory = "141 GB"' in dump_toml(GPUS["h200-141gb"])   # decimal: 141e9 is no whole number of GiB
 
 

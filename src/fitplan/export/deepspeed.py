@@ -44,6 +44,7 @@ import json
 from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
+from fitplan.specs.parallel import overlaps_param_gather
 from fitplan.specs import Recompute, ZeroStage
 from fitplan.specs.parallel import RecomputeMethod, Schedule
 
@@ -57,7 +58,7 @@ def to_deepspeed(plan: Plan) -> Exported | Unsupported:
               "train_micro_batch_size_per_gpu": plan.parallel.micro_batch,
               "gradient_accumulation_steps": plan.num_microbatches}
     config.update(_precision(plan, reasons, notes))
-    config["zero_optimization"] = _zero(plan, reasons, notes)
+    config["zero_optimization"] = {**_zero(plan, reasons, notes), **_overlap(plan, notes)}
     config.update(_optimizer(plan, reasons))
     config.update(_recompute(plan, reasons, notes))
     if reasons:
@@ -116,6 +117,26 @@ def _zero(plan: Plan, reasons: list, notes: list) -> dict:
         notes.append("ZeRO-3 keeps a gathered parameter that is reused within stage3_max_reuse_distance elements "
                      "(1e9 by default), so layers reused that soon around the forward-backward turn may stay "
                      "gathered; 0 frees every layer after its forward, as the plan counts")
+    return out
+
+
+def _overlap(plan: Plan, notes: list) -> dict:
+    """The plan's data-parallel overlaps (docs/formulas.md#overlap): overlap_comm (DeepSpeed's default:
+    on for stage 3 only) reduces gradients during the backward; stage 3 prefetches parameters unless
+    stage3_prefetch_bucket_size is 0."""
+    c = plan.parallel
+    if c.zero == ZeroStage.NONE:
+        if c.overlap_grad_reduce:
+            notes.append("without ZeRO DeepSpeed all-reduces the gradients after the backward; the plan overlapped "
+                         "them (--overlap-grad-reduce, PyTorch DDP's way): plan --no-overlap-grad-reduce to match")
+        return {}
+    out = {"overlap_comm": bool(c.overlap_grad_reduce)}
+    gather = overlaps_param_gather(c)
+    if c.zero == ZeroStage.OS_G_P and not gather:
+        out["stage3_prefetch_bucket_size"] = 0
+    elif c.zero != ZeroStage.OS_G_P and gather:
+        notes.append("the plan gathers ZeRO-1/2's updated weights during the next forward (--overlap-param-gather, "
+                     "Megatron-LM's); DeepSpeed gathers them after the step")
     return out
 
 

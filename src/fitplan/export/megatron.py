@@ -33,6 +33,9 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
               --no-reshard-after-forward is refused: Megatron-FSDP has no such switch, and
               --torch-fsdp2-no-reshard-after-forward belongs to the separate --use-torch-fsdp2
               path (no PP, no distributed optimizer, untied embeddings only; arguments.py).
+  overlap     the plan's overlaps (docs/formulas.md#overlap): --overlap-grad-reduce,
+              --overlap-param-gather (ZeRO >= 1), --tp-comm-overlap,
+              --overlap-moe-expert-parallel-comm; Megatron defaults them all off
   batch       --micro-batch-size b, --global-batch-size B (Megatron derives dp and the
               number of micro-batches B/(dp*b) itself)
   recompute   selective: --recompute-granularity selective --recompute-modules core_attn
@@ -60,7 +63,7 @@ from fitplan.counts.params import shape_params
 from fitplan.export.plan import Exported, Plan, Unsupported, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
-from fitplan.specs.parallel import RecomputeMethod, Schedule
+from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_ep_comm, overlaps_param_gather
 
 FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -70,8 +73,9 @@ VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
     reasons, notes = [], []
-    flags = (_degrees(plan) + _pipeline(plan, reasons, notes) + _zero(plan, reasons) + _batch(plan)
-             + _recompute(plan, reasons, notes) + _precision(plan, reasons, notes) + _shapes(plan, reasons, notes))
+    flags = (_degrees(plan) + _pipeline(plan, reasons, notes) + _zero(plan, reasons) + _overlap(plan, reasons)
+             + _batch(plan) + _recompute(plan, reasons, notes) + _precision(plan, reasons, notes)
+             + _shapes(plan, reasons, notes))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
@@ -172,6 +176,24 @@ def _zero(plan: Plan, reasons: list) -> list:
                _flag("--ckpt-format", "fsdp_dtensor")]
     if c.shard_degree is not None and c.shard_degree != c.dp * c.cp:
         out.append(_flag("--num-distributed-optimizer-instances", c.dp * c.cp // c.shard_degree))
+    return out
+
+
+def _overlap(plan: Plan, reasons: list) -> list:
+    """The overlaps the plan's step time assumed (docs/formulas.md#overlap), as Megatron-LM's flags,
+    which all default off: the exported run then overlaps what the plan counted as hidden."""
+    c = plan.parallel
+    out = [_flag("--overlap-grad-reduce")] if c.overlap_grad_reduce else []
+    if overlaps_param_gather(c) and c.zero >= ZeroStage.OS:
+        if c.overlap_grad_reduce:
+            out.append(_flag("--overlap-param-gather"))
+        else:
+            reasons.append("--overlap-param-gather without --overlap-grad-reduce: Megatron-LM asserts 'Must use "
+                           "--overlap-param-gather with --overlap-grad-reduce'; plan both or neither")
+    if c.tp_comm_overlap and c.tp > 1:
+        out.append(_flag("--tp-comm-overlap"))
+    if c.ep > 1 and overlaps_ep_comm(c) and c.schedule != Schedule.DUALPIPE:
+        out.append(_flag("--overlap-moe-expert-parallel-comm"))
     return out
 
 

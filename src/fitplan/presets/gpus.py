@@ -1,6 +1,8 @@
 """GPU presets. Memory from the vendor's figure, in the unit the vendor uses (stated per
 preset); peak rates are dense (no 2:4 sparsity). Link bandwidths are per GPU, one
-direction; latencies are typical NCCL per-step figures, fitplan's estimate.
+direction (inter-node: each GPU's own NIC). Latencies are NCCL's per-hop ring/Simple figures
+(src/graph/tuning.cc: NVLink 3.4 us, PCI 5.7 us, network 14 us). bus_efficiency is a large ring
+collective's measured busbw over the link's rate (nccl-tests; docs/formulas.md#collectives).
 
 A step sustains efficiency * h / (h + efficiency_h0) of peak (fitplan.timing.compute.
 gemm_efficiency). EFF and EFF_H0 were fitted by bench/calibrate.py to the 8 iteration times
@@ -13,20 +15,27 @@ from fitplan.units import GB, GiB
 
 EFF, EFF_H0 = 0.83, 4500.0   # bench/calibrate.py on Korthikanti Table 5
 
-NVLINK3 = LinkSpec(name="NVLink 3", bytes_per_s=300e9, latency_s=3e-6)     # 600 GB/s bidirectional
-NVLINK4 = LinkSpec(name="NVLink 4", bytes_per_s=450e9, latency_s=3e-6)     # 900 GB/s bidirectional
-NVLINK5 = LinkSpec(name="NVLink 5", bytes_per_s=900e9, latency_s=3e-6)     # 1.8 TB/s bidirectional
-XGMI = LinkSpec(name="Infinity Fabric", bytes_per_s=448e9, latency_s=3e-6)  # 896 GB/s aggregate bidirectional
-IB_HDR = LinkSpec(name="InfiniBand HDR 200 Gb/s", bytes_per_s=25e9, latency_s=8e-6)
-IB_NDR = LinkSpec(name="InfiniBand NDR 400 Gb/s", bytes_per_s=50e9, latency_s=8e-6)
-# The export parts (A800, H800) keep their NVLink generation at 400 GB/s bidirectional.
-NVLINK3_400 = LinkSpec(name="NVLink 3 at 400 GB/s", bytes_per_s=200e9, latency_s=3e-6)   # A800
-NVLINK4_400 = LinkSpec(name="NVLink 4 at 400 GB/s", bytes_per_s=200e9, latency_s=3e-6)   # H800
+# bus_efficiency: nccl-tests ring busbw at 1-16 GiB over the rate. A100 234.89/300, H200 367.61/450 (H100 ~370,
+# nccl-tests#212), B200 682.2/900 (NVLS off), MI300X 312.9/448 (stas00/ml-engineering network/README.md);
+# H800 160/200 (DeepSeek's measured NVLink, deepseek-ai/DeepSeek-V3#28); NICs 24 of 25 GB/s (HDR, nccl-tests#119)
+# and 48 of 50 (NDR, nccl-tests#267), NVIDIA's figures.
+NVLINK3 = LinkSpec(name="NVLink 3", bytes_per_s=300e9, latency_s=3.4e-6, bus_efficiency=0.78)   # 600 GB/s bidirectional
+NVLINK4 = LinkSpec(name="NVLink 4", bytes_per_s=450e9, latency_s=3.4e-6, bus_efficiency=0.82)   # 900 GB/s bidirectional
+NVLINK5 = LinkSpec(name="NVLink 5", bytes_per_s=900e9, latency_s=3.4e-6, bus_efficiency=0.76)   # 1.8 TB/s bidirectional
+XGMI = LinkSpec(name="Infinity Fabric", bytes_per_s=448e9, latency_s=3.4e-6,
+                bus_efficiency=0.70)   # 896 GB/s aggregate bidirectional
+IB_HDR = LinkSpec(name="InfiniBand HDR 200 Gb/s", bytes_per_s=25e9, latency_s=14e-6, bus_efficiency=0.96)
+IB_NDR = LinkSpec(name="InfiniBand NDR 400 Gb/s", bytes_per_s=50e9, latency_s=14e-6, bus_efficiency=0.96)
+# The export parts (A800, H800) keep their NVLink generation at 400 GB/s bidirectional (A800's efficiency: H800's).
+NVLINK3_400 = LinkSpec(name="NVLink 3 at 400 GB/s", bytes_per_s=200e9, latency_s=3.4e-6, bus_efficiency=0.80)   # A800
+NVLINK4_400 = LinkSpec(name="NVLink 4 at 400 GB/s", bytes_per_s=200e9, latency_s=3.4e-6, bus_efficiency=0.80)   # H800
 # PCIe 5.0 x16 per direction (NVIDIA's "128 GB/s" is both directions, 63 after encoding); the latency is
-# NCCL's ring/Simple PCI hop (src/graph/tuning.cc hwLat: 5.7 us).
-PCIE5 = LinkSpec(name="PCIe 5.0 x16", bytes_per_s=63e9, latency_s=5.7e-6)
-XGMI_MI355X = LinkSpec(name="Infinity Fabric (MI355X)", bytes_per_s=535.5e9, latency_s=3e-6)  # 7 x 153 GB/s / 2
-IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latency_s=8e-6)
+# NCCL's ring/Simple PCI hop (src/graph/tuning.cc hwLat: 5.7 us); efficiency: nvbandwidth's 55.4 of 63 GB/s
+# host-to-device on H200 (stas00/ml-engineering network/README.md), no collective measured.
+PCIE5 = LinkSpec(name="PCIe 5.0 x16", bytes_per_s=63e9, latency_s=5.7e-6, bus_efficiency=0.88)
+XGMI_MI355X = LinkSpec(name="Infinity Fabric (MI355X)", bytes_per_s=535.5e9, latency_s=3.4e-6,
+                       bus_efficiency=0.70)  # 7 x 153 GB/s / 2; efficiency: MI300X's
+IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latency_s=14e-6, bus_efficiency=0.96)
 
 _GPUS = (
     GpuSpec(name="gpu-192gib", memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,

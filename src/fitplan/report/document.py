@@ -222,13 +222,73 @@ def _step_blocks(st) -> list:
     secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
     parts = tuple((names.get(k, label(k)), secs(v), f"{v / st.step_time_s:.1%}") for k, v in st.parts.items()
                   if shown[k])
-    return [summary,
+    return [summary, Lines((overlap_line(st.config),)),
             Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
                   align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "
                                     f"{st.bubble_fraction:.1%}; MFU {st.mfu:.1%} ({st.mfu_causal:.1%} with a "
                                     f"causal mask's half of the attention FLOPs), HFU {st.hfu:.1%} (recompute "
                                     f"included), {st.tflops_per_gpu:,.0f} TFLOP/s per GPU"),
             Lines((f"links: {_links(st)}",))]
+
+
+def overlap_line(c) -> str:
+    """The overlaps the step assumes, each flag's value (defaults resolved), [docs/formulas.md#overlap]."""
+    from fitplan.specs.parallel import overlaps_ep_comm, overlaps_param_gather
+    on = lambda x: "on" if x else "off"
+    parts = [f"grad reduce {on(c.overlap_grad_reduce)}"]
+    if int(c.zero) >= 1:
+        parts.append(f"param gather {on(overlaps_param_gather(c))}")
+    if c.tp > 1:
+        parts.append(f"tp {on(c.tp_comm_overlap and c.sequence_parallel)}")
+    if c.cp > 1:
+        parts.append(f"cp {on(c.cp_comm_overlap)}")
+    if c.ep > 1:
+        parts.append(f"ep {on(overlaps_ep_comm(c))}")
+    return "overlap with compute: " + ", ".join(parts) + "  [docs/formulas.md#overlap: --overlap-grad-reduce, " \
+        "--overlap-param-gather, --tp-comm-overlap, --cp-comm-overlap, --overlap-moe-expert-parallel-comm]"
+
+
+PER_LAYER_NOTE = ("ms per layer and micro-batch: the stage's average layer; each axis's traffic on its link, "
+                  "with (the exposed part); pp per micro-batch; dp without ZeRO-3 the step's reductions spread over "
+                  "layers and micro-batches; * paces the step")
+
+
+def per_layer_rows(setup, config):
+    """The per-layer table's header and rows, equal neighbouring stages folded (0-6), or None
+    when the GPU cannot run the recipe's precision."""
+    from fitplan.errors import SpecError
+    from fitplan.timing.step import per_layer
+    try:
+        stages = per_layer(setup, config)
+    except SpecError:
+        return None
+    degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "dp": config.dp * config.cp, "pp": config.pp}
+    axes = [a for a in ("tp", "ep", "cp", "dp", "pp") if degree[a] > 1]
+    ms = lambda x: f"{1e3 * x:,.3g}" if x else "0"
+    cell = lambda busy, exposed: ms(busy) if ms(busy) == ms(exposed) else f"{ms(busy)} ({ms(exposed)})"
+    header = ("stage", "layers", "forward", "backward", "recompute", *(f"{a} (exposed)" for a in axes))
+    rows, keys = [], []
+    for st in stages:
+        body = (f"{st.layers:g}" + ("" if st.dense_layers in (None, 0) else f" ({st.dense_layers} dense)"),
+                ms(st.forward_s), ms(st.backward_s), ms(st.recompute_s), *(cell(*st.comm[a]) for a in axes))
+        mark = "*" if st.paces else ""
+        if rows and keys[-1] == (body, mark == "") and not mark and not rows[-1][0].endswith("*"):
+            first = rows[-1][0].split("-")[0]
+            rows[-1] = (f"{first}-{st.stage}",) + rows[-1][1:]
+            continue
+        rows.append((f"{st.stage}{mark}",) + body)
+        keys.append((body, mark == ""))
+    return header, tuple(rows)
+
+
+def per_layer_blocks(setup, config) -> list:
+    """Forward, backward, recompute and each axis's traffic per layer, per pipeline stage."""
+    table = per_layer_rows(setup, config)
+    if table is None:
+        return []
+    header, rows = table
+    return [Heading("Per layer, one micro-batch, each pipeline stage  [docs/formulas.md#per-layer]"),
+            Table(header, rows, align="l" + "r" * (len(header) - 1), note=PER_LAYER_NOTE)]
 
 
 def breakdown(setup, b) -> list:
@@ -259,6 +319,7 @@ def breakdown(setup, b) -> list:
                    f"{fmt_gib(b.usable_bytes)} GiB usable)")),
     ] + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
          *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + (
+        per_layer_blocks(setup, b.config)) + (
         [] if setup.training.train_tokens is None else
         to_train_blocks(setup, (step_times(setup, [b], lambda _: [])[0] or [None])[0])) + [
         Heading("Where each number comes from"), Lines(tuple(where)),

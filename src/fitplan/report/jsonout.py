@@ -36,7 +36,16 @@ def config_dict(c) -> dict:
             "micro_batch": c.micro_batch, "virtual_stages": c.virtual_stages, "schedule": c.schedule.value,
             "first_stage_layers": c.first_stage_layers, "last_stage_layers": c.last_stage_layers,
             "shard_degree": c.shard_degree, "reshard_after_forward": c.reshard_after_forward,
-            "recompute_num_layers": c.recompute_num_layers, "recompute_method": c.recompute_method.value}
+            "recompute_num_layers": c.recompute_num_layers, "recompute_method": c.recompute_method.value,
+            **overlap_dict(c)}
+
+
+def overlap_dict(c) -> dict:
+    """The overlaps the time model assumed, defaults resolved (docs/formulas.md#overlap)."""
+    from fitplan.specs.parallel import overlaps_ep_comm, overlaps_param_gather
+    return {"overlap_grad_reduce": bool(c.overlap_grad_reduce), "overlap_param_gather": overlaps_param_gather(c),
+            "tp_comm_overlap": bool(c.tp_comm_overlap), "cp_comm_overlap": bool(c.cp_comm_overlap),
+            "ep_comm_overlap": overlaps_ep_comm(c)}
 
 
 def _stages(b) -> dict:
@@ -90,8 +99,22 @@ def breakdown(setup, b) -> str:
     st = (steps(setup, [b]) or [None])[0]
     out = {**_common(setup), **breakdown_dict(b)}
     if st is not None:
-        out.update(time=time_dict(st), comm=comm_dict(st))
+        out.update(time={**time_dict(st), "per_layer": per_layer_dict(setup, b.config)}, comm=comm_dict(st))
     return dump(_with_to_train(setup, out, st))
+
+
+def per_layer_dict(setup, config) -> dict:
+    """`time.per_layer`: every pipeline stage's average layer, one micro-batch, in seconds
+    (fitplan.timing.step.per_layer; docs/formulas.md#per-layer)."""
+    from fitplan.timing.step import PER_LAYER_AXES, per_layer
+    return {"stages": [{
+        "stage": st.stage, "layers": st.layers, "dense_layers": st.dense_layers, "paces": st.paces,
+        "forward_s": st.forward_s, "backward_s": st.backward_s, "recompute_s": st.recompute_s,
+        "comm": {a: {"busy_s": st.comm[a][0], "exposed_s": st.comm[a][1]} for a in PER_LAYER_AXES},
+        "microbatch_forward_s": st.microbatch_forward_s, "microbatch_backward_s": st.microbatch_backward_s,
+        "exposed_s": dict(st.exposed_s)} for st in per_layer(setup, config)],
+        "unit": "seconds per layer and micro-batch (pp: per micro-batch; dp without ZeRO-3: the step's "
+                "reductions spread over the layers and micro-batches); exposed_s: the stage's per step"}
 
 
 def compare(setup, cmp) -> str:
@@ -121,9 +144,10 @@ def time_dict(st) -> dict:
 
 
 def comm_dict(st) -> dict:
-    """Issue 4's `comm` object: bytes per step per GPU by axis, with the link tier."""
+    """Issue 4's `comm` object: bytes per step per GPU by axis, with the link tier, the nodes one
+    group spans, and the seconds the traffic holds its link (busy_s) of which exposed_s shows."""
     return {a: {"degree": c.degree, "bytes_per_step": float(c.bytes_per_step), "intra_node": c.intra_node,
-                "link": c.link} for a, c in st.comm.items()}
+                "link": c.link, "nodes": c.nodes, "busy_s": float(c.busy_s)} for a, c in st.comm.items()}
 
 
 def search(setup, r, bound, smallest) -> str:

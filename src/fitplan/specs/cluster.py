@@ -8,21 +8,34 @@ from fitplan.specs.declare import check_ranges, declared
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkSpec:
-    """One link tier in the alpha-beta model: per-GPU bandwidth (bytes/s, one direction)
-    and per-message latency (s)."""
+    """One link tier: per-GPU bandwidth (bytes/s, one direction), the per-hop latency (s) of
+    NCCL's ring/Simple protocol over it, and the fraction of the bandwidth a large collective's
+    bus bandwidth reaches (fitplan.timing.comm). Per GPU: the intra-node tier is one GPU's
+    NVLink (or PCIe, Infinity Fabric) rate; the inter-node tier is one GPU's own NIC
+    (rail-optimised, one NIC per GPU: 400 Gb/s = 50 GB/s), not the node's total, so a group
+    with r ranks on a node crosses the network at r times it."""
 
     name: str = declared("str", file_only="the link's name in reports; a changed bandwidth appends it")
     bytes_per_s: float = declared("rate", key="bandwidth", flag="--bandwidth", group="cluster", example="100 GB/s", lo="1 MB/s",
                                   hi="100 TB/s",
-                                  help="per-GPU link bandwidth, one direction")
+                                  help="per-GPU link bandwidth, one direction (inter-node: each GPU's own NIC, "
+                                       "e.g. \"50 GB/s\" for 400 Gb/s)")
     latency_s: float = declared("seconds", key="latency", flag="--latency", group="cluster", example="5 us", lo="0 s",
                                 hi="100 ms",
-                                help="per-message latency of the link")
+                                help="per-hop latency of the link (NCCL's ring/Simple protocol: NVLink 3.4 us, "
+                                     "network 14 us)")
+    bus_efficiency: float = declared("number", default=1.0, key="bus_efficiency", flag="--bus-efficiency",
+                                     group="cluster", lo=0.01, hi=1, example=0.8,
+                                     help="the fraction of the bandwidth a large collective reaches (nccl-tests "
+                                          "busbw / link rate; 1: the bandwidth given is a measured busbw)")
 
     def __post_init__(self) -> None:
         positive_number("link", "bytes_per_s", self.bytes_per_s)
         if not (0 <= self.latency_s < 1):
             raise SpecError(f"link.latency_s must be in [0, 1) seconds, got {self.latency_s!r}")
+        if isinstance(self.bus_efficiency, bool) or not isinstance(self.bus_efficiency, (int, float)) \
+                or not (0 < self.bus_efficiency <= 1):
+            raise SpecError(f"link.bus_efficiency must be in (0, 1], got {self.bus_efficiency!r}")
         check_ranges(self, "link")
 
 
@@ -89,7 +102,8 @@ class ClusterSpec:
                             help="GPU preset (default: the model preset's, else h100-80gb)")
     num_gpus: int = declared("int", flag="--gpus", group="cluster", lo=1, hi=2**20, example=64, help="number of GPUs")
     gpus_per_node: int = declared("int", flag="--gpus-per-node", group="cluster", lo=1, hi=4096, example=4,
-                                  help="GPUs per node (default: the GPU's)")
+                                  help="GPUs per node, i.e. per NVLink domain: the GPUs the intra-node link joins "
+                                       "(72 for a GB200 NVL72 rack; default: the GPU's)")
     reserve_bytes: int = declared("size", key="reserve", flag="--reserve", group="cluster", example="3 GiB", lo="0 B",
                                   hi="64 TiB",
                                   help='memory held back per GPU, e.g. "10 GiB" (default: the GPU\'s)')

@@ -109,6 +109,10 @@ RULES = (
          lambda m, t, k, c, x: x | (c.tp <= k.gpus_per_node),
          lambda m, t, k, c: f"tp={c.tp} is larger than the {k.gpus_per_node} GPUs in a node, so tensor "
                             f"parallel traffic would cross nodes; lower tp or pass --allow-cross-node-tp"),
+    Rule("tp_comm_overlap_needs_sequence_parallel",   # Megatron-LM and PyTorch async TP overlap SP's RS/AG
+         lambda m, t, k, c, x: logical_not(c.tp_comm_overlap) | (c.tp == 1) | c.sequence_parallel,
+         lambda m, t, k, c: "--tp-comm-overlap overlaps sequence parallel's all-gathers and reduce-scatters with the "
+                            "GEMMs (Megatron-LM requires it); add --sequence-parallel"),
     Rule("sequence_parallel_needs_tp",
          lambda m, t, k, c, x: (c.tp > 1) | logical_not(c.sequence_parallel),
          lambda m, t, k, c: "sequence parallel splits along the tensor-parallel group; it needs tp > 1"),

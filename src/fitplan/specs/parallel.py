@@ -36,7 +36,8 @@ SEARCHED_RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 # ParallelConfig fields that are one setting for a whole search, not an axis it varies
 SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
-            "recompute_num_layers", "recompute_method")
+            "recompute_num_layers", "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
+            "tp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap")
 
 
 class Schedule(StrEnum):
@@ -109,6 +110,31 @@ class ParallelConfig:
     recompute_method: RecomputeMethod = declared(
         "enum", default=RecomputeMethod.UNIFORM, enum=RecomputeMethod, flag="--recompute-method", group=CONFIG,
         example=RecomputeMethod.BLOCK, help="full recompute with --recompute-num-layers: uniform or block")
+    # Communication overlap, each with its framework's default (docs/formulas.md#overlap; fitplan.timing.traffic)
+    overlap_grad_reduce: bool = declared(
+        "bool", default=True, flag="--overlap-grad-reduce", off_flag="--no-overlap-grad-reduce", group=CONFIG,
+        example=False, help="reduce gradient buckets during the backward that produces them (default on, as PyTorch "
+                            "DDP and FSDP do; Megatron-LM's --overlap-grad-reduce and DeepSpeed ZeRO-1/2's "
+                            "overlap_comm default off)")
+    overlap_param_gather: bool | None = declared(
+        "bool", default=None, flag="--overlap-param-gather", off_flag="--no-overlap-param-gather", group=CONFIG,
+        example=True, omitted="on with ZeRO-3, off with ZeRO-1/2",
+        help="gather weights ahead of the compute that needs them: ZeRO-3 prefetches the next layer's (default on, "
+             "as FSDP and DeepSpeed ZeRO-3 do), ZeRO-1/2 gather the updated weights during the next forward "
+             "(Megatron-LM --overlap-param-gather, default off)")
+    tp_comm_overlap: bool = declared(
+        "bool", default=False, flag="--tp-comm-overlap", off_flag="--no-tp-comm-overlap", group=CONFIG, example=True,
+        help="overlap tensor-parallel all-gathers and reduce-scatters with the GEMMs they feed (Megatron-LM "
+             "--tp-comm-overlap, PyTorch async TP; needs --sequence-parallel; default off, as in both)")
+    cp_comm_overlap: bool = declared(
+        "bool", default=True, flag="--cp-comm-overlap", off_flag="--no-cp-comm-overlap", group=CONFIG, example=False,
+        help="hide context parallel's K/V ring behind the attention core it feeds (default on, as Megatron-LM's p2p "
+             "ring attention does)")
+    ep_comm_overlap: bool | None = declared(
+        "bool", default=None, flag="--overlap-moe-expert-parallel-comm", off_flag="--no-overlap-moe-expert-parallel-comm",
+        group=CONFIG, example=True, omitted="on with --schedule dualpipe, off otherwise",
+        help="hide the expert all-to-alls behind another micro-batch's compute (default on with --schedule dualpipe, "
+             "DeepSeek-V3 Sec. 3.2.1; off otherwise, as Megatron-LM's --overlap-moe-expert-parallel-comm)")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "ep"):
@@ -127,3 +153,14 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
+
+
+def overlaps_param_gather(c) -> bool:
+    """--overlap-param-gather as given, else its default: on with ZeRO-3 (FSDP and DeepSpeed prefetch),
+    off with ZeRO-1/2 (Megatron-LM)."""
+    return (int(c.zero) == 3) if c.overlap_param_gather is None else bool(c.overlap_param_gather)
+
+
+def overlaps_ep_comm(c) -> bool:
+    """--overlap-moe-expert-parallel-comm as given, else its default: on under DualPipe, off otherwise."""
+    return (c.schedule == Schedule.DUALPIPE) if c.ep_comm_overlap is None else bool(c.ep_comm_overlap)

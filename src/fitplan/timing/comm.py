@@ -1,22 +1,46 @@
-"""Collective times in the alpha-beta model, ring algorithms, and the link each group uses.
+"""Collective times as NCCL runs them, and the link tiers each group uses.
 
-n ranks, a buffer of S bytes per rank, per-rank link bandwidth B (bytes/s, one direction),
-per-step latency alpha (s):
-  all-gather, reduce-scatter   (n-1)*alpha + (n-1)/n * S/B
-  all-reduce (RS then AG)      2*(n-1)*alpha + 2*(n-1)/n * S/B
-  point-to-point send          alpha + S/B
-Source: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations
-in MPICH" (IJHPCA 2005), cited as fitplan until a "thakur" source key exists. B is the
-figure nccl-tests calls busbw (for all-reduce busbw = algbw * 2(n-1)/n), not algbw; the
-GPU presets give the link's one-direction rate, an upper bound on busbw.
+A group of n ranks spans k nodes, r = n/k of its ranks on each. Inside a node the ranks talk
+over the intra-node link (NVLink), across nodes each GPU over its own NIC (rail-optimised: one
+NIC per GPU, so a node's r ranks of the group drive r NICs). Per GPU, one direction:
+  B_in  = intra-node rate x its bus efficiency, B_net = the per-GPU NIC rate x its bus efficiency
+(LinkSpec.bus_efficiency: nccl-tests' busbw of a large ring collective over that link, divided by
+the link's rate; docs/formulas.md#collectives has the measurements). S is the collective's buffer
+(the whole of it: an all-gather's output, a reduce-scatter's input), P = 2 phases for an
+all-reduce and 1 for a reduce-scatter or all-gather.
+
+NCCL's cost model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime),
+per algorithm and protocol, time = latency + bytes/bandwidth, and NCCL runs the fastest:
+  ring (every collective): each channel's ring crosses every node boundary once and NCCL spreads
+  the channels over the node's NICs, so a GPU sends (r-1)/r of its ring traffic over the
+  intra-node link and 1/r over its NIC:
+      bus bandwidth  B_in (k = 1);  min(B_in*r/(r-1), r*B_net) (k > 1; B_net when r = 1)
+      time = base + P*(n-k)*hop_in + P*(k-1)*hop_net + P*(n-1)/n*S/(f*bus bandwidth)
+  tree (all-reduce): a chain inside each node, a double binary tree across nodes; algbw is half
+  the bus bandwidth (0.92 of it, NCCL's refinement), B_in (k = 1), min(B_in, 2*r*B_net) (k = 2:
+  the two-node tree sends half a ring's bytes over the network), min(B_in, r*B_net) (k > 2):
+      time = base + 2*((r-1)*hop_in + floor(log2 k)*hop_net) + S/(0.5*0.92*f*bus bandwidth)
+  protocols LL, LL128, Simple: NCCL's base latencies, per-hop latencies and bandwidth factors f
+  (NCCL_TUNING below). The links' `latency` is the per-hop latency of the Simple protocol on a
+  ring (NCCL's NVLink 3.4 us, network 14 us); the other algorithms' and protocols' hops scale
+  with it in NCCL's proportions. A Simple ring all-reduce across nodes pays 1.4x its latency
+  (NCCL's "plateau effect of ring" on sm80 and later).
+Left out: NVLink SHARP (NVLS, NVLS-tree), CollNet/SHARP and PAT, which NCCL uses where the switch
+or network supports them (NCCL_NVLS_ENABLE=0 and NCCL_ALGO=ring,tree reproduce this model); the
+tree's medium-size correction factors; the per-channel bandwidth caps.
+
+An all-to-all (grouped sends, outside NCCL's tuning model) sends to every peer at once:
+  time = alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net)
+each GPU's share for off-node peers leaving through its own NIC (an all-to-all cannot combine
+several NICs: nccl-tests#267). Point-to-point sends: alpha + S/B over the tier they cross.
 
 Which link a group uses follows from the rank grid. Ranks are numbered tp innermost, then
 cp, then pp, then dp (ParallelConfig), so a group's members are `stride` apart:
   tp: 1    cp: tp    pp: tp*cp    dp: tp*cp*pp
 A group of n members `stride` apart lies inside one node of G GPUs iff stride*n <= G and
-stride*n divides G (nodes hold whole groups; otherwise some group straddles two nodes).
-A ring that leaves the node runs at the per-GPU inter-node rate: one tier per group,
-no hierarchical (intra-then-inter) algorithms.
+stride*n divides G (nodes hold whole groups; otherwise some group straddles two nodes). A "node"
+is the NVLink domain: the GPUs one intra-node link joins (8 on an HGX board, the 72 GPUs of a
+GB200 NVL72 rack).
 
 Expert parallelism has no stride of its own: its ep ranks are drawn from one pipeline
 stage's tp x cp x dp ranks (expert tensor parallel 1, as in Megatron-LM's expert grid, which
@@ -25,29 +49,124 @@ that order. Up to tp*cp of them are consecutive ranks; past that, the group cont
 the next data-parallel replica, tp*cp*pp ranks further on, so with pp > 1 a group of more
 than tp*cp ranks is not contiguous (ep_group_is_intra_node).
 """
-from fitplan.arith import maximum, select
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.explain import BYTES, COUNT, SECONDS, formula
 from fitplan.sources import Cite
 from fitplan.specs.cluster import GpuSpec
 
 THAKUR = Cite("thakur", "Sec. 4 (ring all-gather, reduce-scatter; all-reduce = RS + AG)")
+NCCL = Cite("nccl", "src/graph/tuning.cc (ncclTunerConstantsDefaults, ncclTopoTuneModel, ncclTopoGetAlgoTime)")
 GRID = Cite("fitplan", "formulas.md#link-tier (rank order tp-cp-pp-dp, ParallelConfig)")
 # kind -> ring phases: an all-reduce is a reduce-scatter followed by an all-gather; an
-# all-to-all (pairwise exchange) sends (n-1)/n of the buffer in n-1 steps, like an all-gather.
+# all-to-all (pairwise exchange) sends (n-1)/n of the buffer, like an all-gather.
 PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
 
+# NCCL's tuning constants, microseconds, per protocol (LL, LL128, Simple): base latency per
+# algorithm; per-hop latency over NVLink and over the network (src/graph/tuning.cc @5067397c).
+PROTOCOLS = ("LL", "LL128", "Simple")
+NCCL_TUNING = {
+    "base": {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)},
+    "hop_nvlink": {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0)},
+    "hop_net": {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0)},
+    # multi-node rings launch every step through the network proxy: intra-node hops cost at least
+    # this (getNetOverhead: 1 us on x86, 3x for Simple)
+    "net_overhead": (1.0, 1.0, 3.0),
+    # bandwidth factors: ring LL 1/2, LL128 0.92 (120/128); tree all-reduce 0.92 of the bus, then LL
+    # 1/3.8, LL128 7/9 inside a node and 120/128 across nodes
+    "ring_bw": (0.5, 0.92, 1.0),
+    "tree_bw": (0.92 / 3.8, 0.92 * 120 / 128, 0.92),
+    "tree_bw_one_node_ll128": 0.92 * 7 / 9,
+    "ring_plateau": 1.4,   # Simple ring all-reduce across nodes: latency x1.4 (sm80+)
+}
+US = 1e-6
 
-def _ring_text(*, kind, **_):
-    k = "2*" if PHASES[kind] == 2 else ""
-    return f"count*({k}(n-1)*alpha + {k}(n-1)/n*S/B)  ({kind.replace('_', '-')})"
+
+def _log2_floor(k):
+    if is_array(k):
+        import numpy as np
+        return np.floor(np.log2(np.maximum(k, 1)))
+    return max(int(k), 1).bit_length() - 1
 
 
-@formula("comm/ring_s", _ring_text, THAKUR, SECONDS,
-         ("ring algorithm over one link tier; bandwidth B is the per-GPU one-direction rate (busbw)",))
-def ring_collective_s(*, count, n, S, B, alpha, kind):
-    """Seconds for `count` ring collectives of S bytes per rank over n ranks."""
-    k = PHASES[kind]
-    return count * (k * (n - 1) * alpha + k * (n - 1) / n * S / B)
+def _ring_times(*, n, k, S, P, B_in, a_in, B_net, a_net, plateau):
+    """NCCL's ring, each protocol: [(protocol, seconds)]."""
+    r = n / k
+    one_node = k == 1
+    bus = select(one_node, B_in, minimum(B_in * r / maximum(r - 1, 1e-9), r * B_net))
+    out = []
+    for i, proto in enumerate(PROTOCOLS):
+        hop_in = a_in * NCCL_TUNING["hop_nvlink"]["ring"][i] / NCCL_TUNING["hop_nvlink"]["ring"][2]
+        hop_in = select(one_node, hop_in, maximum(hop_in, NCCL_TUNING["net_overhead"][i] * US))
+        # one rank per node: NCCL charges the network hops at the tree's latency
+        net_table = select(r == 1, NCCL_TUNING["hop_net"]["tree"][i], NCCL_TUNING["hop_net"]["ring"][i])
+        hop_net = a_net * net_table / NCCL_TUNING["hop_net"]["ring"][2]
+        lat = NCCL_TUNING["base"]["ring"][i] * US + P * (n - k) * hop_in + P * (k - 1) * hop_net
+        if proto == "Simple" and plateau:
+            lat = lat * select(one_node, 1.0, NCCL_TUNING["ring_plateau"])
+        out.append((proto, lat + P * (n - 1) / n * S / (NCCL_TUNING["ring_bw"][i] * bus)))
+    return out
+
+
+def _tree_times(*, n, k, S, B_in, a_in, B_net, a_net):
+    """NCCL's tree all-reduce, each protocol: [(protocol, seconds)]."""
+    r = n / k
+    bus = select(k == 1, B_in, minimum(B_in, select(k == 2, 2, 1) * r * B_net))
+    levels = _log2_floor(k)
+    out = []
+    for i, proto in enumerate(PROTOCOLS):
+        hop_in = a_in * NCCL_TUNING["hop_nvlink"]["tree"][i] / NCCL_TUNING["hop_nvlink"]["ring"][2]
+        hop_net = a_net * NCCL_TUNING["hop_net"]["tree"][i] / NCCL_TUNING["hop_net"]["ring"][2]
+        lat = NCCL_TUNING["base"]["tree"][i] * US + 2 * ((r - 1) * hop_in + levels * hop_net)
+        f = NCCL_TUNING["tree_bw"][i]
+        if proto == "LL128":
+            f = select(k == 1, NCCL_TUNING["tree_bw_one_node_ll128"], f)
+        out.append((proto, lat + S / (0.5 * f * bus)))
+    return out
+
+
+def algorithm_times(*, kind, n, k, S, B_in, a_in, B_net, a_net) -> list:
+    """Every (algorithm, protocol, seconds) NCCL's model weighs for one collective."""
+    kw = dict(n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net)
+    out = [("ring", proto, t) for proto, t in _ring_times(P=PHASES[kind], plateau=kind == "all_reduce", **kw)]
+    if kind == "all_reduce":
+        out += [("tree", proto, t) for proto, t in _tree_times(**kw)]
+    return out
+
+
+def nccl_choice(*, kind, n, k, S, B_in, a_in, B_net, a_net) -> tuple:
+    """(algorithm, protocol) NCCL's model picks for one collective (scalars)."""
+    algo, proto, _ = min(algorithm_times(kind=kind, n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net),
+                         key=lambda x: x[2])
+    return algo, proto
+
+
+def _collective_text(*, kind, **_):
+    if kind == "all_to_all":
+        return "count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net)), r = n/k  (all-to-all, every peer at once)"
+    algos = "ring, tree" if kind == "all_reduce" else "ring"
+    return (f"count*min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth), n ranks over k "
+            f"nodes  ({kind.replace('_', '-')}; formulas.md#collectives)")
+
+
+@formula("comm/collective_s", _collective_text, NCCL, SECONDS,
+         ("NCCL picks the algorithm and protocol its cost model says is fastest; NVLink SHARP, CollNet and PAT "
+          "are not modelled",
+          "B_in, B_net: the links' per-GPU rates times their bus efficiency; one NIC per GPU (rail-optimised)"))
+def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net):
+    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes."""
+    r = n / k
+    if kind == "all_to_all":
+        t = select(k == 1, a_in, a_net) + maximum((r - 1) / n * S / B_in, (n - r) / n * S / B_net)
+    else:
+        t = None
+        for _, _, x in algorithm_times(kind=kind, n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net):
+            t = x if t is None else minimum(t, x)
+    return select(n > 1, count * t, 0 * t)
+
+
+def bus_bandwidth(*, kind, n, S, seconds):
+    """nccl-tests' busbw: algbw = S/t times 2(n-1)/n (all-reduce) or (n-1)/n (the others)."""
+    return S / seconds * PHASES[kind] * (n - 1) / n
 
 
 @formula("comm/ring_bytes", lambda *, kind, **_: ("2*" if PHASES[kind] == 2 else "") + "count*(n-1)/n*S",
@@ -104,10 +223,43 @@ def ep_group_is_intra_node(*, t, c, p, ep, G):
     return select((p == 1) | within, contiguous, spans)
 
 
+@formula("link/nodes", "1 if intra else (n if stride >= G else max(2, ceil(n/floor(G/stride))))", GRID, COUNT,
+         ("a group that leaves the node spreads over as few nodes as the rank grid allows",))
+def group_nodes(*, stride, n, G, intra):
+    """Nodes one group of this axis spans: its members `stride` apart, G GPUs per node."""
+    per_node = maximum(G // maximum(stride, 1), 1)
+    return select(intra, 1 + 0 * n, select(stride >= G, n, maximum(2, ceil_div(n, per_node))))
+
+
+@formula("link/dp_nodes", "k_dp if the cp group is inside a node, else k_cp*dp", GRID, COUNT,
+         ("the dp x cp group: each data-parallel replica's cp ranks, tp apart, repeated tp*cp*pp ranks on",))
+def dp_cp_group_nodes(*, k_dp, k_cp, dp, cp_intra):
+    return select(cp_intra, k_dp, k_cp * dp)
+
+
+@formula("link/ep_nodes", "1 if intra; blocks of t*c consecutive ranks t*c*p apart (p > 1, ep > t*c): "
+         "nodes(t*c*p, ep/(t*c)); else consecutive ranks: max(2, ceil(ep/G))", GRID, COUNT)
+def ep_group_nodes(*, t, c, p, ep, G, intra):
+    """Nodes one expert-parallel group spans (the layout of ep_group_is_intra_node)."""
+    inner = t * c
+    contiguous = maximum(2, ceil_div(ep, G))
+    blocks = maximum(ep // inner, 1)
+    spread = select(inner <= G, group_nodes(stride=inner * p, n=blocks, G=G, intra=False),
+                    ceil_div(inner, G) * blocks)
+    use_spread = (p > 1) & (ep > inner) & (ep % inner == 0)
+    return select(intra, 1 + 0 * ep, select(use_spread, maximum(spread, 2), contiguous))
+
+
+def tiers(gpu: GpuSpec) -> dict:
+    """The two tiers' per-GPU bus bandwidths and per-hop latencies, for collective_s."""
+    return {"B_in": gpu.intra_node.bytes_per_s * gpu.intra_node.bus_efficiency, "a_in": gpu.intra_node.latency_s,
+            "B_net": gpu.inter_node.bytes_per_s * gpu.inter_node.bus_efficiency, "a_net": gpu.inter_node.latency_s}
+
+
 def link_inputs(intra, gpu: GpuSpec) -> dict:
-    """B and alpha of the tier a group uses, elementwise over candidates."""
-    return {"B": select(intra, gpu.intra_node.bytes_per_s, gpu.inter_node.bytes_per_s),
-            "alpha": select(intra, gpu.intra_node.latency_s, gpu.inter_node.latency_s)}
+    """B (rate x bus efficiency) and alpha of the tier a point-to-point send crosses, elementwise."""
+    t = tiers(gpu)
+    return {"B": select(intra, t["B_in"], t["B_net"]), "alpha": select(intra, t["a_in"], t["a_net"])}
 
 
 def link_name(intra: bool, gpu: GpuSpec) -> str:

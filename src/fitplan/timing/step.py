@@ -11,14 +11,17 @@ The step is paced by the busiest pipeline stage, the last (it holds the output l
        + bubble ((p - 1)/(v*m) of that pipelined work)
        + dp (the exposed rest of the traffic issued during the step, and ZeRO-1/2's
              weight all-gather after the optimizer step)
-Overlap: tp and pp fully exposed; cp hidden behind the attention core; dp per DpOverlap
-(default BACKWARD; NONE reproduces Korthikanti Sec. 6.3). See fitplan.timing.traffic.
+Overlap: each axis's exposed part is what the compute available to hide it leaves over, per
+the configuration's overlap flags (ParallelConfig, with the frameworks' defaults: tp exposed,
+cp hidden behind the attention core, ep hidden under DualPipe, dp gradients reduced during
+the backward, ZeRO-3 prefetched). See fitplan.timing.traffic. Collectives run as NCCL runs
+them (fitplan.timing.comm.collective_s) over the nodes each group spans.
 Micro-batches per step: global_batch // (dp*b), or 4*p when no global batch is given
 (fitplan.timing.pipeline.DEFAULT_MICROBATCHES_PER_STAGE).
 """
 from dataclasses import dataclass
 
-from fitplan.arith import maximum, minimum, select
+from fitplan.arith import ceil_div, maximum, minimum, select
 from fitplan.counts import stages as ST
 from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
@@ -26,14 +29,14 @@ from fitplan.memory import states as S
 from fitplan.counts import params as P
 from fitplan.memory.breakdown import Setup, Shapes, candidate_stages, stage_at, stage_expert_psi, stage_psi
 from fitplan.parts import TIME, part_keys
-from fitplan.specs.parallel import Recompute, Schedule
+from fitplan.specs.parallel import Recompute, Schedule, overlaps_ep_comm, overlaps_param_gather
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.timing import comm as CM
 from fitplan.timing import compute as C
 from fitplan.timing import pipeline as PL
 from fitplan.timing import traffic as T
-from fitplan.timing.traffic import DDP_BUCKET_BYTES, DpOverlap
+from fitplan.timing.traffic import DDP_BUCKET_BYTES
 
 PARTS = part_keys(TIME)   # the table of parts, fitplan.parts
 AXES = ("tp", "ep", "cp", "pp", "dp")
@@ -80,7 +83,8 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute,
              **extra)
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
-    return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin}
+    return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "layer_linear": lin,
+            "recompute": rec}
 
 
 @formula("ratio/fp8_share", "L*F_linear/F_forward", Cite("fitplan", "formulas.md#compute-time"), "ratio")
@@ -127,24 +131,47 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c, k_net=None, e_l=None):
 class AxisTime:
     """One parallel axis's traffic on the busiest GPU per step: the wire bytes it sends, the
     seconds of it left on the critical path, whether its group stays inside a node, and the
-    seconds it keeps its link busy (exposed or hidden). Scalars for one configuration, arrays
-    over the search's candidates."""
+    seconds it keeps its link busy (exposed or hidden); and the same two times for one layer and
+    one micro-batch (the per-layer breakdown; pp: one micro-batch's sends, dp without ZeRO-3:
+    the step's reductions spread over the stage's layers and micro-batches). Scalars for one configuration, arrays over the
+    search's candidates."""
     bytes: object
     exposed_s: object
     intra: object
     busy_s: object = 0
+    layer_busy_s: object = 0
+    layer_exposed_s: object = 0
+    nodes: object = 1
 
 
-def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD,
-              bucket_bytes: int = DDP_BUCKET_BYTES) -> dict:
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """One layer's compute for one micro-batch on the paced stage (the stage's average layer):
+    forward, backward without recompute, the recompute, and the linear GEMMs of its attention
+    and MLP blocks (the windows tensor-parallel overlap hides behind)."""
+    forward: object
+    backward: object
+    recompute: object
+    attn_linear: object
+    mlp_linear: object
+
+
+@formula("time/layer", "F/(t*c*peak*eff)", Cite("fitplan", "formulas.md#per-layer"), SECONDS,
+         ("one layer of the stage, one micro-batch, at the pass's rate",))
+def layer_s(*, F, t, c, peak, eff):
+    return F / (t * c * peak * eff)
+
+
+def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stage_index=None) -> dict:
     """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them.
-    c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory)."""
+    c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory).
+    stage_index: time this pipeline rank instead of the one that paces the step."""
     model, gpu = setup.model, setup.cluster.gpu
     sh = Shapes.of(setup)
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
-    pacing = _pacing_rank(setup, c)
+    pacing = _pacing_rank(setup, c) if stage_index is None else stage_index
     stage = ev_stage = stage_at(ev, model, c, pacing)
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
@@ -158,15 +185,17 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
         pass_peak = ev(C.fp8_mixed_peak, peak_fp8=peak, peak_bf16=gpu.peak_bf16_flops_per_s,
                        phi=ev(linear_share, F_linear_layers=mb["linear"], F_forward=mb["forward"]))
     T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=pass_peak, eff=eff)
-    intra = _intra_node(ev, setup, c)
-    axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, intra=intra["tp"])}
-    axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s)
-    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, intra=intra["cp"], F_core=mb["core"], peak=gpu.peak_bf16_flops_per_s, eff=eff)
-    axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=intra["pp"])
+    lay = _layer_times(ev, setup, c, L=L, flops=mb, peak=pass_peak, eff=eff)
+    place = _placement(ev, setup, c)
+    axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay)}
+    axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay)
+    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"],
+                          peak=gpu.peak_bf16_flops_per_s, eff=eff)
+    axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0])
     fraction, bubble = _bubble_s(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + axes["tp"].exposed_s
                                  + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
-    axes["dp"], after_step = _dp_time(ev, setup, c, m=m, intra=intra, T_f=T_f, T_b=T_b,
-                                      dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
+    axes["dp"], after_step = _dp_time(ev, setup, c, m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
+                                      bucket_bytes=bucket_bytes)
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
              **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
@@ -175,7 +204,12 @@ def step_time(ev, setup: Setup, c, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD
     for axis in AXES:
         out[f"comm/{axis}_bytes"] = axes[axis].bytes
         out[f"link/{axis}_intra"] = axes[axis].intra
+        out[f"link/{axis}_nodes"] = axes[axis].nodes
         out[f"comm/{axis}_busy_s"] = axes[axis].busy_s
+        out[f"layer/{axis}_busy_s"] = axes[axis].layer_busy_s
+        out[f"layer/{axis}_exposed_s"] = axes[axis].layer_exposed_s
+    out.update({"layer/forward_s": lay.forward, "layer/backward_s": lay.backward, "layer/recompute_s": lay.recompute,
+                "layer/count": L, "time/forward_microbatch": T_f, "time/backward_microbatch": T_b})
     out["time/step"] = ev(step_total_s, **dict(zip(
         ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
     out.update(_rates(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
@@ -192,53 +226,103 @@ def _compute_s(ev, c, *, m, flops, peak, eff):
     return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
 
-def _intra_node(ev, setup: Setup, c) -> dict:
-    """Whether each axis's group stays inside a node (rank order tp-cp-pp-dp)."""
+def _layer_times(ev, setup: Setup, c, *, L, flops, peak, eff) -> LayerTimes:
+    """The stage's average layer, one micro-batch: forward (linears and attention core), backward
+    (twice that), the recompute's share, and the attention and MLP blocks' linear GEMMs."""
+    model, sh = setup.model, Shapes.of(setup)
+    at = lambda key, F: ev(layer_s, key=key, F=F, t=c.tp, c=c.cp, peak=peak, eff=eff)
+    fwd = flops["layer_linear"] + flops["core"]
+    attn = ev(F.matmul_flops, key="flops/layer/attention_linear", B=c.micro_batch, s=sh.s,
+              P=P.attention_matmul_params(model))
+    return LayerTimes(forward=at("time/layer/forward", fwd), backward=at("time/layer/backward", 2 * fwd),
+                      recompute=at("time/layer/recompute", flops["recompute"] / maximum(L, 1)),
+                      attn_linear=at("time/layer/attention_linear", attn),
+                      mlp_linear=at("time/layer/mlp_linear", flops["layer_linear"] - attn))
+
+
+def _placement(ev, setup: Setup, c) -> dict:
+    """Each axis's group: (inside one node, nodes it spans); rank order tp-cp-pp-dp, a node
+    being the NVLink domain."""
     strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, pp=c.pp), setup.cluster.gpus_per_node
-    intra = {axis: ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=strides[axis], n=n, G=G)
-             for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp))}
-    intra["dp"] = ev(CM.dp_cp_group_is_intra_node, cp_intra=intra["cp"], dp_intra=ev(
-        CM.group_is_intra_node, key="link/dp_group_intra", stride=strides["dp"], n=c.dp, G=G))
+    out = {}
+    for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp)):
+        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=strides[axis], n=n, G=G)
+        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=strides[axis], n=n, G=G, intra=intra))
+    cp_intra, k_cp = out["cp"]
+
+    def dp_group(d, tag):
+        dp_intra = ev(CM.group_is_intra_node, key=f"link/{tag}dp_intra", stride=strides["dp"], n=d, G=G)
+        intra = ev(CM.dp_cp_group_is_intra_node, key=f"link/{tag}group_intra", cp_intra=cp_intra, dp_intra=dp_intra)
+        k_dp = ev(CM.group_nodes, key=f"link/{tag}dp_nodes", stride=strides["dp"], n=d, G=G, intra=dp_intra)
+        return intra, ev(CM.dp_cp_group_nodes, key=f"link/{tag}group_nodes", k_dp=k_dp, k_cp=k_cp, dp=d,
+                         cp_intra=cp_intra)
+    out["dp"] = dp_group(c.dp, "")
     if c.shard_degree is not None:   # a shard group: all cp ranks and shard/cp of the dp ranks
-        intra["dp_shard"] = ev(CM.dp_cp_group_is_intra_node, key="link/shard_group_intra", cp_intra=intra["cp"],
-                               dp_intra=ev(CM.group_is_intra_node, key="link/shard_dp_intra", stride=strides["dp"],
-                                           n=maximum(c.shard_degree // c.cp, 1), G=G))
-    return intra
+        out["dp_shard"] = dp_group(maximum(c.shard_degree // c.cp, 1), "shard_")
+    return out   # the ep group's: _ep_time
 
 
-def _tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra) -> AxisTime:
-    """Tensor parallel: activation all-reduces (RS + AG under SP), exposed."""
+def _collective(ev, key, setup, *, count, kind, n, nodes, S):
+    return ev(CM.collective_s, key=key, count=count, kind=kind, n=n, k=nodes, S=S, **CM.tiers(setup.cluster.gpu))
+
+
+def _tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes) -> AxisTime:
+    """Tensor parallel: per layer two exchanges forward (attention, MLP), two backward, two more
+    under full recompute; each an all-reduce, or under sequence parallel a reduce-scatter and an
+    all-gather. --tp-comm-overlap hides each behind its block's linear GEMMs."""
+    intra, nodes = place["tp"]
     S_tp = ev(T.tp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, c=c.cp)
     n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=c.sequence_parallel)
-    secs = ev(CM.ring_collective_s, key="comm/tp_s", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce",
-              **CM.link_inputs(intra, setup.cluster.gpu))
+    if c.sequence_parallel:
+        a = (_collective(ev, "comm/tp_exchange_rs_s", setup, count=1, kind="reduce_scatter", n=c.tp, nodes=nodes,
+                         S=S_tp)
+             + _collective(ev, "comm/tp_exchange_ag_s", setup, count=1, kind="all_gather", n=c.tp, nodes=nodes,
+                           S=S_tp))
+    else:
+        a = _collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes, S=S_tp)
+    full = 1 if c.recompute == Recompute.FULL else 0
+    per_layer = (4 + 2 * full) * a
+    layer_exposed = ev(T.tp_layer_exposed_s, a=a, W_attn=lay.attn_linear, W_mlp=lay.mlp_linear, full=full,
+                       overlap=bool(c.tp_comm_overlap and c.sequence_parallel))
     wire = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce")
-    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
+    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=m * L * layer_exposed, T_window=0, T_tail=0),
+                    intra, m * L * per_layer, per_layer, layer_exposed, nodes)
 
 
-def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like) -> AxisTime:
-    """Expert parallel: all-to-all dispatch and combine per MoE layer, exposed. A dense model
-    has nothing to dispatch: zero (shaped like `like`), still a Term so every part is explained."""
+def _ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerTimes) -> AxisTime:
+    """Expert parallel: all-to-all dispatch and combine per MoE layer, exposed unless overlapped
+    (DualPipe, or --overlap-moe-expert-parallel-comm): then each MoE layer's all-to-alls hide
+    behind another micro-batch's forward and backward of a layer. A dense model has nothing to
+    dispatch: zero (shaped like `like`), still a Term so every part is explained."""
     if sh.moe is None:
         zero = 0 * like
         return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0,
-                        zero)
-    intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=setup.cluster.gpus_per_node)
+                        zero, zero, zero)
+    G = setup.cluster.gpus_per_node
+    intra = ev(CM.ep_group_is_intra_node, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=G)
+    nodes = ev(CM.ep_group_nodes, t=c.tp, c=c.cp, p=c.pp, ep=c.ep, G=G, intra=intra)
     extra = {} if sh.e_l is None else {"e_l": sh.e_l}
-    nodes = setup.model.moe.route_nodes
-    if nodes is not None:
-        extra["k_net"] = select(intra, sh.moe.k, minimum(sh.moe.k, nodes))
+    route_nodes = setup.model.moe.route_nodes
+    if route_nodes is not None:
+        extra["k_net"] = select(intra, sh.moe.k, minimum(sh.moe.k, route_nodes))
     S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp,
               **extra)
-    n_ep = ev(moe_a2a_count, m=m, L_moe=L - n_dense, recompute=c.recompute)
-    secs = ev(CM.ring_collective_s, key="comm/ep_s", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all",
-              **CM.link_inputs(intra, setup.cluster.gpu))
+    L_moe = L - n_dense
+    n_ep = ev(moe_a2a_count, m=m, L_moe=L_moe, recompute=c.recompute)
+    secs = _collective(ev, "comm/ep_s", setup, count=n_ep, kind="all_to_all", n=c.ep, nodes=nodes, S=S_ep)
     wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all")
-    return AxisTime(wire, ev(T.exposed_s, key="time/ep_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
+    per_layer = secs / maximum(m * L_moe, 1)
+    overlapped = overlaps_ep_comm(c)
+    window = (lay.forward + lay.backward + lay.recompute) if overlapped else 0 * per_layer
+    layer_exposed = ev(T.exposed_s, key="time/ep_layer_exposed", T_comm=per_layer, T_window=window, T_tail=0)
+    exposed = ev(T.exposed_s, key="time/ep_exposed", T_comm=m * L_moe * layer_exposed, T_window=0, T_tail=0)
+    return AxisTime(wire, exposed, intra, secs, per_layer, layer_exposed, nodes)
 
 
-def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra, F_core, peak, eff) -> AxisTime:
-    """Context parallel: ring exchange of K/V, hidden behind the attention core it feeds."""
+def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff) -> AxisTime:
+    """Context parallel: ring exchange of K/V, hidden behind the attention core it feeds
+    (--cp-comm-overlap, on by default)."""
+    intra, nodes = place["cp"]
     passes = ev(T.attention_core_passes, recompute=c.recompute)
     S_cp = ev(T.cp_message_bytes, b=c.micro_batch, s=sh.s, kv=sh.kv, e=sh.e, t=c.tp, c=c.cp)
     n_cp = ev(T.cp_ring_steps, m=m, L=L, c=c.cp, passes=passes)
@@ -247,8 +331,11 @@ def _cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, intra, F_core, peak, eff)
     window_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=F_core)
     window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
                 F=ev(C.per_gpu_flops, key="flops/cp_window_per_gpu", F=window_flops, t=c.tp, c=c.cp))
-    return AxisTime(wire, ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0), intra,
-                    secs)
+    if not c.cp_comm_overlap:
+        window = 0 * window
+    exposed = ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0)
+    per = maximum(m * L, 1)
+    return AxisTime(wire, exposed, intra, secs, secs / per, exposed / per, nodes)
 
 
 def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
@@ -257,7 +344,9 @@ def _pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
     n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
     secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **CM.link_inputs(intra, setup.cluster.gpu))
     wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
-    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs)
+    per_mb = secs / maximum(m, 1)
+    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs,
+                    per_mb, per_mb, select(intra, 1, 2))
 
 
 def _bubble_s(ev, c, *, m, T_f, T_b, T_busy):
@@ -299,15 +388,22 @@ def _pacing_rank(setup: Setup, c):
     return best_i
 
 
-def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_bytes):
+def _dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes):
     """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
     stage (routed experts over their expert-data-parallel group). Hybrid sharding
     (--shard-degree N): reduce-scatter and gathers within groups of N ranks, and an
-    all-reduce of each 1/N gradient shard across the dp*cp/N groups. Returns the axis and
-    the seconds exposed after the optimizer step (ZeRO-1/2's weight all-gather)."""
-    model, recipe, zero = setup.model, setup.training.recipe, c.zero
+    all-reduce of each 1/N gradient shard across the dp*cp/N groups.
+
+    Without ZeRO-3 the gradients go in buckets of bucket_bytes, once per step (ZeRO-0/1) or per
+    micro-batch (ZeRO-2), hidden behind the backward that produces them (--overlap-grad-reduce)
+    but for the last bucket; ZeRO-1/2 gather the updated weights after the optimizer step, or
+    during the next forward (--overlap-param-gather). ZeRO-3 gathers and reduce-scatters one
+    layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
+    Returns the axis and the seconds exposed after the optimizer step."""
+    model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
     p = c.pp
     stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
     psi = maximum(stage_psi(ev, model, c, stage=stages[0], key="params/stage_first"),
                   stage_psi(ev, model, c, stage=stages[1], key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
@@ -315,45 +411,105 @@ def _dp_time(ev, setup: Setup, c, *, m, intra, T_f, T_b, dp_overlap, bucket_byte
     n_all = c.dp * c.cp
     hybrid = c.shard_degree is not None
     n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
-    link = CM.link_inputs(intra["dp_shard"] if hybrid else intra["dp"], setup.cluster.gpu)
+    intra, nodes = place["dp_shard"] if hybrid else place["dp"]
     rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward)
-    groups = [("", S_g, S_w, n_dp)]
+    groups = [("", S_g, S_w, n_dp, nodes)]
     if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
         psi_e = maximum(*(stage_expert_psi(ev, model, c, stage=st, key=f"params/stage_{name}_experts")
                           for st, name in zip(stages, ("first", "last"))))
-        n_ed = c.tp * n_all // c.ep
+        n_ed = maximum(c.tp * n_all // c.ep * n_dp // n_all, 1)
+        G = setup.cluster.gpus_per_node
+        # expert-data-parallel members are ep apart in the stage's tp x cp x dp order: ep*pp ranks apart
+        # once ep covers whole tp x cp blocks (the next data-parallel replica), else ep (an approximation)
+        stride = select(c.ep >= c.tp * c.cp, c.ep * p, c.ep)
+        e_intra = ev(CM.group_is_intra_node, key="link/expert_dp_intra", stride=stride, n=n_ed, G=G)
         groups.append(("expert_",
                        ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1,
                           zero=0),
                        ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes,
-                          n_d=1, zero=0), maximum(n_ed * n_dp // n_all, 1)))
-    grad_s = param_s = wire = 0
-    for tag, Sg, Sw, n in groups:
-        grad_s = grad_s + (
-            ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_rs_s", count=rs, n=n, S=Sg, kind="reduce_scatter", **link)
-            + ev(CM.ring_collective_s, key=f"comm/dp_{tag}grad_ag_s", count=ag_g, n=n, S=Sg, kind="all_gather",
-                 **link))
-        param_s = param_s + ev(CM.ring_collective_s, key=f"comm/dp_{tag}param_ag_s", count=ag_w, n=n, S=Sw,
-                               kind="all_gather", **link)
+                          n_d=1, zero=0), n_ed,
+                       ev(CM.group_nodes, key="link/expert_dp_nodes", stride=stride, n=n_ed, G=G, intra=e_intra)))
+    wire = 0
+    for tag, Sg, Sw, n, k in groups:
         wire = wire + (
             ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_rs_bytes", count=rs, n=n, S=Sg, kind="reduce_scatter")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_ag_bytes", count=ag_g, n=n, S=Sg, kind="all_gather")
             + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}param_ag_bytes", count=ag_w, n=n, S=Sw, kind="all_gather"))
-        if hybrid:   # the replicas all-reduce each group's 1/N shard once per step
+    # the replicas all-reduce each group's 1/N gradient shard once per step
+    replica = 0
+    if hybrid:
+        cross_intra, cross_nodes = place["dp"]
+        for tag, Sg, _, n, _ in groups:
             shard = Sg / n
-            cross = CM.link_inputs(intra["dp"], setup.cluster.gpu)
-            grad_s = grad_s + ev(CM.ring_collective_s, key=f"comm/dp_{tag}replica_ar_s", count=1, n=n_all // n_dp,
-                                 S=shard, kind="all_reduce", **cross)
-            wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_all // n_dp,
-                             S=shard, kind="all_reduce")
-    tail = ev(CM.ring_collective_s, key="comm/dp_tail_s", count=1, n=n_dp, **link,
-              S=ev(T.dp_tail_bytes, S=S_g, bucket=bucket_bytes), kind="all_reduce" if zero == 0 else "reduce_scatter")
-    window = ev(T.dp_window_s, zero=zero, m=m, T_f=T_f, T_b=T_b, overlap=dp_overlap)
-    exposed = ev(T.exposed_s, key="time/dp_exposed", T_window=window, T_tail=tail,
-                 T_comm=ev(T.dp_overlapped_s, T_grad=grad_s, T_param=param_s, zero=zero))
-    return AxisTime(wire, exposed, intra["dp"], grad_s + param_s), ev(T.dp_after_step_s, T_param=param_s, zero=zero)
+            n_rep = n_all // n_dp
+            replica = replica + _collective(ev, f"comm/dp_{tag}replica_ar_s", setup, count=ceil_div(shard, bucket_bytes),
+                                            kind="all_reduce", n=n_rep, nodes=minimum(cross_nodes, n_rep),
+                                            S=shard / maximum(ceil_div(shard, bucket_bytes), 1))
+            wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_rep, S=shard,
+                             kind="all_reduce")
+    og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
+    if zero == 3:
+        out = _zero3_time(ev, setup, c, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
+                          replica=replica, T_b=T_b)
+    else:
+        out = _bucketed_time(ev, setup, c, m=m, groups=groups, T_f=T_f, T_b=T_b, og=og, op=op, replica=replica,
+                             bucket_bytes=bucket_bytes, zero=zero, layers=held)
+    exposed, after, busy, layer_busy, layer_exposed = out
+    return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
+
+
+def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
+    """ZeRO-0/1/2: gradient buckets per reduction (once per step, or per micro-batch under
+    ZeRO-2), and ZeRO-1/2's weight all-gather after the step."""
+    red = ag = 0
+    buckets_g = buckets_w = 1
+    for tag, Sg, Sw, n, k in groups:
+        nb_g = maximum(ceil_div(Sg, bucket_bytes), 1)
+        red = red + _collective(ev, f"comm/dp_{tag}grad_reduction_s", setup, count=nb_g,
+                                kind="all_reduce" if zero == 0 else "reduce_scatter", n=n, nodes=k, S=Sg / nb_g)
+        buckets_g = maximum(buckets_g, nb_g)
+        if zero in (1, 2):
+            nb_w = maximum(ceil_div(Sw, bucket_bytes), 1)
+            ag = ag + _collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
+                                  S=Sw / nb_w)
+            buckets_w = maximum(buckets_w, nb_w)
+    reductions = m if zero == 2 else 1
+    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
+                       overlap=og)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
+             overlap=og)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=reductions * per_reduction + rep, T_window=0, T_tail=0)
+    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=buckets_w,
+               overlap=op and zero in (1, 2))
+    busy = reductions * red + replica + ag
+    per = maximum(layers, 1) * m   # spread over the stage's layers and the step's micro-batches
+    return exposed, after, busy, busy / per, (exposed + after) / per
+
+
+def _zero3_time(ev, setup, c, *, m, L, held, groups, lay: LayerTimes, og, op, replica, T_b):
+    """ZeRO-3: per layer and micro-batch, one weight all-gather in forward, another in backward
+    (unless the weights are kept), one gradient reduce-scatter; prefetched and reduced while the
+    neighbouring layer computes."""
+    t_ag = t_rs = 0
+    for tag, Sg, Sw, n, k in groups:
+        t_ag = t_ag + _collective(ev, f"comm/dp_{tag}layer_ag_s", setup, count=1, kind="all_gather", n=n, nodes=k,
+                                  S=Sw / held)
+        t_rs = t_rs + _collective(ev, f"comm/dp_{tag}layer_rs_s", setup, count=1, kind="reduce_scatter", n=n,
+                                  nodes=k, S=Sg / held)
+    g = t_ag if c.reshard_after_forward else 0 * t_ag
+    fwd = ev(T.layer_pipeline_exposed_s, key="time/dp_forward_exposed", L=L, x=0 * t_ag if op else t_ag,
+             h_first=t_ag if op else 0 * t_ag, h_last=0 * t_ag, W=lay.forward)
+    bwd = ev(T.layer_pipeline_exposed_s, key="time/dp_backward_exposed", L=L,
+             x=(0 * g if op else g) + (0 * t_rs if og else t_rs), h_first=g if op else 0 * g,
+             h_last=t_rs if og else 0 * t_rs, W=lay.backward + lay.recompute)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b,
+             buckets=maximum(L, 1), overlap=og)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=m * (fwd + bwd) + rep, T_window=0, T_tail=0)
+    per_layer = t_ag + g + t_rs
+    busy = m * L * per_layer + replica
+    return exposed, 0 * exposed, busy, per_layer, (fwd + bwd) / maximum(L, 1)
 
 
 def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
@@ -392,6 +548,7 @@ class AxisComm:
     link: str                # the link tier's name, e.g. "NVLink 3"
     busy_s: float = 0.0      # seconds the traffic occupies its link, hidden behind compute or not
     name: str = ""           # how reports name the group: "dp x cp" where the dp group spans cp too
+    nodes: int = 1           # nodes (NVLink domains) one group spans
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -413,7 +570,6 @@ class StepBreakdown:
     num_microbatches: int
     bubble_fraction: float
     comm: dict                   # axis -> AxisComm, for AXES
-    dp_overlap: DpOverlap
     slowest_stage: int = 0       # the pipeline rank that paces the step (most FLOPs per micro-batch)
 
     @property
@@ -426,11 +582,10 @@ class StepBreakdown:
         return {axis: c.exposed_s for axis, c in self.comm.items()}
 
 
-def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap = DpOverlap.BACKWARD,
-                  bucket_bytes: int = DDP_BUCKET_BYTES) -> StepBreakdown:
+def evaluate_step(setup: Setup, config: ParallelConfig, *, bucket_bytes: int = DDP_BUCKET_BYTES) -> StepBreakdown:
     """The step time of one configuration, with its explanation."""
     trace = Trace()
-    out = step_time(trace, setup, config, dp_overlap=dp_overlap, bucket_bytes=bucket_bytes)
+    out = step_time(trace, setup, config, bucket_bytes=bucket_bytes)
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
@@ -438,14 +593,57 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, dp_overlap: DpOverlap
     comm = {axis: AxisComm(axis=axis, degree=degree[axis], bytes_per_step=out[f"comm/{axis}_bytes"],
                            exposed_s=exposed[axis], intra_node=bool(out[f"link/{axis}_intra"]),
                            link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu),
-                           busy_s=float(out[f"comm/{axis}_busy_s"]), name=name.get(axis, axis)) for axis in AXES}
+                           busy_s=float(out[f"comm/{axis}_busy_s"]), name=name.get(axis, axis),
+                           nodes=int(round(float(out[f"link/{axis}_nodes"])))) for axis in AXES}
     return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, terms=tuple(trace.terms),
                          step_time_s=out["time/step"], tokens_per_s=out["rate/tokens"],
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],
                          hfu=out["ratio/hfu"], mfu_causal=out["ratio/mfu_causal"],
                          num_microbatches=out["pipeline/microbatches"],
-                         bubble_fraction=out["pipeline/bubble_fraction"], comm=comm, dp_overlap=dp_overlap,
+                         bubble_fraction=out["pipeline/bubble_fraction"], comm=comm,
                          slowest_stage=int(out["pipeline/slowest_stage"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StageLayers:
+    """One pipeline rank's layer, one micro-batch (the stage's average layer): compute and each
+    axis's traffic, busy on its link and exposed; and the stage's micro-batch and step totals."""
+    stage: int
+    layers: int                  # layers one micro-batch crosses on this rank (DualPipe: half the rank's)
+    dense_layers: int | None     # of them, dense (MoE models)
+    forward_s: float
+    backward_s: float            # without the recompute
+    recompute_s: float
+    comm: dict                   # axis -> (busy_s, exposed_s) per layer and micro-batch (pp: per micro-batch)
+    microbatch_forward_s: float  # the stage's whole forward of one micro-batch (embedding, head included)
+    microbatch_backward_s: float  # and backward, recompute included
+    exposed_s: dict              # axis -> the stage's exposed seconds per step
+    paces: bool = False          # the rank that paces the step
+
+
+PER_LAYER_AXES = ("tp", "ep", "cp", "dp", "pp")
+
+
+def per_layer(setup: Setup, config: ParallelConfig) -> tuple[StageLayers, ...]:
+    """Forward, backward, recompute and each axis's traffic per layer, for every pipeline rank
+    (Calculon's -l): the same step_time, timed on each rank in turn."""
+    pacing = _pacing_rank(setup, config)
+    out = []
+    for i in range(config.pp):
+        r = step_time(RAW, setup, config, stage_index=i)
+        stage = stage_at(RAW, setup.model, config, i)
+        half = 0.5 if config.schedule == Schedule.DUALPIPE else 1
+        comm = {axis: (float(r[f"layer/{axis}_busy_s"]), float(r[f"layer/{axis}_exposed_s"]))
+                for axis in PER_LAYER_AXES}
+        out.append(StageLayers(
+            stage=i, layers=int(round(float(r["layer/count"]))),
+            dense_layers=None if stage.n_dense is None else int(round(float(stage.n_dense * half))),
+            forward_s=float(r["layer/forward_s"]), backward_s=float(r["layer/backward_s"]),
+            recompute_s=float(r["layer/recompute_s"]), comm=comm,
+            microbatch_forward_s=float(r["time/forward_microbatch"]),
+            microbatch_backward_s=float(r["time/backward_microbatch"]),
+            exposed_s={axis: float(r[f"time/{axis}_exposed"]) for axis in PER_LAYER_AXES}, paces=i == pacing))
+    return tuple(out)
 
 
 def step_seconds(setup: Setup, c):

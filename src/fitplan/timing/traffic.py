@@ -10,7 +10,7 @@ Counts are per GPU per step (all m micro-batches):
   tp  m*L*(4 + 2[full]) all-reduces of b*s*h*e/c: 2 forward, 2 backward per layer, 2 more
       when full recompute reruns the forward [korthikanti Sec. 3, 4.2.2; narayanan Sec. 3.2].
       Sequence parallel turns each into a reduce-scatter plus an all-gather of the same
-      volume, which costs the same in the alpha-beta model.
+      volume, each its own NCCL call (fitplan.timing.comm.collective_s).
   pp  2*m*v sends of b*s*h*e/(t*c): one activation forward, one gradient backward per
       micro-batch and model chunk [narayanan Sec. 2.2, 4.1, scatter/gather optimisation].
   cp  ring attention: per layer and micro-batch, (c-1) steps per pass of this rank's K and
@@ -21,18 +21,25 @@ Counts are per GPU per step (all m micro-batches):
       ZeRO-2 reduces each micro-batch's gradients (the full gradient is never kept), so m
       reduce-scatters; ZeRO-3 gathers the weights before each micro-batch's forward and
       again in its backward, 2m all-gathers. With m = 1 ZeRO-3 moves 3 psi, 1.5x DP.
-      All of it shares the dp x cp group's link, so it hides behind one compute window.
+      Messages: ZeRO-0/1/2 in buckets of 25 MiB (PyTorch DDP's bucket_cap_mb); ZeRO-3 one
+      all-gather and one reduce-scatter per layer and micro-batch (FSDP's unit, a transformer
+      block), each paying its latency.
 
-Overlap (assumes, per Term): tp and pp traffic is on the critical path (exposed), as in
-Megatron-LM without communication overlap; cp's ring hides behind the attention core it
-feeds (exposed only where it is longer); dp follows DpOverlap, a named parameter of the
-step model: BACKWARD (default) hides the traffic issued during the step behind the
-compute it can overlap (dp_window_s) except the last DDP_BUCKET_BYTES bucket, and leaves
-ZeRO-1/2's post-step weight all-gather exposed; NONE exposes all of it, as in
-[korthikanti] Sec. 6.3.
+Overlap (docs/formulas.md#overlap), each a ParallelConfig flag with its framework's default; the
+exposed part of each axis's traffic is what the compute available to hide it leaves over:
+  tp  --tp-comm-overlap (off, Megatron-LM's and PyTorch async TP's default): each layer's
+      attention and MLP exchanges hide behind that block's linear GEMMs (twice as long backward).
+  cp  --cp-comm-overlap (on): the ring hides behind the attention core it feeds.
+  ep  --overlap-moe-expert-parallel-comm (on under DualPipe, DeepSeek-V3 Sec. 3.2.1; off
+      otherwise, Megatron-LM's default): each MoE layer's all-to-alls hide behind another
+      micro-batch's forward and backward of a layer.
+  dp  --overlap-grad-reduce (on: PyTorch DDP and FSDP; Megatron-LM's flag defaults off): gradient
+      buckets are reduced during the backward that produces them, all but the last bucket;
+      --overlap-param-gather (on with ZeRO-3, as FSDP and DeepSpeed prefetch; off with ZeRO-1/2,
+      as Megatron-LM): ZeRO-3 gathers layer i+1 during layer i, ZeRO-1/2 gather the updated
+      weights during the next step's forward, else after the optimizer step.
+  pp  sends are on the critical path (exposed).
 """
-from enum import StrEnum
-
 from fitplan.arith import ceil_div, maximum, minimum, select
 from fitplan.explain import BYTES, COUNT, FLOPS, SECONDS, formula
 from fitplan.sources import Cite
@@ -45,13 +52,6 @@ CP = Cite("fitplan", "formulas.md#cp (ring attention, Megatron-LM context parall
 ZERO7 = Cite("zero", "Sec. 7")
 OVERLAP = Cite("fitplan", "formulas.md#overlap")
 EXPOSED = ("exposed: blocking collective on the critical path, no overlap with compute",)
-
-
-class DpOverlap(StrEnum):
-    """How data-parallel traffic meets compute."""
-    NONE = "none"          # after the backward, fully exposed [korthikanti Sec. 6.3]
-    BACKWARD = "backward"  # bucketed, overlapped with the backward (ZeRO-3: prefetched in forward and
-                           # backward) except the last bucket; ZeRO-1/2's all-gather after the step stays exposed
 
 
 # PyTorch DistributedDataParallel's bucket_cap_mb default: the tail that cannot overlap.
@@ -128,37 +128,43 @@ def dp_param_all_gathers(*, zero, m, reshard=True):
     return select(zero == 3, (2 if reshard else 1) * m, select(zero >= 1, 1 + 0 * m, 0 * m))
 
 
-@formula("time/dp_window", lambda *, zero, overlap, **_: "0" if overlap == "none" else
-         {3: "m*(T_f + T_b)", 2: "m*T_b"}.get(int(zero), "T_b"), OVERLAP, SECONDS,
-         ("gradients are reduced during the backward that produces them: the last micro-batch's without "
-          "ZeRO-2/3, every micro-batch's with it; ZeRO-3 also prefetches weights during forward and backward",))
-def dp_window_s(*, zero, m, T_f, T_b, overlap):
-    """Compute time the data-parallel traffic can hide behind (one link, shared by all of it)."""
-    window = select(zero == 3, m * (T_f + T_b), select(zero == 2, m * T_b, T_b))
-    return window if overlap == DpOverlap.BACKWARD else 0 * window
-
-
-@formula("comm/dp_overlapped_s", lambda *, zero, **_: "T_grad + T_param" if zero == 3 else "T_grad", OVERLAP,
-         SECONDS)
-def dp_overlapped_s(*, T_grad, T_param, zero):
-    """Data-parallel traffic issued during the step: gradients, and ZeRO-3's weight gathers."""
-    return T_grad + select(zero == 3, T_param, 0 * T_param)
-
-
-@formula("time/dp_after_step", lambda *, zero, **_: "T_param" if zero in (1, 2) else "0", OVERLAP, SECONDS,
-         ("ZeRO-1/2 all-gather the updated weights after the optimizer step, exposed (Megatron-LM without "
-          "--overlap-param-gather)",))
-def dp_after_step_s(*, T_param, zero):
-    return select((zero == 1) | (zero == 2), T_param, 0 * T_param)
-
-
-@formula("comm/dp_tail", "min(S, bucket)", OVERLAP, BYTES,
-         ("the last gradient bucket is reduced after the backward ends, so it cannot overlap",))
-def dp_tail_bytes(*, S, bucket):
-    return minimum(S, bucket)
-
-
 @formula("time/exposed", "max(T_comm - T_window, min(T_tail, T_comm))", OVERLAP, SECONDS,
          ("communication hides behind compute up to T_window; T_tail (a last bucket) never does",))
 def exposed_s(*, T_comm, T_window, T_tail):
     return maximum(T_comm - T_window, minimum(T_tail, T_comm))
+
+
+@formula("time/bucketed_exposed", lambda *, overlap, **_: "max(T_comm - T_window, T_comm/buckets)" if overlap
+         else "T_comm  (no overlap)", OVERLAP, SECONDS,
+         ("buckets are reduced (or gathered) while the compute that produces (or needs) the next ones runs; the "
+          "last bucket cannot overlap",))
+def bucketed_exposed_s(*, T_comm, T_window, buckets, overlap):
+    """The exposed part of traffic sent in `buckets` equal messages behind a T_window of compute."""
+    if not overlap:
+        return T_comm + 0 * T_window
+    return maximum(T_comm - T_window, T_comm / maximum(buckets, 1))
+
+
+@formula("time/layer_pipeline_exposed", "L*x + h_first + h_last + (L-1)*max(0, h_first + h_last - W)", OVERLAP,
+         SECONDS, ("per-layer traffic: what is prefetched (h_first: the next layer's) or reduced later (h_last: the "
+                   "previous layer's) hides behind one layer's compute W, except the first gather and the last "
+                   "reduction; x is traffic that does not overlap",))
+def layer_pipeline_exposed_s(*, L, x, h_first, h_last, W):
+    """One micro-batch's pass over L layers whose per-layer traffic overlaps the neighbouring
+    layer's compute (FSDP's prefetch and its reduce-scatter during the next layer's backward)."""
+    return L * x + h_first + h_last + maximum(L - 1, 0) * maximum(h_first + h_last - W, 0)
+
+
+@formula("time/tp_layer_exposed", lambda *, overlap, **_: (
+    "(1 + full)*(max(0, a - W_attn) + max(0, a - W_mlp)) + max(0, a - 2*W_attn) + max(0, a - 2*W_mlp)"
+    if overlap else "(4 + 2*full)*a/2  (no overlap)"), Cite("megatron-overlap", "tp_comm_overlap"), SECONDS,
+    ("each block's two exchanges (all-gather in, reduce-scatter out) hide behind that block's linear GEMMs "
+     "(Transformer Engine's userbuffers; backward GEMMs take twice as long); a = one block's exchange",))
+def tp_layer_exposed_s(*, a, W_attn, W_mlp, full, overlap):
+    """Exposed tensor-parallel seconds of one layer and micro-batch: forward (and its rerun under
+    full recompute) and backward, each with an attention and an MLP exchange of a seconds."""
+    if not overlap:
+        return (2 + 2 * full + 2) * a + 0 * W_attn
+    fwd = maximum(a - W_attn, 0) + maximum(a - W_mlp, 0)
+    bwd = maximum(a - 2 * W_attn, 0) + maximum(a - 2 * W_mlp, 0)
+    return (1 + full) * fwd + bwd
