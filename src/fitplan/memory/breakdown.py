@@ -407,7 +407,7 @@ class Breakdown:
     reserve_bytes: int
     stage_index: int = 0                 # the busiest pipeline rank
     stage_layers: tuple[int, ...] = ()   # layers per pipeline stage, stage 0 first
-    host: dict = field(default_factory=dict)   # host/* and nvme/* bytes per GPU (offload), of the busiest rank
+    host: dict = field(default_factory=dict)   # host/* and nvme/* bytes per GPU (offload), of the rank with most
     host_per_node_bytes: int = 0         # host memory one node needs (fitplan.memory.offload.per_node_bytes)
     nvme_per_node_bytes: int = 0
     host_limit_bytes: int | None = None  # the cluster's --host-memory per node; None: not limited
@@ -441,13 +441,15 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
     (candidate_ranks: one of each composition, at its most micro-batches in flight) are
     evaluated, the largest total wins (the lowest rank among equals)."""
-    best, host = None, (0, 0)
+    best, host, host_parts = None, (0, 0), {}
     for i in sorted(set(candidate_ranks(setup.model, config))):
         trace = Trace()
         st = stage_at(trace, setup.model, config, i)
         parts = stage_memory(trace, setup, config, stage=st)
         if best is None or total(parts) > total(best[1]):
             best = (i, parts, trace)
+        if OF.host_total(parts) + OF.nvme_total(parts) > sum(host):
+            host_parts = parts
         host = max(host[0], OF.host_total(parts)), max(host[1], OF.nvme_total(parts))
     i, parts, trace = best
     p = config.pp
@@ -462,7 +464,7 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
                      usable_bytes=cluster.usable_bytes, reserve_bytes=cluster.reserve_bytes,
                      stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
                                                           config.first_stage_layers, config.last_stage_layers),
-                     host={k: parts.get(k, 0) for k in HOST_KEYS}, host_per_node_bytes=per_node[0],
+                     host={k: host_parts.get(k, 0) for k in HOST_KEYS}, host_per_node_bytes=per_node[0],
                      nvme_per_node_bytes=per_node[1], host_limit_bytes=cluster.host_memory_bytes)
 
 

@@ -137,6 +137,11 @@ def _adapter_state(key, P_a, per_param, n_d, zero):
     return ceil_div(P_a * per_param, select(S.is_sharded(key, zero), n_d, 1))
 
 
+@formula("comm/dp_param_message", "w*P_a  (only the adapters change in a step)", LORA)
+def adapter_weights_bytes(*, P_a, w):
+    return ceil_div(P_a * w, 1)
+
+
 @formula("states/grads", _adapter_text("g", "states/grads"), LORA)
 def adapter_grads_bytes(*, P_a, g, n_d, zero):
     """Only the adapters have gradients."""
@@ -225,8 +230,9 @@ def check_supported(model, training) -> str | None:
 
 def dp_messages(ev, setup, c, *, stages, psi):
     """The data-parallel messages of a stage with adapters: the adapters' gradients (g*P_a),
-    and for ZeRO-3's gathers the whole stage's weights, the frozen base at its precision
-    (the larger of the first and last stages)."""
+    and the weights gathered: ZeRO-3 gathers the whole stage's, the frozen base at its
+    precision; ZeRO-1/2's all-gather after the step only the updated adapters (the larger
+    of the first and last stages)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     D = adapter_dims(model, training)[0]
     grads = weights = 0
@@ -238,8 +244,12 @@ def dp_messages(ev, setup, c, *, stages, psi):
                    w=recipe.weights_bytes)
         grads = maximum(grads, ev(adapter_grads_bytes, key="comm/dp_grad_message", P_a=P_a, g=recipe.grads_bytes,
                                   n_d=1, zero=0))
-        weights = maximum(weights, ev(frozen_weights_bytes, key="comm/dp_param_message", W_lin=W_lin, psi=psi,
-                                      psi_lin=lin, P_a=P_a, w=recipe.weights_bytes, n_d=1, zero=0))
+        if c.zero >= 3:
+            W = ev(frozen_weights_bytes, key="comm/dp_param_message", W_lin=W_lin, psi=psi, psi_lin=lin, P_a=P_a,
+                   w=recipe.weights_bytes, n_d=1, zero=0)
+        else:
+            W = ev(adapter_weights_bytes, P_a=P_a, w=recipe.weights_bytes)
+        weights = maximum(weights, W)
     return grads, weights
 
 

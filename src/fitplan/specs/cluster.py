@@ -113,7 +113,7 @@ class ClusterSpec:
                                "boards alone, no host, network or cooling)")
     # offload (fitplan.memory.offload, fitplan.timing.offload): the host's memory, its CPU optimizer, its NVMe
     host_memory_bytes: int | None = declared(
-        "size", default=None, key="host_memory", flag="--host-memory", group="offload", lo="1 GiB", hi="1024 TiB",
+        "size", default=None, key="host_memory", flag="--host-memory", group="offload", lo="1 MiB", hi="1024 TiB",
         example="2 TiB", omitted="not limited; the search does not offload",
         help='CPU memory per node for offloaded state, e.g. "2 TiB"; a limit every plan must respect, and with '
              '--suggest it lets the search offload when nothing fits on the GPUs alone')
