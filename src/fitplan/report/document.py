@@ -58,7 +58,7 @@ def host_table(setup, b) -> list:
         return []
     c = setup.cluster
     rows = tuple((label(k), fmt_gib(v)) for k, v in b.host.items() if v)
-    limit = ("not limited (--host-memory sets a limit)" if b.host_limit_bytes is None else
+    limit = ("none (--host-memory sets one)" if b.host_limit_bytes is None else
              f"{fmt_gib(b.host_limit_bytes)} GiB per node: {'fits' if b.host_fits else 'does not fit'}")
     lines = [f"host memory per node: {fmt_gib(b.host_per_node_bytes)} GiB = the busiest GPU's "
              f"{fmt_gib(sum(v for k, v in b.host.items() if k.startswith('host/')))} GiB x "

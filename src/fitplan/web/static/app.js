@@ -197,6 +197,7 @@
     bits.push(s.recompute === "none" ? "no recompute" : `${s.recompute} recompute`);
     if (s.zero) bits.push(`ZeRO-${s.zero}`);
     if (s.micro_batch > 1) bits.push(`mb ${s.micro_batch}`);
+    if (s.offload && s.offload !== "none") bits.push(`offload ${s.offload}`);
     return bits.join(" · ");
   }
 
@@ -248,7 +249,9 @@
       const r = plan.recommended, mv = plan.minimum_viable;
       const layout = (s, id) => node("strong", { id, textContent: `${configText(s)} · ${configExtras(s)}` });
       const memory = s => `${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
-        + `(${gib(s.headroom_bytes)} GiB headroom)` + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
+        + `(${gib(s.headroom_bytes)} GiB headroom)`
+        + (s.host && s.host.bytes_per_node ? `, ${gib(s.host.bytes_per_node)} GiB of host memory per node` : "")
+        + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
       v.className = "verdict fits";
       v.textContent = "Fits";
       const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `
