@@ -120,8 +120,8 @@ class ClusterSpec:
     cpu_optimizer_params_per_s: float = declared(
         "number", default=CPU_ADAM_PARAMS_PER_S, flag="--cpu-optimizer-rate", scale=1e9, group="offload",
         lo=0.001, hi=1e4, unit="billion parameters/s per node", example=10,
-        help="parameters one node's CPUs step per second under optimizer offload (default 4.55: DeepSpeed's CPU-Adam, "
-             "1B parameters in 0.22 s, Ren et al. 2021 Table 3)")
+        help="billions of parameters one node's CPUs step per second under optimizer offload (default 4.55: "
+             "DeepSpeed's CPU-Adam, 1B parameters in 0.22 s, Ren et al. 2021 Table 3)")
     nvme_bytes_per_s: float = declared(
         "rate", default=10e9, key="nvme_bandwidth", flag="--nvme-bandwidth", group="offload", lo="10 MB/s",
         hi="10 TB/s", example="48 GB/s",
