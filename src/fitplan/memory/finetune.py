@@ -19,7 +19,8 @@ adapters carry the recipe's weights, gradients, master weights and moments, shar
 like any trained parameter.
 
 Activations: a frozen matrix's weight gradient is not computed, so its input is not kept
-(autograd saves a matmul's input only for its weight's gradient; docs/engines.md). Per layer
+(autograd saves a matmul's input only for its weight's gradient;
+docs/engines.md#frozen-weights-keep-no-input). Per layer
 and micro-batch, against fitplan.memory.activations:
   R  the two norm inputs (2e*sbh) and dropout masks as before; a norm's output only where an
      adapter reads it: LN1's for qkv, LN2's for mlp (e*sbh each)
