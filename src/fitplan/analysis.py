@@ -11,6 +11,7 @@ from fitplan.counts import params as P
 from fitplan.explain import Term, formula
 from fitplan.memory import activations as A
 from fitplan.memory import buffers
+from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.parts import label
@@ -99,8 +100,13 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     recipe = training.recipe
     n = P.num_params(model)
     total_state = int(S.unsharded_state_bytes(psi=n, B=recipe.total_bytes))
+    if FT.is_lora(training):   # a frozen base and the adapters' full state
+        base, adapters = FT.model_totals(model, training, n)
+        total_state = base + int(S.unsharded_state_bytes(psi=adapters, B=recipe.total_bytes))
     sh = Shapes.of(setup)
-    per_layer = A.per_layer_bytes.term(**sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    per_layer = (FT.lora_layer_bytes.term(**sh.kw(), **FT.lora_kw(setup), b=micro_batch, t=1, c=1, sp=False,
+                                          recompute=Recompute.NONE) if FT.is_lora(training) else
+                 A.per_layer_bytes.term(**sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE))
     factor = attention_factor.term(a=sh.a, s=sh.s, h=sh.h, e=sh.e, D=sh.D, M=sh.M)
     strategies = []
     for name, zero in STRATEGIES:

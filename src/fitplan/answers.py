@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from fitplan.analysis import SeedAnswer, seed_answer
 from fitplan.counts.params import num_params
 from fitplan.errors import SpecError
-from fitplan.memory.bound import LowerBound, lower_bound
+from fitplan.memory.bound import LowerBound, gpu_state_floor, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.request import SearchOptions
 from fitplan.specs import ClusterSpec, TrainingSpec, compat
 from fitplan.specs.declare import field_bounds
-from fitplan.specs.parallel import ParallelConfig
+from fitplan.specs.parallel import OFFLOAD_ORDER, ParallelConfig
 
 SMALLEST_TRIES = 64
 WORK_CANDIDATES = 40_000_000   # one answer's searches together: a few seconds (bench/search.py)
@@ -69,6 +69,8 @@ def space_for(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict):
                           allow_cross_node_tp=opts.allow_cross_node_tp,
                           num_experts=setup.model.moe.num_experts if setup.model.moe else 0)
     from fitplan.specs.parallel import SETTINGS
+    if setup.cluster.host_memory_bytes is not None:   # host memory to offload to: tried when nothing else fits
+        space = replace(space, offload=OFFLOAD_ORDER)
     settings = {k: v for k, v in fixed.items() if k in SETTINGS}
     return replace(space, settings=replace(space.settings, **settings),
                    **{axis: (value,) for axis, value in fixed.items() if axis not in SETTINGS})
@@ -79,9 +81,11 @@ def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) ->
     space = space_for(setup, micro_batch, opts, fixed)
     result = search(setup, space, top=opts.top, rank=opts.rank, recommend=True)
     model, training = setup.model, setup.training
+    state, act = gpu_state_floor(setup, space.offload)
     bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
                         s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
-                        L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes)
+                        L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes, state=state,
+                        act=act)
     smallest = None if result.feasible else smallest_fitting(setup, micro_batch, opts, fixed, bound.min_gpus)
     return SearchAnswer(result, bound, smallest)
 

@@ -8,6 +8,7 @@ and activations warm colours, so the two groups read as blocks in a stacked bar.
 from dataclasses import dataclass
 
 STATES, ACTIVATIONS, RUNTIME, RESERVE, TIME = "states", "activations", "runtime", "reserve", "time"
+HOST, NVME = "host", "nvme"   # per GPU, held off the GPU under offload (fitplan.memory.offload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +16,7 @@ class Part:
     key: str        # slash path, as in a Term: "states/weights", "time/bubble"
     label: str
     color: str      # "#rrggbb"
-    group: str      # STATES, ACTIVATIONS, RUNTIME (buffers the runtime holds), RESERVE or TIME
+    group: str      # STATES, ACTIVATIONS, RUNTIME (buffers the runtime holds), RESERVE, TIME, HOST or NVME
 
 
 TABLE = (
@@ -31,6 +32,7 @@ TABLE = (
     Part("activations/moe_buffers", "MoE all-to-all buffers", "#54278f", ACTIVATIONS),
     Part("runtime/gathered_weights", "ZeRO-3 weights kept from forward to backward", "#74a9cf", RUNTIME),
     Part("runtime/fp8_weight_cache", "fp8 weight copies and transposes (Transformer Engine)", "#2b8cbe", RUNTIME),
+    Part("runtime/dequant_workspace", "dequantized weight matrix (QLoRA/int8 base)", "#6a51a3", RUNTIME),
     Part("reserve", "reserve (capacity minus usable)", "#cfcfcf", RESERVE),
     Part("time/compute", "compute (recompute included)", "#2e75b6", TIME),
     Part("time/tp_exposed", "exposed tp traffic", "#c55a11", TIME),
@@ -40,6 +42,13 @@ TABLE = (
     Part("time/bubble", "the pipeline bubble", "#b3261e", TIME),
     Part("time/dp_exposed", "exposed dp traffic", "#8fbc5a", TIME),
     Part("time/dp_after_step", "the dp weight all-gather after the step", "#4e8a2e", TIME),
+    Part("time/offload", "offload: host-link traffic and the CPU optimizer step, exposed", "#7f7f7f", TIME),
+    Part("host/weights", "weights in host memory", "#1b7837", HOST),
+    Part("host/grads", "gradients in host memory", "#5aae61", HOST),
+    Part("host/master", "master weights in host memory", "#a6dba0", HOST),
+    Part("host/optimizer", "optimizer moments in host memory", "#d9f0d3", HOST),
+    Part("host/activations", "activations in host memory", "#c2a5cf", HOST),
+    Part("nvme/weights", "weights on NVMe", "#252525", NVME),
 )
 BY_KEY = {p.key: p for p in TABLE}
 

@@ -18,12 +18,12 @@ from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
-from fitplan.specs.parallel import SETTINGS, Recompute, ZeroStage
+from fitplan.specs.parallel import SETTINGS, Offload, Recompute, ZeroStage
 from fitplan.specs.declare import out_of_range, spec_fields
 from fitplan.units import UNIT_PARSERS, fmt_rate
 
 DEFAULT_GPU = "h100-80gb"
-AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel")
+AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel", "offload")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +217,10 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
     else:
         start = base
     training = replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+    given_lora = [flag for flag, key in (("--lora-rank", "lora_rank"), ("--lora-targets", "lora_targets"),
+                                         ("--base-precision", "base_precision")) if key in values]
+    if given_lora and training.finetune == "full":
+        raise SpecError(f"{given_lora[0]}: adapters need --finetune lora or qlora (this plan trains every weight)")
     if training.global_batch is None:   # every comparison runs at one batch (issue 18)
         training = replace(training, global_batch=default_global_batch(seq_len))
         assumed.append(f"global batch {training.global_batch} sequences: fitplan's default of "
@@ -327,7 +331,7 @@ def config_of(resolved: Resolved) -> ParallelConfig:
                             sequence_parallel=bool(c.get("sequence_parallel", False)),
                             recompute=c.get("recompute", Recompute.NONE), micro_batch=resolved.micro_batch,
                             virtual_stages=c.get("virtual_stages", 1), ep=c.get("ep", 1),
-                            **{name: c[name] for name in SETTINGS if name in c})
+                            offload=c.get("offload", Offload.NONE), **{name: c[name] for name in SETTINGS if name in c})
     compat.require(setup.model, setup.training, setup.cluster, config,
                    allow_cross_node_tp=resolved.search.allow_cross_node_tp)
     return config

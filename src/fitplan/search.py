@@ -15,9 +15,9 @@ import numpy as np
 from fitplan.errors import SpecError
 from fitplan.analysis import is_safe
 from fitplan.explain import RAW
-from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_total, candidate_stages, evaluate
+from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_totals, candidate_stages, evaluate
 from fitplan.specs import compat
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, ParallelConfig, Recompute, ZeroStage
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, Offload, ParallelConfig, Recompute, ZeroStage
 from fitplan.units import fmt_count
 # Settings every candidate shares: the user's value (with --suggest) or the default.
 
@@ -26,7 +26,9 @@ from fitplan.units import fmt_count
 MAX_CANDIDATES = 20_000_000
 
 RANK_ORDER = (
-    "least disturbance from plain data parallelism, in this order: no CP before CP (it changes every "
+    "least disturbance from plain data parallelism, in this order: no offload before offload (host memory, the "
+    "host link and a CPU optimizer step; tried only when nothing fits on the GPUs alone, in the order optimizer, "
+    "optimizer+params, activations, params-nvme); no CP before CP (it changes every "
     "layer's attention kernel and traffic; tried only when nothing else fits); recompute none < selective "
     "< full; ZeRO stage lower first; no TP before TP; no PP before PP; no interleaving before interleaving; "
     "micro-batch closer to the requested one first; sequence parallel off before on; then smaller tp, pp, "
@@ -48,6 +50,8 @@ class SearchSpace:
     allow_cross_node_tp: bool = False
     ep: tuple[int, ...] = (1,)
     settings: ParallelConfig = ParallelConfig()   # its SETTINGS fields hold for every candidate
+    # tiers: each is searched whole, in this order, only while the ones before it have nothing that fits
+    offload: tuple[Offload, ...] = (Offload.NONE,)
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -92,6 +96,7 @@ class _Grid:
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
+    offload: Offload = Offload.NONE
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.breakdown.candidate_stages), row-aligned
 
     def __getattr__(self, name):
@@ -199,6 +204,11 @@ def _groups(space: SearchSpace):
 
 
 def space_size(num_gpus: int, space: SearchSpace) -> int:
+    """Candidates in every offload tier: an upper bound on what one search evaluates."""
+    return tier_size(num_gpus, space) * len(space.offload)
+
+
+def tier_size(num_gpus: int, space: SearchSpace) -> int:
     num_degrees = sum(1 for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0)
     return num_degrees * len(space.micro_batches) * len(space.virtual_stages) * len(space.ep) * len(_groups(space))
 
@@ -216,18 +226,18 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
     return ok
 
 
-def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total, ep=1):
+def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total, ep=1, offload_level=0):
     """RANK_ORDER as a tuple, most significant first; elementwise on arrays, so the
     search and the brute-force check in the tests sort by the same key."""
-    return (cp > 1, recompute_level, zero, tp > 1, pp > 1, ep > 1, v > 1, abs(mb - requested_mb), -mb, sp,
-            tp, pp, ep, cp, v, total)
+    return (offload_level, cp > 1, recompute_level, zero, tp > 1, pp > 1, ep > 1, v > 1, abs(mb - requested_mb), -mb,
+            sp, tp, pp, ep, cp, v, total)
 
 
 def _rank_keys(grid: _Grid, idx: np.ndarray, totals: np.ndarray, requested_mb: int) -> np.ndarray:
     """One row per fitting candidate; lexicographic order = RANK_ORDER."""
     key = rank_key(cp=grid.cp[idx], recompute_level=grid.recompute.level, zero=int(grid.zero), tp=grid.tp[idx],
                    pp=grid.pp[idx], v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb,
-                   sp=int(grid.sequence_parallel), total=totals, ep=grid.ep[idx])
+                   sp=int(grid.sequence_parallel), total=totals, ep=grid.ep[idx], offload_level=grid.offload.level)
     return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
 
 
@@ -265,8 +275,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     if size > MAX_CANDIDATES:
         raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
                         f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
-                        f"with --tp, --pp, --cp, --ep, --zero, --recompute or --virtual-stages")
+                        f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
     usable = setup.cluster.usable_bytes
+    host_limit = setup.cluster.host_memory_bytes
     base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
     keys, steps, hours, members, closest = [], [], [], [], None
@@ -274,8 +285,13 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     for sp in space.sequence_parallel:
         per_group: dict = {}
         legal_by_sp[sp] = (_legal(setup, replace(base, sequence_parallel=sp), space, per_group), per_group)
-    for zero, sp, rc in _groups(space):
-        grid = replace(base, zero=zero, sequence_parallel=sp, recompute=rc)
+    considered = 0
+    for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
+        if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
+            if members:
+                break
+            considered += tier_size(num_gpus, space)
+        grid = replace(base, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload)
         legal, per_group = legal_by_sp[sp]
         for rule, count in per_group.items():
             rejected[rule] = rejected.get(rule, 0) + count
@@ -283,12 +299,22 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             single = legal & (grid.dp * grid.cp == 1)
             rejected["zero_over_one_rank"] = rejected.get("zero_over_one_rank", 0) + int(single.sum())
             legal = legal & ~single
+        if setup.training.finetune != "full" and rc not in SEARCHED_RECOMPUTE:
+            rejected["lora_recompute_mode"] = rejected.get("lora_recompute_mode", 0) + int(legal.sum())
+            continue
+        if offload.params and zero != ZeroStage.OS_G_P:   # weights leave the GPU only as ZeRO-3 shards
+            rejected["offload_params_needs_zero3"] = rejected.get("offload_params_needs_zero3", 0) + int(legal.sum())
+            continue
         idx = np.flatnonzero(legal)
         if len(idx) == 0:
             continue
-        totals = busiest_total(setup, grid.take(idx))
+        totals, host = busiest_totals(setup, grid.take(idx))
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
+        if host_limit is not None and offload is not Offload.NONE:
+            over = fits & (host > host_limit)
+            rejected["exceeds_host_memory"] = rejected.get("exceeds_host_memory", 0) + int(over.sum())
+            fits = fits & ~over
         low = int(np.argmin(totals))
         if closest is None or totals[low] < closest[0]:
             closest = (totals[low], _config(grid, idx[low]))
@@ -335,7 +361,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                                        f"safe margin (fitplan.analysis.is_safe); more GPUs, or a layout with more "
                                        f"headroom")
     ranked = picks.pop("ranked", [])
-    return SearchResult(num_gpus=num_gpus, space=space, considered=size, rejected_by_reason=dict(sorted(rejected.items())),
+    return SearchResult(num_gpus=num_gpus, space=space, considered=considered,
+                        rejected_by_reason=dict(sorted(rejected.items())),
                         fit=fit, suggestions=tuple(ranked[:top]), ranked=tuple(ranked),
                         least_loaded=None if closest is None else evaluate(setup, closest[1]),
                         rank_order={"throughput": THROUGHPUT_ORDER, "cost": COST_ORDER}.get(rank, RANK_ORDER), **picks)
@@ -390,7 +417,8 @@ def _config(grid: _Grid, i: int) -> ParallelConfig:
                           zero=ZeroStage(grid.zero), sequence_parallel=bool(grid.sequence_parallel),
                           recompute=grid.recompute,
                           micro_batch=int(grid.micro_batch[i]), virtual_stages=int(grid.virtual_stages[i]),
-                          ep=int(grid.ep[i]), **{name: getattr(grid.settings, name) for name in SETTINGS})
+                          ep=int(grid.ep[i]), offload=grid.offload,
+                          **{name: getattr(grid.settings, name) for name in SETTINGS})
 
 
 def rank_reason(config: ParallelConfig, requested_mb: int) -> str:
@@ -403,6 +431,8 @@ def rank_reason(config: ParallelConfig, requested_mb: int) -> str:
              "no CP" if config.cp == 1 else f"CP {config.cp}"]
     if config.ep > 1:
         parts.insert(4, f"EP {config.ep}")
+    if config.offload is not Offload.NONE:
+        parts.insert(0, f"offload {config.offload.value} needed")
     if config.micro_batch != requested_mb:
         parts.append(f"micro-batch {config.micro_batch} instead of {requested_mb}")
     return ", ".join(parts)

@@ -66,6 +66,21 @@ SOURCES = {
                                "megatron/core/distributed/distributed_data_parallel_config.py (overlap_grad_reduce, "
                                "overlap_param_gather: False); megatron/core/model_parallel_config.py "
                                "(tp_comm_overlap, overlap_moe_expert_parallel_comm: False) @d98e8a6"),
+    "zero-offload": Source("ZeRO-Offload: Democratizing Billion-Scale Model Training", "Ren, Rajbhandari, Aminabadi, "
+                           "Ruwase, Yang, Zhang, Li, He", 2021, "arXiv:2101.06840 (USENIX ATC 2021)"),
+    "zero-infinity": Source("ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep Learning",
+                            "Rajbhandari, Ruwase, Rasley, Smith, He", 2021, "arXiv:2104.07857"),
+    "deepnvme": Source("DeepNVMe: affordable I/O scaling for deep learning", "DeepSpeed", 2025,
+                       "deepspeedai/DeepSpeed blogs/deepnvme/06-2025/README.md (4 Gen4 SSDs: 10 GB/s reads, 5 writes)"),
+    "torch-offload": Source("torch.autograd.graph.save_on_cpu", "PyTorch", 2023,
+                            "torch/autograd/graph.py: saved tensors packed to (pinned) CPU memory, unpacked in backward"),
+    "lora": Source("LoRA: Low-Rank Adaptation of Large Language Models", "Hu et al.", 2021, "arXiv:2106.09685"),
+    "qlora": Source("QLoRA: Efficient Finetuning of Quantized LLMs", "Dettmers, Pagnoni, Holtzman, Zettlemoyer", 2023,
+                    "arXiv:2305.14314; artidoro/qlora scripts/finetune_guanaco_65b.sh"),
+    "llm-int8": Source("LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale", "Dettmers et al.", 2022,
+                       "arXiv:2208.07339; bitsandbytes Linear8bitLt"),
+    "pcie": Source("PCI Express Base Specification 4.0 and 5.0", "PCI-SIG", 2019,
+                   "16 and 32 GT/s per lane, 128b/130b encoding; vendor datasheets for NVLink-C2C"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -96,4 +111,7 @@ def short_name(key: str) -> str:
             "deepseek-v2": "DeepSeek-V2",
             "pope": "Pope et al.", "awq": "AWQ",
             "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests",
-            "megatron-overlap": "Megatron-Core"}[key]
+            "megatron-overlap": "Megatron-Core",
+            "zero-offload": "ZeRO-Offload",
+            "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
+            "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe"}[key]

@@ -36,7 +36,9 @@ COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}, "firs
               "reshard_after_forward": {"zero": 3}, "recompute_num_layers": {"recompute": "full"}}
 SPEC_ROOTS = ("model", "training", "cluster")
 # Spec fields legal only beside another: flags (CLI) and request keys (API).
-SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"sliding_window": 4096})}
+SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"sliding_window": 4096}),
+                   **{name: (["--finetune", "lora"], {"finetune": "lora"})
+                      for name in ("lora_rank", "lora_targets", "base_precision")}}
 
 
 def _argv_value(f, value) -> list[str]:

@@ -212,3 +212,28 @@ def test_every_preset_states_its_board_power(name):
 
 def test_power_is_written_with_its_unit_and_loads_back():
     assert 'power = "700 W"' in dump_toml(GPUS["h100-80gb"]) and 'power = "1.2 kW"' in dump_toml(GPUS["gb200"])
+
+
+# The link to host memory (--host-bandwidth's default, what offload moves over), per GPU and direction, and the
+# words in the preset's source that state it.
+GEN4, GEN5 = (25e9, "PCIe Gen4 x16: 31.5 GB/s per direction raw, 25 GB/s achievable"), (
+    50e9, "PCIe Gen5 x16: 63 GB/s per direction raw, 50 GB/s achievable")
+HOST_LINK = {
+    "a100-40gb": GEN4, "a100-80gb": GEN4, "a800": GEN4,           # Ampere SXM4: PCIe Gen4 to the host
+    "h100-80gb": GEN5, "h200-141gb": GEN5, "h800": GEN5, "h20": GEN5, "h100-pcie": GEN5, "b200": GEN5,
+    "mi300x": GEN5, "mi325x": GEN5, "mi355x": GEN5,
+    "gpu-192gib": (50e9, "assumed b200's"),
+    "gh200": (450e9, "900 GB/s both directions = 450 GB/s each way"),       # GH200 datasheet: NVLink-C2C 900 GB/s
+    "gb200": (225e9, "read as 225 GB/s per GPU each way"),               # one C2C for two GPUs, split evenly
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_preset_states_its_host_link(name):
+    rate, words = HOST_LINK[name]
+    assert GPUS[name].host_bytes_per_s == rate and words in GPUS[name].source
+
+
+def test_host_bandwidth_is_written_with_its_unit():
+    assert 'host_bandwidth = "50 GB/s"' in dump_toml(GPUS["h100-80gb"])
+    assert 'host_bandwidth = "450 GB/s"' in dump_toml(GPUS["gh200"])

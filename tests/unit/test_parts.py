@@ -3,20 +3,22 @@ chart and the page read; the core's PARTS tuples are its keys."""
 import json
 
 from fitplan import parts
+from fitplan.memory.breakdown import HOST_KEYS as HOST_PARTS
 from fitplan.memory.breakdown import PARTS as MEMORY_PARTS
 from fitplan.timing.step import PARTS as TIME_PARTS
 
 
 def test_the_core_parts_are_the_table_keys_in_order():
-    assert MEMORY_PARTS + ("reserve",) + TIME_PARTS == tuple(p.key for p in parts.TABLE)
-    assert len(MEMORY_PARTS) == 12 and len(TIME_PARTS) == 8
+    assert MEMORY_PARTS + ("reserve",) + TIME_PARTS + HOST_PARTS == tuple(p.key for p in parts.TABLE)
+    assert len(MEMORY_PARTS) == 13 and len(TIME_PARTS) == 9 and len(HOST_PARTS) == 6
     assert parts.part_keys(parts.STATES) == MEMORY_PARTS[:4]
 
 
 def test_each_part_has_its_own_label_and_colour():
     assert len({p.label for p in parts.TABLE}) == len({p.color for p in parts.TABLE}) == len(parts.TABLE)
     assert all(p.color.startswith("#") and len(p.color) == 7 for p in parts.TABLE)
-    assert {p.group for p in parts.TABLE} == {parts.STATES, parts.ACTIVATIONS, parts.RUNTIME, parts.RESERVE, parts.TIME}
+    assert {p.group for p in parts.TABLE} == {parts.STATES, parts.ACTIVATIONS, parts.RUNTIME, parts.RESERVE, parts.TIME,
+                                              parts.HOST, parts.NVME}
 
 
 def test_payload_is_json_and_names_every_part():

@@ -79,10 +79,21 @@ def recompute_flops(*, L, F_linear, F_core, recompute, F_rerun=0, frac=1):
     return 0 * F_core
 
 
-@formula("flops/backward", "2*F_forward + F_recompute", APP_A, FLOPS,
-         ("backward = 2x forward (Korthikanti App. A); the recomputed forward runs inside it",))
-def backward_flops(*, F_forward, F_recompute):
-    return 2 * F_forward + F_recompute
+@formula("flops/backward", lambda *, F_frozen=0, **_: "2*F_forward + F_recompute" + (
+    " - F_frozen  (no weight gradients for frozen matrices)" if not isinstance(F_frozen, int) or F_frozen else ""),
+         APP_A, FLOPS, ("backward = 2x forward (Korthikanti App. A); the recomputed forward runs inside it",))
+def backward_flops(*, F_forward, F_recompute, F_frozen=0):
+    """F_frozen: the weight-gradient GEMMs a frozen base skips (fine-tuning with adapters)."""
+    return 2 * F_forward + F_recompute - F_frozen
+
+
+@formula("flops/frozen_weight_grads", "L*F_frozen_linear + F_logits",
+         Cite("fitplan", "formulas.md#lora-and-qlora"), FLOPS,
+         ("a frozen matrix's backward computes its input's gradient only: half of its 2x forward",))
+def frozen_weight_grad_flops(*, L, F_frozen, F_logits):
+    """The weight-gradient GEMMs a frozen base and head would have cost: one forward's worth of
+    each frozen matrix (the adapters and the attention core keep their full backward)."""
+    return L * F_frozen + F_logits
 
 
 @formula("flops/model", "3*F_forward  (= 72BLsh^2(1 + s/(6h) + V/(12hL)) for GPT shapes)", EQ7, FLOPS)

@@ -42,23 +42,25 @@ deepspeed.checkpointing, which the model code must call; the notes say what to w
 import json
 
 from fitplan.counts.params import shape_params
-from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
-from fitplan.specs.parallel import overlaps_param_gather
-from fitplan.specs import Recompute, ZeroStage
-from fitplan.specs.parallel import RecomputeMethod, Schedule
+from fitplan.specs import Offload, Recompute, ZeroStage
+from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_param_gather
 
 FORMAT = "deepspeed"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
 
 
 def to_deepspeed(plan: Plan) -> Exported | Unsupported:
-    reasons, notes = _parallel_reasons(plan), []
+    reasons = _parallel_reasons(plan) + adapter_and_offload_reasons(
+        plan, "DeepSpeed", ("optimizer", "optimizer+params", "params-nvme"))
+    notes = []
     config = {"train_batch_size": plan.global_batch,
               "train_micro_batch_size_per_gpu": plan.parallel.micro_batch,
               "gradient_accumulation_steps": plan.num_microbatches}
     config.update(_precision(plan, reasons, notes))
-    config["zero_optimization"] = {**_zero(plan, reasons, notes), **_overlap(plan, notes)}
+    config["zero_optimization"] = {**_zero(plan, reasons, notes), **_overlap(plan, notes),
+                                   **_offload(plan, reasons, notes)}
     config.update(_optimizer(plan, reasons))
     config.update(_recompute(plan, reasons, notes))
     if reasons:
@@ -175,6 +177,25 @@ def _precision(plan: Plan, reasons: list, notes: list) -> dict:
                        f"gradients (2 B/param, plus an fp32 copy of the partition); plan ZeRO-1 or 2-byte grads")
     else:
         reasons.append(f"gradients at {r.grads_bytes} B/param: DeepSpeed keeps bf16 (2) or fp32 (4) gradients")
+    return out
+
+
+def _offload(plan: Plan, reasons: list, notes: list) -> dict:
+    """zero_optimization.offload_optimizer / offload_param (ZeRO-Offload, ZeRO-Infinity)."""
+    o, zero = plan.parallel.offload, plan.parallel.zero
+    if not o.optimizer:
+        return {}
+    if zero == ZeroStage.NONE:
+        reasons.append(f"--offload {o.value} with ZeRO-0: DeepSpeed offloads the optimizer only under ZeRO 1-3")
+        return {}
+    out = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    if o.params:
+        out["offload_param"] = {"device": "nvme" if o is Offload.PARAMS_NVME else "cpu", "pin_memory": True}
+        if o is Offload.PARAMS_NVME:
+            out["offload_param"]["nvme_path"] = "/local_nvme"
+            notes.append("offload_param.nvme_path is a placeholder: point it at a local NVMe mount")
+    notes.append("with offload_optimizer DeepSpeed steps the optimizer with its CPU-Adam: keep optimizer.type "
+                 "Adam/AdamW")
     return out
 
 

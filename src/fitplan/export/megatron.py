@@ -60,7 +60,7 @@ back with an argparse parser that declares exactly these names.
 import shlex
 
 from fitplan.counts.params import shape_params
-from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
 from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_ep_comm, overlaps_param_gather
@@ -72,7 +72,7 @@ VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
 
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
-    reasons, notes = [], []
+    reasons, notes = adapter_and_offload_reasons(plan, "Megatron-LM"), []
     flags = (_degrees(plan) + _pipeline(plan, reasons, notes) + _zero(plan, reasons) + _overlap(plan, reasons)
              + _batch(plan) + _recompute(plan, reasons, notes) + _precision(plan, reasons, notes)
              + _shapes(plan, reasons, notes))

@@ -120,6 +120,8 @@ def describe(plan: Plan) -> str:
 def _describe(plan: Plan) -> str:
     c = plan.parallel
     extras = [f"zero={int(c.zero)}", f"recompute={c.recompute.value}", f"micro-batch={c.micro_batch}"]
+    if c.offload.value != "none":
+        extras.append(f"offload={c.offload.value}")
     if c.sequence_parallel:
         extras.append("sp")
     if c.virtual_stages > 1:
@@ -137,3 +139,16 @@ def _describe(plan: Plan) -> str:
     return (f"{plan.model.name}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} {' '.join(extras)} on {plan.num_gpus} "
             f"GPUs, global batch {plan.global_batch} x {plan.training.seq_len} tokens, "
             f"precision {plan.training.recipe.name}")
+
+
+def adapter_and_offload_reasons(plan: Plan, framework: str, offloads: tuple[str, ...] = ()) -> list:
+    """Why an exporter cannot express the plan's adapters or its offload (offloads: the
+    values this framework's config can say)."""
+    out = []
+    t, o = plan.training, plan.parallel.offload.value
+    if t.finetune != "full":
+        out.append(f"--finetune {t.finetune}: the adapters and the frozen base are set up in code (peft's "
+                   f"LoraConfig / bitsandbytes), not in a {framework} config; exported, it would train every weight")
+    if o != "none" and o not in offloads:
+        out.append(f"--offload {o}: {framework}'s config has no setting for it here")
+    return out

@@ -46,7 +46,7 @@ bf16 only as the gathered compute copy. So it expresses:
   sequence    the legacy TOML turns sequence parallel on whenever tp > 1.
 """
 from fitplan import toml_text
-from fitplan.export.plan import Exported, Plan, Unsupported, describe
+from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
 from fitplan.specs.parallel import RecomputeMethod, Schedule
@@ -101,7 +101,7 @@ def _python(value) -> str:
 
 
 def _settings(plan: Plan, *, legacy: bool):
-    reasons, notes = [], []
+    reasons, notes = adapter_and_offload_reasons(plan, "torchtitan"), []
     c, m, t = plan.parallel, plan.model, plan.training
     param_dtype = _precision(plan, reasons, notes)
     replicate, shard, fsdp = _data_parallel(plan, reasons)

@@ -220,12 +220,14 @@ def chunks_in_flight(*, p, v, r, m, schedule="1f1b"):
 
 
 @formula("activations/embedding",
-         lambda *, sp, **_: "n_mb*(D*M*s*b*h/" + ("t" if sp else "1") + " + 8*s*b)/c",
+         lambda *, sp, ids=8, **_: "n_mb*(D*M*s*b*h/" + ("t" if sp else "1") + (" + 8*s*b" if ids else "") + ")/c"
+         + ("" if ids else "  (a frozen embedding keeps no token ids)"),
          Cite("korthikanti", "Sec. 4.3; token ids: Megatron-LM theoretical_memory_usage.py"))
-def embedding_bytes(*, s, b, h, M, D, t, c, sp, n_mb):
+def embedding_bytes(*, s, b, h, M, D, t, c, sp, n_mb, ids=8):
     """First stage: the embedding-dropout mask (sbhp/t in Sec. 4.3, with SP) and the int64
-    token ids (8sb, Megatron-LM), for each of the n_mb micro-batches in flight."""
-    return n_mb * (ceil_div(D * M * s * b * h, select(sp, t, 1) * c) + ceil_div(8 * s * b, c))
+    token ids (8sb, Megatron-LM; ids=0 when the embedding is frozen, its weight gradient
+    not computed), for each of the n_mb micro-batches in flight."""
+    return n_mb * (ceil_div(D * M * s * b * h, select(sp, t, 1) * c) + ceil_div(ids * s * b, c))
 
 
 @formula("activations/embedding_microbatches", "ceil(chunks/v)  (micro-batches whose chunks the rank holds)",
@@ -236,11 +238,13 @@ def embedding_microbatches(*, chunks, v):
 
 
 @formula("activations/output",
-         lambda *, sp, n_mb=1, **_: ("" if n_mb == 1 else "n_mb*(") + ("2*e*s*b*h/(t*c)" if sp else "2*e*s*b*h/c")
-         + " + 4*s*b*V/(t*c)" + ("" if n_mb == 1 else ")"), SEC43,
-         assumes=("logits kept in fp32 for the cross-entropy (Korthikanti Sec. 4.3)",))
-def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1):
-    """Last stage: final-norm input and output-projection input (2sbh/t each in Sec. 4.3)
+         lambda *, sp, n_mb=1, k_in=2, **_: ("" if n_mb == 1 else "n_mb*(")
+         + (f"{k_in}*e*s*b*h" if k_in != 1 else "e*s*b*h") + ("/(t*c)" if sp else "/c")
+         + " + 4*s*b*V/(t*c)" + ("" if n_mb == 1 else ")") + ("" if k_in == 2 else "  (a frozen head keeps no input)"),
+         SEC43, assumes=("logits kept in fp32 for the cross-entropy (Korthikanti Sec. 4.3)",))
+def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1, k_in=2):
+    """Last stage: final-norm input and output-projection input (2sbh/t each in Sec. 4.3;
+    k_in = 1 when the head is frozen: its input is kept only for its weight gradient)
     and the fp32 logits of the vocabulary-parallel cross-entropy, 4sbV/t, for the n_mb
     micro-batches whose loss waits for its backward (1 under 1F1B, all m under GPipe)."""
-    return n_mb * (ceil_div(2 * e * s * b * h, select(sp, t, 1) * c) + ceil_div(4 * s * b * V, t * c))
+    return n_mb * (ceil_div(k_in * e * s * b * h, select(sp, t, 1) * c) + ceil_div(4 * s * b * V, t * c))

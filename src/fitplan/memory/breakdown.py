@@ -12,13 +12,15 @@ from fitplan.counts import params as P
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
+from fitplan.memory import finetune as FT
+from fitplan.memory import offload as OF
 from fitplan.memory import states as S
 from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
 from fitplan.specs.model import Position
-from fitplan.specs.parallel import Recompute
+from fitplan.specs.parallel import Offload, Recompute
 
 PARTS = part_keys(STATES, ACTIVATIONS, RUNTIME)   # the table of parts, fitplan.parts
 STATE_PARTS = part_keys(STATES)
@@ -41,6 +43,9 @@ class Setup:
         if m.position is Position.LEARNED and t.seq_len > m.max_seq_len:
             raise SpecError(f"training.seq_len {t.seq_len} is longer than the model's learned position table "
                             f"({m.max_seq_len}); use --seq-len <= {m.max_seq_len} or a RoPE model")
+        problem = FT.check_supported(m, t)
+        if problem:
+            raise SpecError(problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,12 +250,19 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, model, c, stage=stage),
                                           n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
     zero = c.zero
-    out = {
-        "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
-        "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
-        "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
-        "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero, **experts),
-    }
+    lora = FT.is_lora(training)
+    if lora:   # a frozen base, trained adapters (fitplan.memory.finetune)
+        out, trained = _lora_states(ev, setup, c, stage=stage, psi=psi, n_d=n_d)
+    else:
+        out = {
+            "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
+            "states/grads": ev(S.grads_bytes, psi=psi, g=recipe.grads_bytes, n_d=n_d, zero=zero, **experts),
+            "states/master": ev(S.master_bytes, psi=psi, m=recipe.master_bytes, n_d=n_d, zero=zero, **experts),
+            "states/optimizer": ev(S.optimizer_bytes, psi=psi, K=recipe.optimizer_bytes, n_d=n_d, zero=zero,
+                                   **experts),
+        }
+        trained = dict(psi=psi, n_d=n_d, zero=zero, **experts)
+    OF.place_states(ev, out, OF.offload_of(c), trained=dict(trained, g_h=OF.gradient_precision(recipe)))
     if zero == 3 and not c.reshard_after_forward:
         out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
                                             w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=1)
@@ -266,16 +278,18 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     else:
         out["runtime/fp8_weight_cache"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
-    layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute)
+    per_layer, per_workspace = (FT.lora_layer_bytes, FT.lora_workspace_bytes) if lora else (
+        A.per_layer_bytes, A.recompute_workspace_bytes)
+    layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
-    a_layer = ev(A.per_layer_bytes, **layer)
+    a_layer = ev(per_layer, **layer)
     dual = c.schedule == Schedule.DUALPIPE
     v_held = 2 if dual else v
     chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
     l = stage.layers
     if moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
-        workspace = ev(A.recompute_workspace_bytes, **layer)
+        workspace = ev(per_workspace, **layer)
         buffers = 0 * a_layer
     else:
         mk = sh.moe
@@ -287,19 +301,46 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
                      **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
     if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
-        a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer)
+        a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer,
+                                           per_layer=per_layer)
     out["activations/layers"] = a_stage
     out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v_held, chunks=chunks)
+    if OF.offload_of(c).activations:   # stored activations go to host memory; one layer's are on the GPU in transit
+        out["host/activations"] = ev(OF.host_activation_bytes, A_stage=a_stage,
+                                     A_in_flight=out["activations/pipeline_in_flight"])
+        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None else maximum(
+            a_layer, a_moe), A_stage=a_stage)
+        out["activations/pipeline_in_flight"] = 0 * a_layer
+    frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
     n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
     out["activations/embedding"] = _held(stage.embedding, lambda: ev(
-        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb()), a_layer)
+        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb(), **frozen), a_layer)
     n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
     out["activations/output"] = _held(stage.head, lambda: ev(
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out})), a_layer)
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **({"k_in": 1} if lora else {})),
+        a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
+    out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
+                                        if lora and FT.base_precision(training) in ("nf4", "int8") else 0 * a_layer)
     return out
+
+
+def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict]:
+    """The states of a frozen base with rank-r adapters (fitplan.memory.finetune), and the
+    trained parameters' sharding (for offload's host gradients)."""
+    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    l, zero = stage.layers, c.zero
+    P_a = ev(FT.adapter_params, l=l, r=training.lora_rank, D=FT.adapter_dims(model, training)[0], t=c.tp)
+    psi_lin = ev(FT.stage_linear_params, l=l, P_lin=FT.linear_params(model), t=c.tp)
+    W_lin = ev(FT.quantized_weight_bytes, psi=psi_lin, precision=FT.base_precision(training), w=recipe.weights_bytes)
+    out = {"states/weights": ev(FT.frozen_weights_bytes, W_lin=W_lin, psi=psi, psi_lin=psi_lin, P_a=P_a,
+                                w=recipe.weights_bytes, n_d=n_d, zero=zero),
+           "states/grads": ev(FT.adapter_grads_bytes, P_a=P_a, g=recipe.grads_bytes, n_d=n_d, zero=zero),
+           "states/master": ev(FT.adapter_master_bytes, P_a=P_a, m=recipe.master_bytes, n_d=n_d, zero=zero),
+           "states/optimizer": ev(FT.adapter_optimizer_bytes, P_a=P_a, K=recipe.optimizer_bytes, n_d=n_d, zero=zero)}
+    return out, dict(psi=P_a, n_d=n_d, zero=zero)
 
 
 @formula("activations/layers",
@@ -327,11 +368,11 @@ def partial_recompute_workspace_bytes(*, A_keep_layer, l, N, method):
     return A_keep_layer if method == "block" else minimum(N, l) * A_keep_layer
 
 
-def _partial_full(ev, setup: Setup, c, *, layer, l, n_dense, a_input):
+def _partial_full(ev, setup: Setup, c, *, layer, l, n_dense, a_input, per_layer=A.per_layer_bytes):
     """Megatron's --recompute-num-layers with --recompute-method: the stage's stored bytes and
     the workspace, from the layers' bytes without recompute (a_input: a layer's input)."""
     keep = dict(layer, recompute=Recompute.NONE)
-    a_keep = ev(A.per_layer_bytes, key="activations/per_layer_kept", **keep)
+    a_keep = ev(per_layer, key="activations/per_layer_kept", **keep)
     if setup.model.moe is None:
         stage_keep = ev(stage_layers_bytes, key="activations/layers_kept", A_layer=a_keep, l=l)
         widest = a_keep
@@ -356,6 +397,9 @@ def total(parts: dict):
     return sum(parts[k] for k in PARTS)
 
 
+HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
+
+
 @dataclass(frozen=True, slots=True)
 class Breakdown:
     """The busiest GPU of one configuration, term by term, with the Terms that explain it."""
@@ -367,6 +411,10 @@ class Breakdown:
     reserve_bytes: int
     stage_index: int = 0                 # the busiest pipeline rank
     stage_layers: tuple[int, ...] = ()   # layers per pipeline stage, stage 0 first
+    host: dict = field(default_factory=dict)   # host/* and nvme/* bytes per GPU (offload), of the rank with most
+    host_per_node_bytes: int = 0         # host memory one node needs (fitplan.memory.offload.per_node_bytes)
+    nvme_per_node_bytes: int = 0
+    host_limit_bytes: int | None = None  # the cluster's --host-memory per node; None: not limited
 
     @property
     def state_bytes(self) -> int:
@@ -385,28 +433,43 @@ class Breakdown:
         return self.usable_bytes - self.per_gpu_bytes
 
     @property
+    def host_fits(self) -> bool:
+        return self.host_limit_bytes is None or self.host_per_node_bytes <= self.host_limit_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.per_gpu_bytes <= self.usable_bytes
+        return self.per_gpu_bytes <= self.usable_bytes and self.host_fits
 
 
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
     (candidate_ranks: one of each composition, at its most micro-batches in flight) are
     evaluated, the largest total wins (the lowest rank among equals)."""
-    best = None
+    best, host, host_parts = None, (0, 0), {}
     for i in sorted(set(candidate_ranks(setup.model, config))):
         trace = Trace()
         st = stage_at(trace, setup.model, config, i)
         parts = stage_memory(trace, setup, config, stage=st)
         if best is None or total(parts) > total(best[1]):
             best = (i, parts, trace)
+        if OF.host_total(parts) + OF.nvme_total(parts) > sum(host):
+            host_parts = parts
+        host = max(host[0], OF.host_total(parts)), max(host[1], OF.nvme_total(parts))
     i, parts, trace = best
     p = config.pp
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
-    return Breakdown(config=config, stage=stage, parts=parts, terms=tuple(trace.terms),
-                     usable_bytes=setup.cluster.usable_bytes, reserve_bytes=setup.cluster.reserve_bytes,
+    cluster = setup.cluster
+    per_node = [0, 0]
+    if config.offload is not Offload.NONE:   # the busiest rank's host bytes, for each process on a node
+        per_node = [trace(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
+                    if x or key == "host/per_node" else 0
+                    for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
+    return Breakdown(config=config, stage=stage, parts={k: parts[k] for k in PARTS}, terms=tuple(trace.terms),
+                     usable_bytes=cluster.usable_bytes, reserve_bytes=cluster.reserve_bytes,
                      stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
-                                                          config.first_stage_layers, config.last_stage_layers))
+                                                          config.first_stage_layers, config.last_stage_layers),
+                     host={k: host_parts.get(k, 0) for k in HOST_KEYS}, host_per_node_bytes=per_node[0],
+                     nvme_per_node_bytes=per_node[1], host_limit_bytes=cluster.host_memory_bytes)
 
 
 def candidate_ranks(model: ModelSpec, c) -> list:
@@ -439,8 +502,21 @@ def candidate_stages(model: ModelSpec, c) -> list:
 def busiest_total(setup: Setup, c):
     """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path):
     the most of the candidate ranks."""
-    out = None
+    return busiest_totals(setup, c)[0]
+
+
+def busiest_totals(setup: Setup, c):
+    """(per-GPU bytes of the busiest stage, host bytes per node): the most of the candidate
+    ranks for each; the host figure is 0 without offload."""
+    out = host = None
     for st in candidate_stages(setup.model, c):
-        t = total(stage_memory(RAW, setup, c, stage=st))
+        parts = stage_memory(RAW, setup, c, stage=st)
+        t = total(parts)
         out = t if out is None else maximum(out, t)
-    return out
+        if OF.offload_of(c) is not Offload.NONE:
+            x = OF.host_total(parts)
+            host = x if host is None else maximum(host, x)
+    if host is None:
+        return out, 0
+    cluster = setup.cluster
+    return out, OF.per_node_bytes(per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus)

@@ -10,6 +10,8 @@ of Korthikanti et al. Table 5 (A100 80GB, tp = 8): 0.83 and 4500, rms error 1.3%
 MFU within 1.2 points on every row. They are carried over unmeasured to the other parts:
 a visible assumption (newer GPUs have a different compute-to-bandwidth balance).
 """
+from dataclasses import replace
+
 from fitplan.specs.cluster import GpuSpec, LinkSpec
 from fitplan.units import GB, GiB
 
@@ -157,4 +159,21 @@ _GPUS = (
                    "assumed, as mi300x"
                    ". 1400 W total board power (MI350X: 1000 W)"),
 )
+# The link to host memory (GpuSpec.host_bytes_per_s, per GPU and direction), what offload moves over. PCIe x16
+# raw rates after 128b/130b encoding: Gen4 16 GT/s x 16 = 31.5 GB/s, Gen5 32 GT/s x 16 = 63 GB/s per direction;
+# pinned copies reach about 80% of that (NVIDIA's nvbandwidth example: host_to_device 55.6 GB/s on Gen5).
+_GEN4 = (25e9, "host link PCIe Gen4 x16: 31.5 GB/s per direction raw, 25 GB/s achievable")
+_GEN5 = (50e9, "host link PCIe Gen5 x16: 63 GB/s per direction raw, 50 GB/s achievable")
+HOST_LINKS = {
+    "gpu-192gib": (50e9, "host link assumed b200's: PCIe Gen5 x16, 50 GB/s achievable"),
+    "a100-40gb": _GEN4, "a100-80gb": _GEN4, "a800": _GEN4,
+    "h100-80gb": _GEN5, "h200-141gb": _GEN5, "h800": _GEN5, "h20": _GEN5, "h100-pcie": _GEN5, "b200": _GEN5,
+    "mi300x": _GEN5, "mi325x": _GEN5, "mi355x": _GEN5,
+    "gh200": (450e9, "host link NVLink-C2C to the Grace CPU: 900 GB/s both directions = 450 GB/s each way (GH200 "
+                     "datasheet)"),
+    "gb200": (225e9, "host link NVLink-C2C: 900 GB/s both directions between the Grace CPU and its two Blackwell "
+                     "GPUs, read as 225 GB/s per GPU each way (an even split; no per-GPU figure is published)"),
+}
+_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}")
+              for g in _GPUS)
 GPUS = {g.name: g for g in _GPUS}

@@ -91,6 +91,8 @@ def short(c) -> str:
     bits += [f"dp {c.dp}", f"ZeRO-{int(c.zero)}",
              "no recompute" if c.recompute.value == "none" else f"{c.recompute.value} recompute",
              f"micro-batch {c.micro_batch}"]
+    if c.offload.value != "none":
+        bits.append(f"offload {c.offload.value}")
     return ", ".join(bits)
 
 

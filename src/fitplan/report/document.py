@@ -24,10 +24,49 @@ def header(setup) -> list:
         f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
         f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}, "
         f"{t.attention_kernel} attention",
+        *finetune_lines(t),
         f"cluster  {fmt_gib(c.gpu.memory_bytes)} GiB per GPU, {fmt_gib(c.reserve_bytes)} GiB reserved, "
         f"{fmt_gib(c.usable_bytes)} GiB usable; {c.gpus_per_node} GPUs per node",
+        *host_lines(c),
         *(f"assumed  {a}" for a in setup.assumed),
     ))]
+
+
+def finetune_lines(t) -> tuple[str, ...]:
+    """The fine-tuning mode, when the base is frozen."""
+    if t.finetune == "full":
+        return ()
+    from fitplan.memory.finetune import base_precision
+    base = base_precision(t)
+    base = f"the recipe's {t.recipe.weights_bytes:g} B" if base == "recipe" else base
+    return (f"finetune {t.finetune}: frozen base (linear weights {base}), LoRA rank {t.lora_rank} on "
+            f"{t.lora_targets.replace(',', ', ')}; only the adapters have gradients and optimizer state",)
+
+
+def host_lines(c) -> tuple[str, ...]:
+    """The host side offload uses, when a limit is given."""
+    if c.host_memory_bytes is None:
+        return ()
+    return (f"host     {fmt_gib(c.host_memory_bytes)} GiB CPU memory per node, host link "
+            f"{c.gpu.host_bytes_per_s / 1e9:g} GB/s per GPU, CPU optimizer {c.cpu_optimizer_params_per_s / 1e9:.3g}e9 "
+            f"params/s per node, NVMe {c.nvme_bytes_per_s / 1e9:g} GB/s per node",)
+
+
+def host_table(setup, b) -> list:
+    """What an offloading configuration keeps in host memory and on NVMe."""
+    if b.config.offload.value == "none":
+        return []
+    c = setup.cluster
+    rows = tuple((label(k), fmt_gib(v)) for k, v in b.host.items() if v)
+    limit = ("none (--host-memory sets one)" if b.host_limit_bytes is None else
+             f"{fmt_gib(b.host_limit_bytes)} GiB per node: {'fits' if b.host_fits else 'does not fit'}")
+    lines = [f"host memory per node: {fmt_gib(b.host_per_node_bytes)} GiB = the busiest GPU's "
+             f"{fmt_gib(sum(v for k, v in b.host.items() if k.startswith('host/')))} GiB x "
+             f"{min(c.gpus_per_node, c.num_gpus)} processes per node; limit {limit}"]
+    if b.nvme_per_node_bytes:
+        lines.append(f"NVMe per node: {fmt_gib(b.nvme_per_node_bytes)} GiB")
+    return [Heading(f"Offloaded ({b.config.offload.value}), per GPU  [docs/formulas.md#offload]"),
+            Table(("held off the GPU", "GiB"), rows, align="lr"), Lines(tuple(lines))]
 
 
 def _inputs(term) -> str:
@@ -119,11 +158,19 @@ def seed(a) -> list:
     bpp = " + ".join(f"{v:g} {k}" for k, v in a.bytes_per_param.items())
     total_bpp = setup.training.recipe.total_bytes
     big, small = max(a.state_total_bytes, a.all_layers_bytes), min(a.state_total_bytes, a.all_layers_bytes)
+    if setup.training.finetune != "full":
+        from fitplan.memory.finetune import model_totals
+        base, adapters = model_totals(setup.model, setup.training, a.num_params)
+        state_lines = (f"frozen base: {base:,} B ({fmt_gib(base)} GiB; no gradients or optimizer state)",
+                       f"adapters: {adapters:,} parameters x ({bpp} = {total_bpp:g}) B",
+                       f"total: {a.state_total_bytes:,} B = {fmt_gib(a.state_total_bytes)} GiB")
+    else:
+        state_lines = (f"bytes per parameter: {bpp} = {total_bpp:g}",
+                       f"total: {total_bpp:g} * {a.num_params:,} = {a.state_total_bytes:,} B = "
+                       f"{fmt_gib(a.state_total_bytes)} GiB")
     blocks = header(setup) + [
         Heading(f"(a) Model state  [ZeRO Sec. 3.1; recipe: {setup.training.recipe.source}]"),
-        Lines((f"bytes per parameter: {bpp} = {total_bpp:g}",
-               f"total: {total_bpp:g} * {a.num_params:,} = {a.state_total_bytes:,} B = "
-               f"{fmt_gib(a.state_total_bytes)} GiB",
+        Lines((*state_lines,
                f"= {a.gpus_of_pure_state:.2f} GPUs of pure state ({fmt_gib(a.state_total_bytes)} GiB / "
                f"{fmt_gib(setup.cluster.gpu.memory_bytes)} GiB per GPU)")),
         Heading(f"(b) Activations, one micro-batch, no parallelism  [{a.per_layer.cite}]"),
@@ -188,7 +235,8 @@ def _stage_list(layers) -> str:
 def config_line(c) -> str:
     return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp}{f' ep={c.ep}' if c.ep > 1 else ''} zero={int(c.zero)} "
             f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
-            f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}")
+            f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}"
+            + ("" if c.offload.value == "none" else f" offload={c.offload.value}"))
 
 
 def step_times(setup, items, draw) -> tuple[list | None, list]:
@@ -217,6 +265,7 @@ def _step_blocks(st) -> list:
     summary = Table(row.header[1:], tuple(r[1:] for r in row.rows), align=row.align[1:], note=row.note)
     shown = {"time/compute": True, "time/bubble": True,
              "time/dp_after_step": bool(st.parts["time/dp_after_step"]),
+             "time/offload": bool(st.parts["time/offload"]),
              **{f"time/{a}_exposed": c.degree > 1 for a, c in st.comm.items()}}
     names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
     secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
@@ -315,9 +364,11 @@ def breakdown(setup, b) -> list:
         Heading(f"Configuration: {config_line(b.config)}"),
         Lines((f"busiest GPU: {stage_name(b)}",)),
         Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
-        Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB {'<=' if b.fits else '>'} "
-                   f"{fmt_gib(b.usable_bytes)} GiB usable)")),
-    ] + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
+        Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB "
+                   f"{'<=' if b.per_gpu_bytes <= b.usable_bytes else '>'} {fmt_gib(b.usable_bytes)} GiB usable"
+                   + ("" if b.host_fits else f"; host memory {fmt_gib(b.host_per_node_bytes)} GiB per node > "
+                                             f"{fmt_gib(b.host_limit_bytes)} GiB") + ")")),
+    ] + host_table(setup, b) + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
          *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + (
         per_layer_blocks(setup, b.config)) + (
         [] if setup.training.train_tokens is None else

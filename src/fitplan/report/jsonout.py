@@ -22,12 +22,30 @@ def _common(setup) -> dict:
                   "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
                   "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size},
         "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.recipe.name,
-                     "act_bytes": t.act_bytes, "dropout": t.dropout, "attention_kernel": t.attention_kernel},
+                     "act_bytes": t.act_bytes, "dropout": t.dropout, "attention_kernel": t.attention_kernel,
+                     "finetune": finetune_dict(t)},
         "cluster": {"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
-                    "memory_bytes_per_gpu": c.gpu.memory_bytes, "reserve_bytes_per_gpu": c.reserve_bytes},
+                    "memory_bytes_per_gpu": c.gpu.memory_bytes, "reserve_bytes_per_gpu": c.reserve_bytes,
+                    "host_memory_bytes_per_node": c.host_memory_bytes},
         "usable_bytes_per_gpu": c.usable_bytes,
         "assumed": list(setup.assumed),
     }
+
+
+def finetune_dict(t) -> dict:
+    """The fine-tuning mode: full, or the adapters' rank and targets and the frozen base's precision."""
+    if t.finetune == "full":
+        return {"mode": "full"}
+    from fitplan.memory.finetune import base_precision
+    return {"mode": t.finetune, "lora_rank": t.lora_rank, "lora_targets": t.lora_targets.split(","),
+            "base_precision": base_precision(t)}
+
+
+def host_dict(b) -> dict:
+    """What an offloading layout holds off the GPU: per GPU by part, per node, and the limit."""
+    return {"parts_per_gpu": {k: int(v) for k, v in b.host.items()}, "bytes_per_node": int(b.host_per_node_bytes),
+            "nvme_bytes_per_node": int(b.nvme_per_node_bytes), "limit_bytes_per_node": b.host_limit_bytes,
+            "fits": b.host_fits}
 
 
 def config_dict(c) -> dict:
@@ -37,7 +55,7 @@ def config_dict(c) -> dict:
             "first_stage_layers": c.first_stage_layers, "last_stage_layers": c.last_stage_layers,
             "shard_degree": c.shard_degree, "reshard_after_forward": c.reshard_after_forward,
             "recompute_num_layers": c.recompute_num_layers, "recompute_method": c.recompute_method.value,
-            **overlap_dict(c)}
+            **overlap_dict(c), "offload": c.offload.value}
 
 
 def overlap_dict(c) -> dict:
@@ -57,7 +75,8 @@ def breakdown_dict(b) -> dict:
     return {"config": config_dict(b.config), "stage": b.stage, **_stages(b),
             "breakdown": {**{k: int(b.parts[k]) for k in PARTS}, "reserve": b.reserve_bytes},
             "state_bytes": int(b.state_bytes), "activation_bytes": int(b.activation_bytes),
-            "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits}
+            "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits,
+            "host": host_dict(b)}
 
 
 def to_train_dict(setup, st) -> dict:
@@ -159,7 +178,7 @@ def search(setup, r, bound, smallest) -> str:
         return _with_to_train(setup, {
             **config_dict(s.config), **_stages(s.breakdown),
             "largest_fitting_micro_batch": largest_fitting_micro_batch(setup, s.config),
-            "per_gpu_bytes": int(s.breakdown.per_gpu_bytes),
+            "per_gpu_bytes": int(s.breakdown.per_gpu_bytes), "host": host_dict(s.breakdown),
             "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
             "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}, st)
 

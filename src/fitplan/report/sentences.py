@@ -12,9 +12,16 @@ def inequality(bound) -> str:
     182.00 GiB'."""
     x = dict(bound.inputs)
     relation = ">" if bound.excludes else "<="
-    return (f"busiest GPU >= (B*psi + e*s*b*h*L)/N = ({x['B']}*{x['psi']:,} + {x['e']}*{x['s']}*{x['b_min']}*{x['h']}"
-            f"*{x['L']})/{bound.num_gpus} B = {fmt_gib(bound.per_gpu_bytes)} GiB {relation} usable "
-            f"{fmt_gib(bound.usable_bytes)} GiB")
+    act = f"{x['e']}*{x['s']}*{x['b_min']}*{x['h']}*{x['L']}"
+    if "S" not in x and "act" not in x:
+        return (f"busiest GPU >= (B*psi + e*s*b*h*L)/N = ({x['B']}*{x['psi']:,} + {act})/{bound.num_gpus} B = "
+                f"{fmt_gib(bound.per_gpu_bytes)} GiB {relation} usable {fmt_gib(bound.usable_bytes)} GiB")
+    state = f"{x['S']:,}" if "S" in x else f"{x['B']}*{x['psi']:,}"
+    terms = ("S" if "S" in x else "B*psi") + (" + e*s*b*h*L" if x.get("act", 1) else "")
+    values = state + (f" + {act}" if x.get("act", 1) else "")
+    why = " (S: the least state the GPUs keep: a frozen base with adapters, or what offload leaves)" if "S" in x else ""
+    return (f"busiest GPU >= ({terms})/N = ({values})/{bound.num_gpus} B = {fmt_gib(bound.per_gpu_bytes)} GiB "
+            f"{relation} usable {fmt_gib(bound.usable_bytes)} GiB{why}")
 
 
 # ---------------------------------------------------------------- fitplan.compare

@@ -5,6 +5,10 @@ from fitplan.errors import SpecError
 from fitplan.specs._check import positive_int, positive_number
 from fitplan.specs.declare import check_ranges, declared
 
+# DeepSpeed's CPU-Adam steps 1 billion parameters in 0.22 s on a DGX-2 host's CPUs [zero-offload Table 3]
+# (5-7x PyTorch's CPU Adam: deepspeed.ai/tutorials/zero-offload; DeepSpeed's training docs give 5.1-6.5x)
+CPU_ADAM_PARAMS_PER_S = 1e9 / 0.22
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkSpec:
@@ -76,10 +80,17 @@ class GpuSpec:
                                          lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
                                          help='power one GPU draws while training, e.g. "700 W" (default: the GPU '
                                               'preset\'s TDP, the board\'s maximum)')
+    # the GPU's link to host memory, per GPU and direction: what offloaded state and activations cross
+    # (fitplan.timing.offload); the presets cite theirs, the default is PCIe Gen4 x16's achievable rate
+    host_bytes_per_s: float = declared("rate", default=25e9, key="host_bandwidth", flag="--host-bandwidth",
+                                       group="offload", example="100 GB/s", lo="100 MB/s", hi="10 TB/s",
+                                       help='GPU-to-host link of one GPU, one direction, e.g. "25 GB/s" (PCIe Gen4 '
+                                            'x16 achievable), "50 GB/s" (Gen5), "450 GB/s" (GH200 NVLink-C2C)')
     source: str = declared("str", default="", file_only="prose, not a setting")
 
     def __post_init__(self) -> None:
         positive_int("gpu", "memory_bytes", self.memory_bytes, maximum=2**60)
+        positive_number("gpu", "host_bytes_per_s", self.host_bytes_per_s)
         if isinstance(self.efficiency_h0, bool) or not isinstance(self.efficiency_h0, (int, float)) \
                 or not (0 <= self.efficiency_h0 < 1e7):
             raise SpecError(f"gpu.efficiency_h0 must be a hidden size in [0, 1e7), got {self.efficiency_h0!r}")
@@ -114,6 +125,22 @@ class ClusterSpec:
     pue: float = declared("number", default=1.0, flag="--pue", group="to train", lo=1, hi=5, example=1.3,
                           help="power usage effectiveness, facility energy over IT energy (1, the default: the GPU "
                                "boards alone, no host, network or cooling)")
+    # offload (fitplan.memory.offload, fitplan.timing.offload): the host's memory, its CPU optimizer, its NVMe
+    host_memory_bytes: int | None = declared(
+        "size", default=None, key="host_memory", flag="--host-memory", group="offload", lo="1 MiB", hi="1024 TiB",
+        example="2 TiB", omitted="not limited; the search does not offload",
+        help='CPU memory per node for offloaded state, e.g. "2 TiB"; a limit every plan must respect, and with '
+             '--suggest it lets the search offload when nothing fits on the GPUs alone')
+    cpu_optimizer_params_per_s: float = declared(
+        "number", default=CPU_ADAM_PARAMS_PER_S, flag="--cpu-optimizer-rate", scale=1e9, group="offload",
+        lo=0.001, hi=1e4, unit="billion parameters/s per node", example=10,
+        help="billions of parameters one node's CPUs step per second under optimizer offload (default 4.55: "
+             "DeepSpeed's CPU-Adam, 1B parameters in 0.22 s, Ren et al. 2021 Table 3)")
+    nvme_bytes_per_s: float = declared(
+        "rate", default=10e9, key="nvme_bandwidth", flag="--nvme-bandwidth", group="offload", lo="10 MB/s",
+        hi="10 TB/s", example="48 GB/s",
+        help='NVMe bandwidth of one node, shared by its GPUs, e.g. "10 GB/s" (4 PCIe Gen4 SSDs in RAID 0, '
+             'DeepNVMe reads; writes are taken at the same rate)')
 
     def __post_init__(self) -> None:
         positive_int("cluster", "num_gpus", self.num_gpus, maximum=10**9)
@@ -128,6 +155,10 @@ class ClusterSpec:
             raise SpecError(f"cluster.gpu_hour_price must be a number >= 0, got {self.gpu_hour_price!r}")
         if isinstance(self.pue, bool) or not isinstance(self.pue, (int, float)):
             raise SpecError(f"cluster.pue must be a number >= 1, got {self.pue!r}")
+        positive_number("cluster", "cpu_optimizer_params_per_s", self.cpu_optimizer_params_per_s)
+        positive_number("cluster", "nvme_bytes_per_s", self.nvme_bytes_per_s)
+        if self.host_memory_bytes is not None:
+            positive_int("cluster", "host_memory_bytes", self.host_memory_bytes, maximum=2**60)
         check_ranges(self, "cluster")
 
     @property

@@ -130,6 +130,15 @@ RULES = (
          lambda m, t, k, c, x: True if m.moe is None else (c.tp == 1) | c.sequence_parallel,
          lambda m, t, k, c: "mixture-of-experts layers with tp > 1 need sequence parallel (Megatron-LM); add "
                             "--sequence-parallel"),
+    Rule("offload_params_needs_zero3",   # DeepSpeed offload_param and FSDP's CPUOffload move ZeRO-3's shards
+         lambda m, t, k, c, x: (not c.offload.params) or (c.zero == 3),
+         lambda m, t, k, c: f"--offload {c.offload.value} moves the weights' ZeRO-3 shards off the GPU; it needs "
+                            f"--zero 3"),
+    Rule("lora_recompute_mode",
+         lambda m, t, k, c, x: t.finetune == "full" or c.recompute in (Recompute.NONE, Recompute.SELECTIVE,
+                                                                       Recompute.FULL),
+         lambda m, t, k, c: f"--recompute {c.recompute.value} is not modelled with --finetune {t.finetune}; use none, "
+                            f"selective or full"),
     Rule("virtual_stages_need_pp",
          lambda m, t, k, c, x: (c.pp > 1) | (c.virtual_stages == 1),
          lambda m, t, k, c: "virtual pipeline stages (interleaving) need pp > 1"),

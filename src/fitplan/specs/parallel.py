@@ -49,6 +49,42 @@ class Schedule(StrEnum):
     DUALPIPE = "dualpipe"       # bidirectional, two stages per rank [deepseek-v3 Sec. 3.2.1, Table 2]
 
 
+class Offload(StrEnum):
+    """What leaves the GPU for host (CPU) memory or NVMe (fitplan.memory.offload). Ordered by
+    disturbance (`level`): the search tries them in that order, and only when nothing fits on
+    the GPUs alone (fitplan.search)."""
+    NONE = "none"
+    OPTIMIZER = "optimizer"                 # ZeRO-Offload: master weights, moments and gradients in host memory,
+                                            # the optimizer step on the CPU [zero-offload Sec. 4]
+    OPTIMIZER_PARAMS = "optimizer+params"   # ZeRO-Infinity / ZeRO-3 offload_param cpu: the 16-bit weights too
+    PARAMS_NVME = "params-nvme"             # ZeRO-Infinity offload_param nvme: weights on NVMe, optimizer on the CPU
+    ACTIVATIONS = "activations"             # stored activations copied to host memory in forward, back in backward
+
+    @property
+    def level(self) -> int:
+        return OFFLOAD_ORDER.index(self)
+
+    @property
+    def optimizer(self) -> bool:
+        """Master weights, moments and gradients live in host memory; the CPU steps the optimizer."""
+        return self in (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS, Offload.PARAMS_NVME)
+
+    @property
+    def params(self) -> bool:
+        """The working (16-bit) weights leave the GPU between uses (ZeRO-3 only)."""
+        return self in (Offload.OPTIMIZER_PARAMS, Offload.PARAMS_NVME)
+
+    @property
+    def activations(self) -> bool:
+        return self is Offload.ACTIVATIONS
+
+
+# Least disturbance first: the optimizer step moves to the CPU (once per step); then the weights too (fetched
+# for every forward and backward); then the stored activations (every micro-batch's, both ways); then the
+# weights to NVMe, the slowest tier.
+OFFLOAD_ORDER = (Offload.NONE, Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS, Offload.ACTIVATIONS, Offload.PARAMS_NVME)
+
+
 class RecomputeMethod(StrEnum):
     """Megatron-LM --recompute-method, with --recompute-num-layers N (full recompute only)."""
     UNIFORM = "uniform"   # every layer recomputed, checkpointed in groups of N layers
@@ -135,6 +171,12 @@ class ParallelConfig:
         group=CONFIG, example=True, omitted="on with --schedule dualpipe, off otherwise",
         help="hide the expert all-to-alls behind another micro-batch's compute (default on with --schedule dualpipe, "
              "DeepSeek-V3 Sec. 3.2.1; off otherwise, as Megatron-LM's --overlap-moe-expert-parallel-comm)")
+    # offload to host memory or NVMe (ZeRO-Offload, ZeRO-Infinity, activation offload): fitplan.memory.offload
+    offload: Offload = declared(
+        "enum", default=Offload.NONE, enum=Offload, flag="--offload", group=CONFIG, example=Offload.OPTIMIZER,
+        help="what moves off the GPU: optimizer (master weights, moments, gradients; CPU optimizer step), "
+             "optimizer+params (and the weights, ZeRO-3), params-nvme (weights on NVMe), activations (stored "
+             "activations to host memory)")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "ep"):
@@ -144,6 +186,9 @@ class ParallelConfig:
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"parallel.recompute must be one of {', '.join(r.value for r in Recompute)}, "
                             f"got {self.recompute!r}")
+        if not isinstance(self.offload, Offload):
+            raise SpecError(f"parallel.offload must be one of {', '.join(o.value for o in Offload)}, "
+                            f"got {self.offload!r}")
         if not isinstance(self.schedule, Schedule):
             raise SpecError(f"parallel.schedule must be one of {', '.join(x.value for x in Schedule)}, "
                             f"got {self.schedule!r}")

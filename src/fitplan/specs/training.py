@@ -6,6 +6,12 @@ from fitplan.specs._check import positive_int
 from fitplan.specs.declare import check_ranges, declared
 
 _BPP = "bytes per parameter"
+FINETUNE = ("full", "lora", "qlora")
+# Where LoRA adapters go (fitplan.memory.finetune): the q, k and v projections, the attention output
+# projection, the MLP's matrices (all of them: fc1/fc2, or gate/up/down). QLoRA adapts all three.
+LORA_TARGETS = ("qkv", "o", "mlp")
+# The frozen base's linear weights: 2 B, 1 B (LLM.int8), or NF4 with double quantization (~0.516 B)
+BASE_PRECISIONS = ("bf16", "int8", "nf4")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +95,32 @@ class TrainingSpec:
                                         help="tokens the whole run trains on, e.g. 15T (K, M, B, T: decimal); adds "
                                              "the days, GPU-hours, cost and energy to train each plan")
 
+    # fine-tuning (fitplan.memory.finetune): a frozen base and rank-r adapters [hu 2021 (LoRA); dettmers 2023 (QLoRA)]
+    finetune: str = declared("choice", default="full", choices=FINETUNE, flag="--finetune", group="fine-tuning",
+                             example="lora",
+                             help="full: every weight trained; lora: a frozen base plus rank-r adapters; qlora: the "
+                                  "same on an NF4 base (4-bit, double-quantized)")
+    lora_rank: int = declared("int", default=8, flag="--lora-rank", group="fine-tuning", lo=1, hi=2**16, example=64,
+                              help="rank r of each LoRA adapter (default 8, peft's LoraConfig)")
+    lora_targets: str = declared("str", default="qkv,o,mlp", flag="--lora-targets", group="fine-tuning",
+                                 example="qkv,o",
+                                 help="comma-separated layers that get adapters: qkv (the q, k, v projections), o "
+                                      "(attention output), mlp (every MLP matrix); default all three, as QLoRA")
+    base_precision: str | None = declared("choice", default=None, choices=BASE_PRECISIONS, flag="--base-precision",
+                                          group="fine-tuning", example="int8",
+                                          omitted="lora: the recipe's weight bytes; qlora: nf4",
+                                          help="the frozen base's linear weights: bf16 (2 B), int8 (1 B) or nf4 (4-bit "
+                                               "with double-quantized constants, 0.516 B); default: lora keeps the "
+                                               "recipe's weights, qlora nf4")
+
     def __post_init__(self) -> None:
+        if self.finetune not in FINETUNE:
+            raise SpecError(f"training.finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
+        if self.base_precision is not None and self.base_precision not in BASE_PRECISIONS:
+            raise SpecError(f"training.base_precision must be one of {', '.join(BASE_PRECISIONS)}, "
+                            f"got {self.base_precision!r}")
+        object.__setattr__(self, "lora_targets", canonical_targets(self.lora_targets))
+        positive_int("training", "lora_rank", self.lora_rank, maximum=2**16)
         if self.attention_kernel not in ("eager", "flash"):
             raise SpecError(f"training.attention_kernel must be 'eager' or 'flash', got {self.attention_kernel!r}")
         if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) \
@@ -104,3 +135,16 @@ class TrainingSpec:
         if self.act_bytes not in (1, 2, 4):
             raise SpecError(f"training.act_bytes must be 1, 2 or 4, got {self.act_bytes!r}")
         check_ranges(self, "training")
+
+
+def canonical_targets(text) -> str:
+    """'o, qkv' -> 'qkv,o': the LORA_TARGETS named, each once, in their order."""
+    if not isinstance(text, str):
+        raise SpecError(f"training.lora_targets must be a comma-separated list of {', '.join(LORA_TARGETS)}, "
+                        f"got {text!r}")
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in LORA_TARGETS]
+    if unknown or not names:
+        raise SpecError(f"--lora-targets: {text!r} is not a comma-separated list of {', '.join(LORA_TARGETS)} "
+                        f"(e.g. qkv,o,mlp)")
+    return ",".join(t for t in LORA_TARGETS if t in names)

@@ -25,6 +25,7 @@ from fitplan.arith import ceil_div, maximum, minimum, select
 from fitplan.counts import stages as ST
 from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
+from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.counts import params as P
 from fitplan.memory.breakdown import Setup, Shapes, candidate_stages, stage_at, stage_expert_psi, stage_psi
@@ -34,6 +35,7 @@ from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.timing import comm as CM
 from fitplan.timing import compute as C
+from fitplan.timing import offload as OFF
 from fitplan.timing import pipeline as PL
 from fitplan.timing import traffic as T
 from fitplan.timing.traffic import DDP_BUCKET_BYTES
@@ -42,11 +44,11 @@ PARTS = part_keys(TIME)   # the table of parts, fitplan.parts
 AXES = ("tp", "ep", "cp", "pp", "dp")
 
 
-@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after",
+@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_offload",
          Cite("fitplan", "formulas.md#step-time"), SECONDS,
          ("exposed parts add; what overlaps is already subtracted in each part",))
-def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after):
-    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after
+def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after, T_offload=0):
+    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_offload
 
 
 def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1, head=1, frac=1,
@@ -56,7 +58,12 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     of the L layers are dense; the linear FLOPs are the layers' average, with the routed
     experts' share scaled by rho (the busiest rank's load) when the caller times a stage."""
     model, sh = setup.model, Shapes.of(setup)
-    if model.moe is None:
+    lora = FT.is_lora(setup.training)
+    if lora:   # the frozen matrices and the rank-r adapters beside them (fitplan.memory.finetune)
+        base_lin = ev(F.matmul_flops, key=f"{prefix}/layer_frozen_linear", B=B, s=sh.s, P=FT.linear_params(model))
+        lin = base_lin + ev(F.matmul_flops, key=f"{prefix}/layer_adapters", B=B, s=sh.s,
+                            P=setup.training.lora_rank * FT.adapter_dims(model, setup.training)[0])
+    elif model.moe is None:
         lin = ev(F.matmul_flops, key=f"{prefix}/layer_linear", B=B, s=sh.s,
                  P=P.layer_matmul_params(model, moe_layer=False))
     else:
@@ -82,6 +89,15 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
         extra["frac"] = frac
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute,
              **extra)
+    if lora:   # no weight gradients for the frozen matrices and the head: their backward is the input gradient
+        frozen = ev(F.frozen_weight_grad_flops, key=f"{prefix}/frozen_weight_grads", L=L, F_frozen=base_lin,
+                    F_logits=logits)
+        bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec, F_frozen=frozen)
+        return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "layer_linear": lin,
+                "recompute": rec,
+                "model": ev(F.hardware_flops, key=f"{prefix}/model_lora", F_forward=fwd,
+                            F_backward=ev(F.backward_flops, key=f"{prefix}/backward_no_recompute", F_forward=fwd,
+                                          F_recompute=0, F_frozen=frozen))}
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
     return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "layer_linear": lin,
             "recompute": rec}
@@ -198,6 +214,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                                       bucket_bytes=bucket_bytes)
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
+             "time/offload": OFF.offload_s(ev, setup, c, m=m, T_f=T_f, T_b=T_b, stage=stage),
              **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
     out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, "pipeline/slowest_stage": pacing,
            **{k: parts[k] for k in PARTS}}
@@ -211,7 +228,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     out.update({"layer/forward_s": lay.forward, "layer/backward_s": lay.backward, "layer/recompute_s": lay.recompute,
                 "layer/count": L, "time/forward_microbatch": T_f, "time/backward_microbatch": T_b})
     out["time/step"] = ev(step_total_s, **dict(zip(
-        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after"), (out[k] for k in PARTS))))
+        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after", "T_offload"),
+        (out[k] for k in PARTS))))
     out.update(_rates(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
     return out
 
@@ -408,6 +426,8 @@ def _dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buc
                   stage_psi(ev, model, c, stage=stages[1], key="params/stage_last"))
     S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
     S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
+    if FT.is_lora(setup.training):   # only the adapters' gradients are reduced; ZeRO-3 gathers the frozen base too
+        S_g, S_w = FT.dp_messages(ev, setup, c, stages=stages, psi=psi)
     n_all = c.dp * c.cp
     hybrid = c.shard_degree is not None
     n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
@@ -522,7 +542,8 @@ def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
                                                                           i=c.pp - 1, first=c.first_stage_layers,
                                                                           last=c.last_stage_layers)),
                        n_dense=None if model.moe is None else model.moe.first_dense_layers)
-    model_f = ev(F.model_flops, key="flops/model_step", F_forward=whole["forward"])
+    model_f = whole["model"] if "model" in whole else ev(F.model_flops, key="flops/model_step",
+                                                          F_forward=whole["forward"])
     causal_f = ev(F.model_flops, key="flops/model_step_causal", F_forward=ev(
         F.causal_forward_flops, key="flops/step/forward_causal", F_forward=whole["forward"], L=model.num_layers,
         F_core=whole["core"]))

@@ -23,10 +23,12 @@ PARAM_BYTES = 4              # fp32
 
 
 def setup_for(model: ModelSpec, *, seq_len: int, act_bytes: int, world: int = 1,
-              global_batch: int | None = None) -> Setup:
-    """A planner Setup for the reference run: fp32-Adam states, dropout on (1-byte masks)."""
+              global_batch: int | None = None, lora: tuple[int, str] | None = None) -> Setup:
+    """A planner Setup for the reference run: fp32-Adam states, dropout on (1-byte masks);
+    lora: (rank, targets) for adapters on a frozen base at the recipe's (fp32) weights."""
+    extra = {} if lora is None else dict(finetune="lora", lora_rank=lora[0], lora_targets=lora[1])
     training = TrainingSpec(seq_len=seq_len, recipe=recipe(RECIPE), act_bytes=act_bytes, dropout=True,
-                            global_batch=global_batch)
+                            global_batch=global_batch, **extra)
     cluster = ClusterSpec(gpu=gpu("h100-80gb"), num_gpus=world, gpus_per_node=max(8, world), reserve_bytes=0)
     return Setup(model=model, training=training, cluster=cluster)
 
@@ -161,11 +163,12 @@ def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_byte
 
 # ---------------------------------------------------------------- FLOPs of one step
 
-def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute) -> int:
+def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,
+                  lora: tuple[int, str] | None = None) -> int:
     """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
     (recompute included) through the whole model: timing.step.step_flops, the assembly the
     step time uses (MoE: the dense and MoE layers' average, rho = 1, the model's FLOPs)."""
-    f = step_flops(RAW, setup_for(model, seq_len=seq_len, act_bytes=2), "flops/microbatch", B=micro_batch,
+    f = step_flops(RAW, setup_for(model, seq_len=seq_len, act_bytes=2, lora=lora), "flops/microbatch", B=micro_batch,
                    L=model.num_layers, recompute=recompute,
                    n_dense=None if model.moe is None else model.moe.first_dense_layers)
     value = F.hardware_flops(F_forward=f["forward"], F_backward=f["backward"])
@@ -332,3 +335,28 @@ def pp_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: in
                          "nll_loss backward (derivatives.yaml), measured here"))
         out.append(Extra("pp-targets-view", 8 * s * b * (m - n_out), view.format(what="target"), src))
     return tuple(x for x in out if x.value)
+
+
+# ---------------------------------------------------------------- LoRA adapters on a frozen base
+
+def planner_lora(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
+                 lora: tuple[int, str]) -> dict:
+    """The planner's stage_memory for the reference run with adapters (pp = tp = 1): its
+    states, one layer's stored bytes (activations/per_layer), and the embedding and output
+    extras; and the adapter count."""
+    from fitplan.explain import Trace
+    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes, lora=lora)
+    trace = Trace()
+    parts = stage_memory(trace, setup, ParallelConfig(micro_batch=micro_batch, recompute=recompute), first=True)
+    by_key = {t.key: t.value for t in trace.terms}
+    return {"params": by_key["params/lora_adapters"], "weights": parts["states/weights"],
+            "grads": parts["states/grads"], "optimizer": parts["states/master"] + parts["states/optimizer"],
+            "layer": by_key["activations/per_layer"],
+            "outside": parts["activations/embedding"] + parts["activations/output"]}
+
+
+def lora_outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
+                        device: str = "cpu") -> tuple[Extra, ...]:
+    """outside_extras less the position ids: a frozen position table keeps no indices."""
+    return tuple(x for x in outside_extras(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes,
+                                           device=device) if x.key != "position-ids")

@@ -159,12 +159,16 @@ class SavedActivations:
 
 def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
                       recompute: Recompute, dropout_p: float = DEFAULT_DROPOUT, device: str = "cpu",
-                      seed: int = 0) -> SavedActivations:
+                      seed: int = 0, lora: tuple[int, str] | None = None) -> SavedActivations:
     """One forward (and the loss) in training mode under the recorder, then a backward to
     check the graph is usable. Weights are in the activation dtype (no autocast: autocast
-    saves bf16 weight copies, docs/engines.md#activations-saved-for-backward)."""
+    saves bf16 weight copies, docs/engines.md#activations-saved-for-backward). lora: (rank,
+    targets) freezes the model and adds adapters (fitplan.validate.reference_lora)."""
     torch.manual_seed(seed)
     net = build(model, dropout_p=dropout_p, recompute=recompute, dtype=DTYPES[act_bytes], device=device)
+    if lora is not None:
+        from fitplan.validate.reference_lora import add_lora
+        add_lora(net, rank=lora[0], targets=lora[1])
     net.train()
     ids = torch.randint(0, model.vocab_size, (micro_batch, seq_len), device=device)
     targets = torch.randint(0, model.vocab_size, (micro_batch, seq_len), device=device)
@@ -186,12 +190,13 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
 
 
 def count_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,
-                dropout_p: float = DEFAULT_DROPOUT, seed: int = 0) -> int:
+                dropout_p: float = DEFAULT_DROPOUT, seed: int = 0, lora: tuple[int, str] | None = None) -> int:
     """torch.utils.flop_counter.FlopCounterMode over one forward + backward (fp32, CPU):
     matmul FLOPs (mm, addmm, bmm: 2xyz), recomputed forwards included. SDPA's CPU flash
     kernel (op recompute's attention) is counted with torch's own SDPA formulas, which
     FlopCounterMode registers for the CUDA kernels only: 4*b*a*s^2*d forward (the two GEMMs,
-    the causal mask not discounted, like the eager bmm's), twice that backward."""
+    the causal mask not discounted, like the eager bmm's), twice that backward. lora: (rank,
+    targets) for a frozen base with adapters."""
     from torch.utils import flop_counter as fc
 
     aten = torch.ops.aten
@@ -201,6 +206,9 @@ def count_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: 
                 lambda grad, q, k, v, *_, out_shape=None, **__: fc.sdpa_backward_flop_count(grad, q, k, v)}
     torch.manual_seed(seed)
     net = build(model, dropout_p=dropout_p, recompute=recompute).train()
+    if lora is not None:
+        from fitplan.validate.reference_lora import add_lora
+        add_lora(net, rank=lora[0], targets=lora[1])
     ids = torch.randint(0, model.vocab_size, (micro_batch, seq_len))
     targets = torch.randint(0, model.vocab_size, (micro_batch, seq_len))
     with fc.FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:

@@ -5,6 +5,7 @@ from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import evaluate
 from fitplan.specs import ModelSpec, ParallelConfig, Recompute
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE   # the LoRA rows: the three modes its reference runs
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, count_params, cuda_peak, saved_activations
@@ -77,6 +78,57 @@ def activation_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, device:
     return rows
 
 
+LORA = (4, "qkv,o,mlp")   # rank and targets of the adapter rows
+
+
+def lora_rows(model: ModelSpec, *, seq_len: int, micro_batch: int, lora=LORA) -> list[Row]:
+    """A frozen base with rank-r adapters on every target: trained parameters, weights,
+    gradients and Adam state (fp32, one step), and the bytes each layer and the embedding and
+    output store (bf16 and fp32; no, selective and full recompute)."""
+    from fitplan.validate.reference_lora import lora_states
+    rank, targets = lora
+    section = f"LoRA (rank {rank} on {targets}, frozen base, cpu)"
+    got = lora_states(model, rank=rank, targets=targets, seq_len=seq_len, micro_batch=micro_batch)
+    want = X.planner_lora(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=4, recompute=Recompute.NONE,
+                          lora=lora)
+    rows = [Row(section=section, quantity="adapter parameters (trained)", unit="params", planner=want["params"],
+                measured=got["trained_params"], note="fitplan.memory.finetune.adapter_params: l*r*sum(d_in + d_out)"),
+            Row(section=section, quantity="frozen base parameters", unit="params", planner=shape_params(model),
+                measured=got["frozen_params"]),
+            Row(section=section, quantity="weights (frozen base + adapters, fp32)", planner=want["weights"],
+                measured=got["weights"]),
+            Row(section=section, quantity="gradients (adapters only)", planner=want["grads"], measured=got["grads"]),
+            Row(section=section, quantity="optimizer state (Adam over the adapters)", planner=want["optimizer"],
+                extras=(X.adam_steps(got["adapter_tensors"]),), measured=got["optimizer"])]
+    for e in ACT_BYTES:
+        for recompute in SEARCHED_RECOMPUTE:
+            kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e, recompute=recompute)
+            measured = saved_activations(model, lora=lora, **kw)
+            planner = X.planner_lora(model, lora=lora, **kw)
+            extras = X.layer_extras(model, **kw)
+            pred = planner["layer"] + sum(x.value for x in extras)
+            rows.append(Row(section=section, quantity=f"layer {DTYPE_NAME[e]} {recompute.value}",
+                            planner=planner["layer"], extras=extras, measured=max(measured.per_layer),
+                            per_rank_predicted=(pred,) * model.num_layers, per_rank_measured=measured.per_layer,
+                            parts_label="layer",
+                            note="memory.finetune.lora_layer_bytes: frozen matrices keep no input"
+                            if (e, recompute) == (ACT_BYTES[0], Recompute.NONE) else ""))
+            if recompute is Recompute.NONE:
+                outside = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
+                rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
+                                planner=planner["outside"], extras=X.lora_outside_extras(model, **outside),
+                                measured=measured.outside,
+                                note="a frozen embedding keeps no token ids, a frozen head no input"))
+    for recompute in SEARCHED_RECOMPUTE:
+        kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=recompute)
+        rows.append(Row(section=section, unit="FLOP", quantity=f"hardware FLOPs {recompute.value}",
+                        planner=X.planner_flops(model, lora=lora, **kw), extras=X.flops_extras(model, **kw),
+                        measured=count_flops(model, lora=lora, **kw),
+                        note="counts.flops.backward_flops less frozen_weight_grad_flops: no weight gradients for "
+                             "the frozen matrices and head" if recompute is Recompute.NONE else ""))
+    return rows
+
+
 def flops_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     rows = []
     for recompute in IMPLEMENTED_RECOMPUTE if model.moe is None else MOE_RECOMPUTE:
@@ -139,6 +191,10 @@ def run(*, model: ModelSpec, seq_len: int, micro_batch: int, world_sizes, device
         raise SpecError("--device cuda: no CUDA device here; run on a machine with a GPU, or use --device cpu")
     rows = params_rows(model) + activation_rows(model, seq_len=seq_len, micro_batch=micro_batch)
     notes = list(NOTES)
+    if model.moe is None:   # adapters are modelled on dense layers (fitplan.memory.finetune.check_supported)
+        rows += lora_rows(model, seq_len=seq_len, micro_batch=micro_batch)
+    else:
+        notes.append("LoRA rows not run: adapters on mixture-of-experts layers are not modelled")
     try:
         rows += flops_rows(model, seq_len=seq_len, micro_batch=micro_batch)
     except (ImportError, AttributeError) as exc:   # fitplan.counts.flops is newer than this package

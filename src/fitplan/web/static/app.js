@@ -218,6 +218,7 @@
     if (s.reshard_after_forward === false) bits.push("no reshard");
     if (s.recompute_num_layers) bits.push(`${s.recompute_method} ${s.recompute_num_layers} layers`);
     if (s.pp > 1 && s.stage_layers) bits.push(`stages ${stageList(s.stage_layers)}`);
+    if (s.offload && s.offload !== "none") bits.push(`offload ${s.offload}`);
     return bits.join(" · ");
   }
 
@@ -269,7 +270,9 @@
       const r = plan.recommended, mv = plan.minimum_viable;
       const layout = (s, id) => node("strong", { id, textContent: `${configText(s)} · ${configExtras(s)}` });
       const memory = s => `${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
-        + `(${gib(s.headroom_bytes)} GiB headroom)` + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
+        + `(${gib(s.headroom_bytes)} GiB headroom)`
+        + (s.host && s.host.bytes_per_node ? `, ${gib(s.host.bytes_per_node)} GiB of host memory per node` : "")
+        + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
       v.className = "verdict fits";
       v.textContent = "Fits";
       const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `

@@ -1,0 +1,87 @@
+"""The search with offload tiers and with adapters on a frozen base, against brute force (hypothesis, 'ci'
+profile): offload is tried tier by tier (fitplan.specs.parallel.OFFLOAD_ORDER), each only when the ones before
+it have no fit; the host memory limit is respected; the lower bound stays below what is found."""
+from dataclasses import replace
+from itertools import product
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fitplan.answers import space_for, suggest
+from fitplan.counts.params import num_params
+from fitplan.memory.breakdown import evaluate
+from fitplan.request import SearchOptions
+from fitplan.search import rank_key, search
+from fitplan.specs import compat
+from fitplan.specs.parallel import OFFLOAD_ORDER, ParallelConfig
+from tests.properties.strategies import setups
+
+
+@st.composite
+def offload_setups(draw):
+    s = draw(setups(gpus=st.sampled_from([1, 2, 4, 8])))
+    if s.training.recipe.compute == "fp8":
+        s = replace(s, training=replace(s.training, recipe=replace(s.training.recipe, compute="bf16")))
+    if draw(st.booleans()):
+        s = replace(s, training=replace(s.training, finetune=draw(st.sampled_from(["lora", "qlora"])),
+                                        lora_rank=draw(st.sampled_from([1, 4, 16])),
+                                        lora_targets=draw(st.sampled_from(["qkv", "o,mlp", "qkv,o,mlp"]))))
+    state = int(s.training.recipe.total_bytes * num_params(s.model))
+    if draw(st.booleans()):   # a GPU too small for the whole state on these GPUs, so that offload is needed
+        c = s.cluster
+        memory = c.reserve_bytes + max(2**21, state // (c.num_gpus * draw(st.sampled_from([2, 4, 16]))))
+        s = replace(s, cluster=replace(c, gpu=replace(c.gpu, memory_bytes=memory)))
+    host = draw(st.sampled_from([None, 0.05, 0.5, 4]))
+    return replace(s, cluster=replace(s.cluster, host_memory_bytes=None if host is None else
+                                      max(2**20, int(host * state))))
+
+
+def brute_force(setup, space):
+    n = setup.cluster.num_gpus
+    for tier in space.offload:
+        fitting = []
+        for tp, pp, cp, mb, v, zero, sp, rc in product(space.tp, space.pp, space.cp, space.micro_batches,
+                                                       space.virtual_stages, space.zero, space.sequence_parallel,
+                                                       space.recompute):
+            if n % (tp * pp * cp):
+                continue
+            c = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), zero=zero, sequence_parallel=sp,
+                               recompute=rc, micro_batch=mb, virtual_stages=v, offload=tier)
+            if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
+                continue
+            b = evaluate(setup, c)
+            if b.fits:
+                fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
+                                         requested_mb=space.requested_micro_batch, sp=int(sp),
+                                         total=b.per_gpu_bytes, offload_level=tier.level), c))
+        if fitting:
+            return fitting
+    return []
+
+
+@settings(max_examples=40)
+@given(offload_setups())
+def test_search_with_offload_and_adapters_equals_brute_force(setup):
+    space = replace(space_for(setup, 2, SearchOptions(), {}), virtual_stages=(1, 2), cp=(1, 2))
+    if setup.cluster.host_memory_bytes is None:
+        assert space.offload == (OFFLOAD_ORDER[0],)
+    r = search(setup, space, top=3)
+    fitting = brute_force(setup, space)
+    assert r.fit == len(fitting)
+    assert r.fit + sum(r.rejected_by_reason.values()) == r.considered
+    if fitting:
+        assert r.suggestions[0].config == min(fitting, key=lambda kc: kc[0])[1]
+    for s in r.suggestions:
+        b = evaluate(setup, s.config)
+        assert b.fits and b.host_fits
+
+
+@settings(max_examples=40)
+@given(offload_setups())
+def test_the_lower_bound_stays_below_what_is_found(setup):
+    answer = suggest(setup, 1, SearchOptions(top=1), {})
+    if answer.result.suggestions:
+        assert answer.bound.per_gpu_bytes <= answer.result.suggestions[0].breakdown.per_gpu_bytes
+        assert not answer.bound.excludes
+    if answer.bound.excludes:
+        assert not answer.result.feasible

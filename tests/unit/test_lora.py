@@ -1,0 +1,164 @@
+"""Fine-tuning with LoRA and QLoRA (fitplan.memory.finetune): adapters, the frozen base's bytes, what a frozen
+layer still stores, the FLOPs, the data-parallel traffic, and the command line."""
+import io
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fitplan import presets
+from fitplan.cli import main
+from fitplan.counts import params as P
+from fitplan.explain import RAW
+from fitplan.memory import activations as A
+from fitplan.memory import finetune as FT
+from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate
+from fitplan.search import SETTINGS, default_space, search
+from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from fitplan.timing.step import evaluate_step, step_flops
+
+MODEL = presets.model("llama2-7b").model        # h 4096, 32 heads (MHA), ffn 11008, SwiGLU, 32 layers
+LORA = dict(finetune="lora", lora_rank=8, lora_targets="qkv,o,mlp")
+
+
+def setup(*, gpus=1, **training):
+    t = TrainingSpec(seq_len=2048, recipe=presets.recipe("mixed-adam"), global_batch=16, dropout=False,
+                     attention_kernel="flash", **{**LORA, **training})
+    return Setup(MODEL, t, ClusterSpec(gpu=presets.gpu("h100-80gb"), num_gpus=gpus, gpus_per_node=8,
+                                       reserve_bytes=0))
+
+
+def test_adapter_parameters_by_target():
+    """r*(d_in + d_out) per adapted matrix: q, k, v (h -> h each), o (h -> h), gate, up (h -> f), down (f -> h)."""
+    h, f, r = 4096, 11008, 8
+    for targets, D in (("qkv", 3 * 2 * h), ("o", 2 * h), ("mlp", 3 * (h + f)), ("qkv,o,mlp", 8 * h + 3 * (h + f))):
+        tr = replace(setup().training, lora_targets=targets)
+        assert FT.adapter_dims(MODEL, tr)[0] == D
+    b = evaluate(setup(), ParallelConfig())
+    assert {t.key: t.value for t in b.terms}["params/lora_adapters"] == 32 * r * (8 * h + 3 * (h + f)) == 19_988_480
+
+
+def test_states_are_the_frozen_base_and_the_adapters():
+    b = evaluate(setup(), ParallelConfig())
+    P_a = 19_988_480
+    lin = 32 * (4 * 4096**2 + 3 * 4096 * 11008)
+    assert b.parts["states/weights"] == 2 * (P.num_params(MODEL) + P_a)          # lora: the recipe's bf16 base
+    assert (b.parts["states/grads"], b.parts["states/master"], b.parts["states/optimizer"]) == (2 * P_a, 4 * P_a,
+                                                                                              8 * P_a)
+    q = evaluate(setup(finetune="qlora"), ParallelConfig())
+    assert q.parts["states/weights"] == (lin // 2 + lin // 64 + 4 * (lin // 16384)
+                                         + 2 * (P.num_params(MODEL) - lin) + 2 * P_a)
+    i8 = evaluate(setup(base_precision="int8"), ParallelConfig())
+    assert i8.parts["states/weights"] == lin + 2 * (P.num_params(MODEL) - lin) + 2 * P_a
+    assert q.parts["runtime/dequant_workspace"] == i8.parts["runtime/dequant_workspace"] == 2 * 4096 * 11008
+    assert b.parts["runtime/dequant_workspace"] == 0
+
+
+def test_zero_shards_the_adapters_and_zero3_the_base():
+    P_a = 19_988_480
+    z2 = evaluate(setup(gpus=8), ParallelConfig(dp=8, zero=ZeroStage.OS_G))
+    assert z2.parts["states/grads"] == 2 * P_a // 8 and z2.parts["states/weights"] == 2 * (P.num_params(MODEL) + P_a)
+    z3 = evaluate(setup(gpus=8), ParallelConfig(dp=8, zero=ZeroStage.OS_G_P))
+    assert z3.parts["states/weights"] == 2 * (P.num_params(MODEL) + P_a) // 8
+
+
+def test_a_layer_with_every_target_stores_the_full_layer_plus_the_adapters_intermediates():
+    """With adapters on every matrix every input a trained layer keeps is kept again (by the A factors), and each
+    of the 7 adapters adds its rank-r intermediate: e*s*b*r per adapter."""
+    s = setup()
+    sh = Shapes.of(s)
+    for rc in (Recompute.NONE, Recompute.SELECTIVE):
+        full = A.per_layer_bytes(**sh.kw(), b=2, t=1, c=1, sp=False, recompute=rc)
+        lora = FT.lora_layer_bytes(**sh.kw(), **FT.lora_kw(s), b=2, t=1, c=1, sp=False, recompute=rc)
+        assert lora - full == 2 * 2048 * 2 * 8 * 7
+
+
+def test_frozen_matrices_keep_no_input():
+    """Adapters on q, k, v only: LN2's output (e*sbh), the output projection's input (e*sb*q) and the down
+    projection's input (e*sbf) are not kept."""
+    s = setup(lora_targets="qkv")
+    sh = Shapes.of(s)
+    full = A.per_layer_bytes(**sh.kw(), b=1, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    lora = FT.lora_layer_bytes(**sh.kw(), **FT.lora_kw(s), b=1, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    assert full - lora == 2 * 2048 * (4096 + 4096 + 11008) - 2 * 2048 * 8 * 3
+
+
+def test_full_recompute_keeps_the_layer_input():
+    b = evaluate(setup(), ParallelConfig(recompute=Recompute.FULL))
+    assert b.parts["activations/layers"] == 32 * 2 * 2048 * 4096
+    assert b.parts["activations/output"] == 2 * 2048 * 4096 + 4 * 2048 * 32000   # the frozen head keeps no input
+    assert b.parts["activations/embedding"] == 0                                  # no dropout, no token ids
+
+
+def test_lora_flops_skip_the_frozen_weight_gradients():
+    s, full = setup(), replace(setup(), training=replace(setup().training, finetune="full"))
+    f = step_flops(RAW, s, "x", B=1, L=32, recompute=Recompute.NONE)
+    g = step_flops(RAW, full, "x", B=1, L=32, recompute=Recompute.NONE)
+    adapters = 32 * 2 * 2048 * 8 * FT.adapter_dims(MODEL, s.training)[0]
+    logits = 2 * 2048 * 4096 * 32000
+    assert f["forward"] == g["forward"] + adapters
+    base_linear = 32 * 2 * 2048 * FT.linear_params(MODEL)
+    assert f["backward"] == 2 * f["forward"] - base_linear - logits
+    assert f["model"] == f["forward"] + f["backward"]
+
+
+def test_data_parallel_reduces_only_the_adapters():
+    st = evaluate_step(setup(gpus=8), ParallelConfig(dp=8, zero=ZeroStage.OS))
+    full = evaluate_step(replace(setup(gpus=8), training=replace(setup(gpus=8).training, finetune="full")),
+                         ParallelConfig(dp=8, zero=ZeroStage.OS))
+    assert st.comm["dp"].bytes_per_step < full.comm["dp"].bytes_per_step / 100
+
+
+def test_vectorized_equals_exact():
+    s = setup(gpus=8, finetune="qlora")
+    configs = [ParallelConfig(tp=t, pp=p, dp=8 // (t * p), zero=ZeroStage.OS_G_P, recompute=Recompute.SELECTIVE)
+               for t, p in ((1, 1), (2, 1), (1, 2), (2, 2), (8, 1))]
+    arrays = {k: np.array([getattr(c, k) for c in configs], dtype=np.float64)
+              for k in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "virtual_stages")}
+    grid = SimpleNamespace(**arrays, **{n: getattr(configs[0], n) for n in SETTINGS}, zero=ZeroStage.OS_G_P,
+                           sequence_parallel=False, recompute=Recompute.SELECTIVE)
+    assert list(busiest_total(s, grid)) == [evaluate(s, c).per_gpu_bytes for c in configs]
+
+
+def test_the_search_plans_a_single_gpu_qlora_fine_tune():
+    r = search(setup(finetune="qlora"), default_space(1, micro_batch=4), top=1)
+    assert r.feasible and r.suggestions[0].config.recompute is Recompute.NONE
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--lora-rank", "16"], "--lora-rank: adapters need --finetune lora or qlora"),
+    (["--preset", "mixtral-8x7b", "--finetune", "lora"], "mixture-of-experts"),
+    (["--finetune", "lora", "--lora-targets", "qkv,ffn"], "not a comma-separated list of qkv, o, mlp"),
+    (["--finetune", "lora", "--recompute", "op"], "--recompute op is not modelled with --finetune lora"),
+])
+def test_cli_refusals(argv, words):
+    base = ["plan", "--gpus", "8"] + ([] if "--preset" in argv else ["--preset", "llama2-7b"])
+    err = io.StringIO()
+    assert main(base + argv, out=io.StringIO(), err=err) == 2
+    assert words in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_cli_seed_report_and_json():
+    out = io.StringIO()
+    assert main(["plan", "--preset", "llama2-7b", "--gpus", "1", "--finetune", "qlora", "--lora-rank", "16"],
+                out=out, err=io.StringIO()) == 0
+    text = out.getvalue()
+    assert "finetune qlora: frozen base (linear weights nf4), LoRA rank 16 on qkv, o, mlp" in text
+    assert "frozen base: " in text and "adapters: 39,976,960 parameters" in text
+    out = io.StringIO()
+    main(["plan", "--preset", "llama2-7b", "--gpus", "8", "--finetune", "lora", "--suggest", "--json"], out=out,
+         err=io.StringIO())
+    data = json.loads(out.getvalue())
+    assert data["training"]["finetune"] == {"mode": "lora", "lora_rank": 8, "lora_targets": ["qkv", "o", "mlp"],
+                                            "base_precision": "recipe"}
+    assert data["feasible"] and data["lower_bound"]["per_gpu_bytes"] <= data["suggestions"][0]["per_gpu_bytes"]
+
+
+def test_exporters_refuse_adapters():
+    for fmt in ("megatron", "deepspeed", "torchtitan"):
+        out = io.StringIO()
+        code = main(["export", "--preset", "llama2-7b", "--gpus", "8", "--zero", "1", "--finetune", "lora",
+                     "--format", fmt], out=out, err=io.StringIO())
+        assert code == 1 and "--finetune lora: the adapters and the frozen base are set up in code" in out.getvalue()
