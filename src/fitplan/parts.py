@@ -40,6 +40,7 @@ TABLE = (
     Part("time/bubble", "the pipeline bubble", "#b3261e", TIME),
     Part("time/dp_exposed", "exposed dp traffic", "#8fbc5a", TIME),
     Part("time/dp_after_step", "the dp weight all-gather after the step", "#4e8a2e", TIME),
+    Part("time/optimizer", "the optimizer step (memory-bound)", "#6a51a3", TIME),
 )
 BY_KEY = {p.key: p for p in TABLE}
 

@@ -23,13 +23,17 @@ RANKS = ("disturbance", "throughput", "cost")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSource:
-    """Where the model comes from: at most one of these (flags and spec-file tables add to it)."""
+    """Where the model comes from: at most one of these (flags and spec-file tables add to it);
+    and a GPU spec file, the GPU's source beside the model's."""
     preset: str | None = declared("str", default=None, flag="--preset", group="model", example="llama3.1-8b",
                                   help="model preset, e.g. gpt3-175b (fitplan presets list)")
     hf_config: str | None = declared("str", default=None, flag="--hf-config", group="model", api=False,
                                      help="a Hugging Face config.json, or a folder holding one")
     spec: str | None = declared("str", default=None, flag="--spec", group="model", api=False,
                                 help="a TOML or JSON spec file with [model], [training], [gpu] and/or [cluster]")
+    gpu_spec: str | None = declared("str", default=None, flag="--gpu-spec", group="cluster", api=False,
+                                    help="a TOML or JSON file whose [gpu] table is the GPU (e.g. what 'fitplan "
+                                         "calibrate' writes); GPU flags still override its fields")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -134,15 +134,15 @@ def test_every_suggestion_gains_to_train_with_the_contracts_keys():
 
 
 def test_the_recommended_llama_8b_run_on_64_h100():
-    """The recommendation (dp 64, ZeRO-3) runs 432,212 tokens/s: 15T tokens take 401.7 days,
-    64 x 401.7 x 24 = 616,981 GPU-hours, x 0.7 kW = 431.9 MWh, x 2.50 = 1,542,451."""
+    """The recommendation (dp 64, ZeRO-1) runs 712,458 tokens/s: 15T tokens take 243.68 days,
+    64 x 243.68 x 24 = 374,291 GPU-hours, x 0.7 kW = 262.0 MWh, x 2.50 = 935,727."""
     _, data = run_json(LLAMA_64 + ["--suggest", "--train-tokens", "15T", "--gpu-hour-price", "2.50"])
     t = data["recommended"]["to_train"]
-    assert data["recommended"]["time"]["tokens_per_s"] == pytest.approx(432_212, rel=1e-5)
-    assert t["days"] == pytest.approx(401.68, rel=1e-4)
-    assert t["gpu_hours"] == pytest.approx(616_981, rel=1e-5)
-    assert t["energy_mwh"] == pytest.approx(431.89, rel=1e-4)
-    assert t["cost"] == pytest.approx(1_542_451, rel=1e-5)
+    assert data["recommended"]["time"]["tokens_per_s"] == pytest.approx(712_458, rel=1e-5)
+    assert t["days"] == pytest.approx(15e12 / 712_458.17 / 86_400, rel=1e-6) == pytest.approx(243.68, rel=1e-4)
+    assert t["gpu_hours"] == pytest.approx(64 * t["days"] * 24, rel=1e-12) == pytest.approx(374_291, rel=1e-5)
+    assert t["energy_mwh"] == pytest.approx(t["gpu_hours"] * 0.7 / 1e3, rel=1e-12) == pytest.approx(262.00, rel=1e-4)
+    assert t["cost"] == pytest.approx(t["gpu_hours"] * 2.5, rel=1e-12) == pytest.approx(935_727, rel=1e-5)
 
 
 def test_cost_is_null_without_a_price_and_to_train_absent_without_tokens():
@@ -180,7 +180,7 @@ def test_text_reports_print_days_gpu_hours_cost_and_energy():
     code, out, _ = run(LLAMA_64 + ["--suggest", "--top", "2", "--train-tokens", "15T", "--gpu-hour-price", "2.5"])
     assert code == 0
     assert "To train 15T tokens" in out and "days  GPU-hours       cost  energy MWh" in out
-    assert "to train 15T tokens: 401.7 days, 616,981 GPU-hours, cost 1,542,451, 431.9 MWh" in out
+    assert "to train 15T tokens: 243.7 days, 374,291 GPU-hours, cost 935,727, 262.0 MWh" in out
     code, out, _ = run(LLAMA_64 + ["--tp", "2", "--train-tokens", "15T"])
     assert "GPU-hours  N*T/3600 = 64 x" in out and "GPU boards only" in out and "no price" in out
 

@@ -1,6 +1,7 @@
 """The time model: compute, communication, pipeline bubble, assembled into a step time.
 
-compute.py   FLOPs / (peak x efficiency), MFU, HFU
+compute.py   FLOPs / (peak x efficiency), MFU, HFU, the optimizer step
+gemm.py      GEMM time by shape (the fitted curve), a layer's GEMMs, memory-bound kernels, fp8 casts
 comm.py      alpha-beta ring collectives and point-to-point; which link tier a group uses
 traffic.py   what each parallel axis sends per step, and what overlaps with compute
 pipeline.py  the bubble (Narayanan et al. Sec. 2.2) and micro-batch counts
