@@ -1,23 +1,23 @@
 """Fit fitplan's GEMM curves and its memory-bound traffic constant; print them with residuals.
 
 1. GEMM curves (fitplan.timing.gemm): a GEMM of F FLOPs and B operand bytes takes
-   T = F/(eff_max*peak) + t0 + B/W. Per die, on the component measurements of
+   T = max(F/(eff_max*peak), B/W) + t0. Per die, on the component measurements of
    bench/gemm_points.csv (their sources are in its header): eff_max per dtype (bf16, fp8),
-   t0 and W shared. T is linear in (1/eff_max, t0) for a given W, so each W of a grid gets a
-   weighted linear least-squares fit of the relative time error, each point weighted by its
-   measured time (a step is a sum of GEMM times: large GEMMs count most; rows under 1 GFLOP
-   are not in the file), t0 kept >= 0, and the W with the smallest weighted rms error wins.
+   t0 and W shared, by fitplan.calibrate.fit (time-weighted squared log error: a step is a
+   sum of GEMM times, so large GEMMs count most; rows under 1 GFLOP are not in the file).
    Dies with only maximum-achievable points (gb200, gh200, mi325x) take their sibling die's
    curve with each ceiling scaled by the ratio of the two dies' figures in the same benchmark.
 2. A100 (no table by shape) and KAPPA, the memory-bound kernels' bytes per stored activation
    byte (fitplan.timing.gemm.KAPPA): fitted together to Korthikanti et al. Table 4 (the 22B
    layer's forward and backward times, 10 numbers) and Table 5 (8 iteration times), with
    A100's maximum-achievable-matmul row, t0 from H100 and H100's W scaled by A100's HBM
-   bandwidth. Each predicted time is affine in (1/eff_max, KAPPA) (checked below), so three
-   model evaluations per row give it everywhere and the fit is a fine grid.
+   bandwidth. Each predicted time is affine in KAPPA (checked below), so each eff_max of a
+   grid needs one model evaluation.
 3. Untuned checks: Narayanan et al. Table 1 (TFLOP/s per GPU), and the efficiency of a dense
    layer with h = 2048 and h = 18432 on H100.
-Run: python bench/calibrate.py  (about a minute)
+The presets (fitplan.presets.gpus.CURVES, fitplan.timing.gemm.KAPPA) store what this prints,
+rounded as shown; tests/unit/test_gemm_fit.py checks that they agree.
+Run: python bench/calibrate.py  (seconds)
 """
 import csv
 import dataclasses
@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from fitplan import presets  # noqa: E402
+from fitplan.calibrate import fit  # noqa: E402
+from fitplan.calibrate.fit import Curve, Points  # noqa: E402
 from fitplan.explain import Trace  # noqa: E402
 from fitplan.memory.breakdown import Setup  # noqa: E402
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec  # noqa: E402
@@ -48,94 +50,21 @@ def load_points(path=POINTS) -> list[dict]:
         return list(csv.DictReader(line for line in fh if not line.startswith("#")))
 
 
-def _arrays(points, gpus):
-    sel = [p for p in points if p["gpu"] in gpus]
-    g, m, n, k, tf, out = (np.array([float(p[c]) for p in sel]) for c in ("g", "m", "n", "k", "tflops", "out_bytes"))
-    fp8 = np.array([p["dtype"] == "fp8" for p in sel])
-    peak = np.array([getattr(presets.gpu(p["gpu"]), "peak_fp8_flops_per_s" if p["dtype"] == "fp8"
-                             else "peak_bf16_flops_per_s") for p in sel])
-    F = 2 * g * m * n * k
-    B = g * (np.where(fp8, 1, 2) * (m * k + k * n) + out * m * n)
-    return dict(F=F, t=F / (tf * 1e12), B=B, fp8=fp8, peak=peak, src=[p["source"].split(":")[0] for p in sel])
-
-
-@dataclasses.dataclass
-class Curve:
-    eff_bf16: float | None
-    eff_fp8: float | None
-    t0_s: float
-    W: float | None
-    rms: float            # time-weighted rms of log(predicted/measured)
-    residuals: dict       # source -> (rows, mean log(predicted/measured))
-
-
-def _predict(d, eff_bf16, eff_fp8, t0, W):
-    """fitplan.timing.gemm.gemm_s over the rows: max(F/(eff_max*peak), B/W) + t0."""
-    compute = d["F"] / d["peak"] / np.where(d["fp8"], eff_fp8 or 1.0, eff_bf16 or 1.0)
-    return (compute if W is None else np.maximum(compute, d["B"] / W)) + t0
-
-
-def _objective(d, x):
-    """Time-weighted mean squared log error, x = (eff_bf16, eff_fp8, t0 in us, log10 W)."""
-    eb, ef, t0_us, logw = x
-    if not (0 < eb <= 1 and 0 < ef <= 1 and t0_us >= 0):
-        return math.inf
-    r = np.log(_predict(d, eb, ef, t0_us * 1e-6, 10 ** logw) / d["t"])
-    return float(np.sum(d["t"] * r ** 2) / np.sum(d["t"]))
-
-
-def _nelder_mead(f, x0, steps, iterations=600):
-    """A plain Nelder-Mead simplex (no SciPy: fitplan's one dependency is NumPy)."""
-    pts = [np.array(x0, float)] + [np.array(x0, float) + np.eye(len(x0))[i] * steps[i] for i in range(len(x0))]
-    vals = [f(x) for x in pts]
-    for _ in range(iterations):
-        order = np.argsort(vals)
-        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
-        centre = np.mean(pts[:-1], axis=0)
-        xr = centre + (centre - pts[-1])
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = centre + 2 * (centre - pts[-1])
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = centre + 0.5 * (pts[-1] - centre)
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                pts = [pts[0]] + [pts[0] + 0.5 * (x - pts[0]) for x in pts[1:]]
-                vals = [vals[0]] + [f(x) for x in pts[1:]]
-    i = int(np.argmin(vals))
-    return pts[i], vals[i]
-
-
-def _residuals(d, pred):
-    r = np.log(pred / d["t"])
-    return {s: (sum(1 for x in d["src"] if x == s), float(np.mean([ri for ri, x in zip(r, d["src"]) if x == s])))
-            for s in sorted(set(d["src"]))}
+def _arrays(points, gpus) -> Points:
+    rows = []
+    for p in points:
+        if p["gpu"] in gpus:
+            g = presets.gpu(p["gpu"])
+            fp8 = p["dtype"] == "fp8"
+            flops = 2 * float(p["g"]) * float(p["m"]) * float(p["n"]) * float(p["k"])
+            rows.append((float(p["g"]), float(p["m"]), float(p["n"]), float(p["k"]),
+                         flops / (float(p["tflops"]) * 1e12), fp8, float(p["out_bytes"]),
+                         g.peak_fp8_flops_per_s if fp8 else g.peak_bf16_flops_per_s, p["source"].split(":")[0]))
+    return Points.of(rows)
 
 
 def fit_curve(points, gpus) -> Curve:
-    """eff_max (bf16, fp8), t0 and W of one die: a coarse grid (t0 set by weighted least squares
-    at each point), then a simplex from its best point."""
-    d = _arrays(points, gpus)
-    t, w = d["t"], d["t"] / d["t"].sum()
-    best = None
-    for logw in np.linspace(12, 14, 21):
-        for eb in np.arange(0.30, 1.0001, 0.02):
-            for ef in (np.arange(0.30, 1.0001, 0.02) if d["fp8"].any() else [1.0]):
-                core = _predict(d, eb, ef, 0.0, 10 ** logw)
-                t0 = max(0.0, float(np.sum(w * (t - core) / t ** 2) / np.sum(w / t ** 2)))
-                err = _objective(d, (eb, ef, t0 * 1e6, logw))
-                if best is None or err < best[0]:
-                    best = (err, (eb, ef, t0 * 1e6, logw))
-    x, err = _nelder_mead(lambda x: _objective(d, x), best[1], (0.02, 0.02, 0.5, 0.05))
-    eb, ef, t0_us, logw = (float(v) for v in x)
-    pred = _predict(d, eb, ef, t0_us * 1e-6, 10 ** logw)
-    return Curve(eb, ef if d["fp8"].any() else None, t0_us * 1e-6, 10 ** logw, math.sqrt(err), _residuals(d, pred))
+    return fit.fit_curve(_arrays(points, gpus))
 
 
 def _measured_eff(points, gpus, dtype, kind):
@@ -145,7 +74,7 @@ def _measured_eff(points, gpus, dtype, kind):
         if p["gpu"] in gpus and p["dtype"] == dtype and p["source"].split(":")[0] == kind:
             g = presets.gpu(p["gpu"])
             effs.append(float(p["tflops"]) * 1e12 / (g.peak_fp8_flops_per_s if dtype == "fp8" else g.peak_bf16_flops_per_s))
-    return math.exp(sum(map(math.log, effs)) / len(effs)) if effs else None
+    return fit.geometric_mean(effs)
 
 
 def sibling_curve(points, gpus, die: Curve, die_gpus) -> Curve:
@@ -159,11 +88,11 @@ def sibling_curve(points, gpus, die: Curve, die_gpus) -> Curve:
                   for a, b in [(_measured_eff(points, gpus, dtype, kind), _measured_eff(points, die_gpus, dtype, kind))]
                   if a is not None and b is not None]
         base = die.eff_bf16 if dtype == "bf16" else die.eff_fp8
-        effs[dtype] = None if not ratios or base is None else base * math.exp(sum(map(math.log, ratios)) / len(ratios))
+        effs[dtype] = None if not ratios or base is None else base * fit.geometric_mean(ratios)
     d = _arrays(points, gpus)
-    pred = _predict(d, effs["bf16"], effs["fp8"], die.t0_s, die.W)
-    r = np.log(pred / d["t"])
-    return Curve(effs["bf16"], effs["fp8"], die.t0_s, die.W, float(np.sqrt(np.mean(r ** 2))), _residuals(d, pred))
+    pred = fit.predict(d, effs["bf16"], effs["fp8"], die.t0_s, die.W)
+    r = np.log(pred / d.t)
+    return Curve(effs["bf16"], effs["fp8"], die.t0_s, die.W, float(np.sqrt(np.mean(r ** 2))), fit.residuals(d, pred))
 
 
 def fit_curves(points) -> dict:
@@ -254,7 +183,7 @@ def fit_a100(points, h100: Curve):
         def best_kappa(e):
             if e not in at:
                 at[e] = np.array([r[2] for r in a100_rows(_with(base, e, 0.0))])
-            mamf_r = np.log(_predict(mamf, e, None, h100.t0_s, W) / mamf["t"])
+            mamf_r = np.log(fit.predict(mamf, e, None, h100.t0_s, W) / mamf.t)
             fits = [(float(np.sum(np.log((at[e] + k * slope) / measured) ** 2) + float(np.sum(mamf_r ** 2))), k)
                     for k in np.arange(0.0, 8.0001, 0.05)]
             return min(fits)
@@ -267,9 +196,20 @@ def fit_a100(points, h100: Curve):
     finally:
         G.KAPPA = kappa0
     pred = at[e] + kappa * slope
-    ratio = list(pred / measured) + list(_predict(mamf, e, None, h100.t0_s, W) / mamf["t"])
+    ratio = list(pred / measured) + list(fit.predict(mamf, e, None, h100.t0_s, W) / mamf.t)
     return dict(eff=e, kappa=float(kappa), t0_s=h100.t0_s, W=W, rms=math.sqrt(err / len(ratio)),
-                names=names + ["MAMF row"], measured=list(measured) + list(mamf["t"]), ratio=ratio)
+                names=names + ["MAMF row"], measured=list(measured) + list(mamf.t), ratio=ratio)
+
+
+def stored_form(curves: dict, a100: dict) -> dict:
+    """The fit rounded as the presets store it: ceilings to 3 decimals, t0 to 0.01 us, W to
+    0.01 TB/s, KAPPA to 0.1; as GpuSpec field values (efficiency, efficiency_fp8, seconds, B/s)."""
+    r3 = lambda x: None if x is None else round(x, 3)
+    out = {"a100": (r3(a100["eff"]), None, round(a100["t0_s"] * 1e6, 2) / 1e6, round(a100["W"] / 1e12, 2) * 1e12)}
+    for die in ("h100", "gh200", "b200", "gb200", "mi300x", "mi325x", "mi355x"):
+        c = curves[die]
+        out[die] = (r3(c.eff_bf16), r3(c.eff_fp8), round(c.t0_s * 1e6, 2) / 1e6, round(c.W / 1e12, 2) * 1e12)
+    return {"curves": out, "kappa": round(a100["kappa"], 1)}
 
 
 # ---------------------------------------------------------------- checks
@@ -294,14 +234,14 @@ def dense_layer_efficiency(gpu_name, *, h, heads, ffn, tp, s=4096, b=1):
 def main() -> None:
     points = load_points()
     curves = fit_curves(points)
-    print(f"GEMM curves: T = F/(eff_max*peak) + t0 + B/W, fitted to {POINTS.relative_to(ROOT)} "
+    print(f"GEMM curves: T = max(F/(eff_max*peak), B/W) + t0, fitted to {POINTS.relative_to(ROOT)} "
           f"({len(points)} rows); residuals are mean log(predicted/measured) per source")
     print(f"{'die':<8} {'eff_max bf16':>12} {'fp8':>6} {'t0 us':>6} {'W TB/s':>7} {'w. rms':>7}  residuals")
     for die, c in curves.items():
         fmt = lambda x: "-" if x is None else f"{x:.3f}"
         res = ", ".join(f"{s} {n}: {m:+.3f}" for s, (n, m) in c.residuals.items())
         print(f"{die:<8} {fmt(c.eff_bf16):>12} {fmt(c.eff_fp8):>6} {c.t0_s * 1e6:>6.2f} "
-              f"{'-' if c.W is None else f'{c.W / 1e12:.1f}':>7} {c.rms:>7.3f}  {res}")
+              f"{'-' if c.W is None else f'{c.W / 1e12:.2f}':>7} {c.rms:>7.3f}  {res}")
     a100 = fit_a100(points, curves["h100"])
     print(f"\nA100 and KAPPA on Korthikanti Table 4/5 and the A100 MAMF row: eff_max {a100['eff']:.3f}, "
           f"KAPPA {a100['kappa']:.2f}, t0 {a100['t0_s'] * 1e6:.2f} us (H100's), W {a100['W'] / 1e12:.2f} TB/s "
@@ -309,11 +249,13 @@ def main() -> None:
     print(f"{'row':<28} {'measured':>9} {'predicted/measured':>19}")
     for name, measured, ratio in zip(a100["names"], a100["measured"], a100["ratio"]):
         print(f"{name:<28} {measured:>9.4g} {ratio:>19.3f}")
-    print("\npresets now (fitplan.presets.gpus.CURVES; KAPPA in fitplan.timing.gemm):")
-    for die, curve in presets.gpus.CURVES.items():
-        print(f"  {die:<8} eff_max {curve['efficiency']}, fp8 {curve['efficiency_fp8']}, "
-              f"t0 {curve['gemm_overhead_s'] * 1e6:g} us, W {curve['gemm_bandwidth_bytes_per_s'] / 1e12:g} TB/s")
-    print(f"  KAPPA {G.KAPPA}")
+    fitted = stored_form(curves, a100)
+    stored = {die: tuple(curve.values()) for die, curve in presets.gpus.CURVES.items()}
+    print(f"\npresets (fitplan.presets.gpus.CURVES, KAPPA {G.KAPPA} in fitplan.timing.gemm) "
+          f"{'agree with' if stored == fitted['curves'] and G.KAPPA == fitted['kappa'] else 'DIFFER from'} this fit")
+    for die, (eb, ef, t0, w) in fitted["curves"].items():
+        print(f"  {die:<8} eff_max {float(eb)}, fp8 {ef if ef is None else float(ef)}, t0 {t0 * 1e6:.2f} us, "
+              f"W {w / 1e12:.2f} TB/s")
     gpu = presets.gpu("a100-80gb")
     print("\nuntuned: Narayanan et al. Table 1 (full recompute, interleaving off, micro-batch 1), with the presets")
     print(f"{'params B':>8} {'t':>2} {'p':>3} {'d':>3} {'TFLOP/s pub.':>12} {'pred.':>7} {'ratio':>6}")
