@@ -65,11 +65,11 @@ class GpuSpec:
                                             help="the GEMM curve's ceiling for fp8 GEMMs, a fraction of the fp8 "
                                                  "peak (default: --gemm-efficiency)")
     gemm_overhead_s: float = declared("seconds", default=0.0, key="gemm_overhead", flag="--gemm-overhead",
-                                      group="cluster", lo="0 s", hi="10 ms", example="6 us",
+                                      group="cluster", lo="0 s", hi="999 ms", example="6 us",
                                       help='fixed time per GEMM kernel: launch, pipeline fill and the last partial '
                                            'wave, e.g. "6 us"')
     gemm_bandwidth_bytes_per_s: float | None = declared("rate", default=None, key="gemm_bandwidth",
-                                                        flag="--gemm-bandwidth", group="cluster", lo="1 GB/s",
+                                                        flag="--gemm-bandwidth", group="cluster", lo="1 MB/s",
                                                         hi="1000 TB/s", example="9 TB/s",
                                                         omitted="the HBM bandwidth",
                                                         help='effective bandwidth at which a GEMM reads its operands '
