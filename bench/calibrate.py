@@ -227,8 +227,13 @@ def dense_layer_efficiency(gpu_name, *, h, heads, ffn, tp, s=4096, b=1):
     from fitplan.timing.step import step_time
     step_time(trace, setup, ParallelConfig(tp=tp, dp=8 // tp, micro_batch=b))
     term = {t.key: t.value for t in trace.terms}
-    return {k.split("/")[1]: term[k] for k in ("ratio/linear_efficiency", "ratio/core_efficiency",
-                                                "ratio/head_efficiency")}
+    out = {k.split("/")[1]: term[k] for k in ("ratio/linear_efficiency", "ratio/core_efficiency",
+                                               "ratio/head_efficiency")}
+    # the whole layer's forward on one GPU, its memory-bound kernels included: its FLOPs over peak x time
+    lin, core, peak = term["flops/microbatch/layer_linear"] / tp, term["flops/microbatch/attention_core"] / tp, gpu.peak_bf16_flops_per_s
+    layer_s = lin / (peak * out["linear_efficiency"]) + core / (peak * out["core_efficiency"]) + term["time/layer_elementwise"]
+    out["layer"] = (lin + core) / (peak * layer_s)
+    return out
 
 
 def main() -> None:
@@ -267,7 +272,8 @@ def main() -> None:
     for h, heads, ffn, tp in ((2048, 16, 8192, 1), (18432, 96, 73728, 1), (18432, 96, 73728, 8)):
         e = dense_layer_efficiency("h100-80gb", h=h, heads=heads, ffn=ffn, tp=tp)
         print(f"  h = {h:>5}, ffn {ffn}, tp = {tp}: linear GEMMs {e['linear_efficiency']:.3f}, attention core "
-              f"{e['core_efficiency']:.3f}, output layer {e['head_efficiency']:.3f}")
+              f"{e['core_efficiency']:.3f}, output layer {e['head_efficiency']:.3f}; the layer's forward with its "
+              f"memory-bound kernels {e['layer']:.3f}")
 
 
 if __name__ == "__main__":
