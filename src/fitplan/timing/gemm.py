@@ -38,8 +38,10 @@ FP8_CASTS = Cite("transformer-engine", "fp8 casts before each fp8 GEMM, transpos
 
 # HBM bytes the memory-bound kernels of a layer (norms, activation functions, dropout, softmax,
 # residual adds, bias adds) move per byte of activation the layer stores for backward, in the forward
-# pass: fitted by bench/calibrate.py on Korthikanti Table 4's per-layer times (A100, Megatron-LM's fused
-# kernels of 2022) together with the A100 GEMM ceiling.
+# pass: fitted by bench/calibrate.py together with the A100 GEMM ceiling on Korthikanti Table 4 (the 22B
+# layer's times) and Table 5 (8 iteration times) and A100's maximum matmul rate (Megatron-LM's fused kernels
+# of 2022; a counted tally of such kernels gives 1 to 2, so it also carries what the model leaves out of
+# those runs, e.g. the communication Table 4 notes: see tests/papers/test_korthikanti_time.py).
 KAPPA = 3.4
 # The backward's memory-bound kernels move 1.5 times the forward's bytes: an elementwise op, a norm or a
 # softmax reads its output gradient and its saved input (or output) and writes its input gradient, three
