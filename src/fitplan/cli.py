@@ -1,6 +1,6 @@
 """fitplan's command line: argv -> Request -> fitplan.service.respond -> stdout.
 
-The flags of plan, search, export, sweep, compare and infer are generated from the fields'
+The flags of plan, search, export, sweep, compare, infer and calibrate are generated from the fields'
 declarations (fitplan.specs.declare, fitplan.request); this module only builds the
 parser, turns the parsed namespace into a Request and writes the reply (and the files a
 flag asks for: --plot, --output). Exit 0 fits, 1 does not fit, 2 bad input.
@@ -20,7 +20,9 @@ HELP = {"plan": "memory per GPU: the seed report, one configuration, or --sugges
         "sweep": "the least per-GPU memory any configuration needs, against GPU count, sequence length or "
                  "micro-batch",
         "compare": "pure TP, pure PP and a hybrid side by side: memory, traffic, bubble, time",
-        "infer": "serving memory: weights and KV cache per GPU, the largest batch and context, the decode bound"}
+        "infer": "serving memory: weights and KV cache per GPU, the largest batch and context, the decode bound",
+        "calibrate": "measure this machine's GEMMs at the model's shapes and its collectives (under torchrun: "
+                     "across the ranks), and write a GPU spec file for --gpu-spec (needs pip install -e '.[torch]')"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,6 +109,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      help="a Host name the server answers to besides loopback ones (repeatable), "
                           "e.g. the machine's name when --host 0.0.0.0")
     add_declared(sub.add_parser("sweep", help=HELP["sweep"]), "sweep")
+    add_declared(sub.add_parser("calibrate", help=HELP["calibrate"]), "calibrate")
     return parser
 
 
@@ -225,6 +228,17 @@ def run_validate(args, out) -> int:
     return 0 if ok else 1
 
 
+def run_calibrate(args, out) -> int:
+    """Measure here (fitplan.calibrate, torch) and write the GPU spec file --output names."""
+    request = request_from_args(args)
+    _check_writable(request.values["output"], "--output")
+    try:
+        from fitplan.calibrate.runner import run_calibrate as run
+    except ImportError as error:
+        raise SpecError(f"calibrate: needs torch ({error}); install it with pip install -e '.[torch]'") from None
+    return run(request, out)
+
+
 def main(argv: list[str] | None = None, out=None, err=None) -> int:
     """Exit 0 fits, 1 does not fit (an answer), 2 bad input (one line), 3 a bug in fitplan
     (one line; --debug or FITPLAN_DEBUG=1 shows the traceback)."""
@@ -258,6 +272,8 @@ def _dispatch(argv: list[str], out, err) -> int:
             return run_presets(args, out)
         if args.command == "validate":
             return run_validate(args, out)
+        if args.command == "calibrate":
+            return run_calibrate(args, out)
         if args.command == "serve":
             from fitplan.web.server import serve
             serve(host=args.host, port=args.port, allowed_hosts=args.allowed_host)

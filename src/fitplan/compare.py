@@ -169,11 +169,10 @@ def monitor(setup: Setup, l: Layout) -> tuple[Metric, ...]:
     st, c = l.step, l.config
     terms = {t.key: t.value for t in st.terms}
     sh = Shapes.of(setup)
-    peak = C.peak_flops_per_s(setup.cluster.gpu, setup.training.recipe.compute)
     logits = F.logits_flops(B=c.micro_batch, s=sh.s, h=sh.h, V=setup.model.vocab_size)
-    gpu = setup.cluster.gpu
-    eff = C.gemm_efficiency(eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
-    gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=peak, eff=eff)
+    # the output layer runs in bf16 at its GEMM's sustained efficiency (fitplan.timing.gemm)
+    gap = C.compute_s(F=C.per_gpu_flops(F=3 * logits, t=c.tp, c=c.cp), peak=setup.cluster.gpu.peak_bf16_flops_per_s,
+                      eff=terms["ratio/head_efficiency"])
     sends = max(1, 2 * st.num_microbatches * c.virtual_stages)
     return (Metric("forward", terms["time/forward_microbatch"], "s"),
             Metric("backward", terms["time/backward_microbatch"], "s"),

@@ -42,6 +42,7 @@ TABLE = (
     Part("time/bubble", "the pipeline bubble", "#b3261e", TIME),
     Part("time/dp_exposed", "exposed dp traffic", "#8fbc5a", TIME),
     Part("time/dp_after_step", "the dp weight all-gather after the step", "#4e8a2e", TIME),
+    Part("time/optimizer", "the optimizer step (memory-bound)", "#bcbddc", TIME),
     Part("time/offload", "offload: host-link traffic and the CPU optimizer step, exposed", "#7f7f7f", TIME),
     Part("host/weights", "weights in host memory", "#1b7837", HOST),
     Part("host/grads", "gradients in host memory", "#5aae61", HOST),

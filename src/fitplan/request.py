@@ -23,13 +23,17 @@ RANKS = ("disturbance", "throughput", "cost")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSource:
-    """Where the model comes from: at most one of these (flags and spec-file tables add to it)."""
+    """Where the model comes from: at most one of these (flags and spec-file tables add to it);
+    and a GPU spec file, the GPU's source beside the model's."""
     preset: str | None = declared("str", default=None, flag="--preset", group="model", example="llama3.1-8b",
                                   help="model preset, e.g. gpt3-175b (fitplan presets list)")
     hf_config: str | None = declared("str", default=None, flag="--hf-config", group="model", api=False,
                                      help="a Hugging Face config.json, or a folder holding one")
     spec: str | None = declared("str", default=None, flag="--spec", group="model", api=False,
                                 help="a TOML or JSON spec file with [model], [training], [gpu] and/or [cluster]")
+    gpu_spec: str | None = declared("str", default=None, flag="--gpu-spec", group="cluster", api=False,
+                                    help="a TOML or JSON file whose [gpu] table is the GPU (e.g. what 'fitplan "
+                                         "calibrate' writes); GPU flags still override its fields")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +107,24 @@ class InferOptions:
                            help="text, markdown or json")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CalibrateOptions:
+    """What `fitplan calibrate` measures, and the GPU spec file it writes (fitplan.calibrate)."""
+    output: str = declared("str", flag="--output", group="calibrate", api=False,
+                           help="the GPU spec file (TOML [gpu]) to write; --gpu-spec or --spec loads it")
+    device: str = declared("choice", default="auto", choices=("auto", "cuda", "cpu"), flag="--device",
+                           group="calibrate", example="cpu", help="where to measure (auto: CUDA when torch sees "
+                                                                  "it, else the CPU)")
+    iterations: int = declared("int", default=10, flag="--iterations", group="calibrate", lo=1, hi=10000, example=3,
+                               help="timed repetitions of each GEMM and collective, after 2 warm-up runs")
+    message_bytes: int | None = declared("size", default=None, key="message", flag="--message", group="calibrate",
+                                         lo="1 KiB", hi="64 GiB", example="8 MiB",
+                                         help='bytes per rank in each bandwidth collective, e.g. "256 MiB" '
+                                              '(default: 256 MiB on CUDA, 4 MiB on the CPU)')
+    format: str = declared("choice", default="text", choices=("text", "json"), flag="--format", group="output",
+                           api=False, help="the report of what was measured: text or json")
+
+
 # The roots of each command: (name, class). Spec roots come first; their flags set spec fields.
 SPEC_ROOTS = (("source", ModelSource), ("model", ModelSpec), ("training", TrainingSpec), ("cluster", ClusterSpec))
 COMMANDS = {
@@ -113,11 +135,14 @@ COMMANDS = {
     # serving has no training spec: the model, the GPUs, the instance's tp x pp and what is served
     "infer": (("source", ModelSource), ("model", ModelSpec), ("cluster", ClusterSpec), ("config", ParallelConfig),
               ("infer", InferOptions)),
+    # measure this machine at the model's GEMM shapes (its --tp and --micro-batch) and write a [gpu] table
+    "calibrate": SPEC_ROOTS + (("config", ParallelConfig), ("calibrate", CalibrateOptions)),
 }
 COMMANDS["search"] = COMMANDS["plan"]
 # Commands that take only some configuration flags: compare lays out its own configurations (of
-# the flags it takes only the micro-batch); infer plans one tp x pp instance.
-CONFIG_SUBSETS = {"compare": ("micro_batch",), "infer": ("tp", "pp")}
+# the flags it takes only the micro-batch); infer plans one tp x pp instance; calibrate measures
+# the GEMMs of one tp x cp x ep layout at one micro-batch.
+CONFIG_SUBSETS = {"compare": ("micro_batch",), "infer": ("tp", "pp"), "calibrate": ("tp", "cp", "ep", "micro_batch")}
 
 
 @functools.cache
@@ -155,9 +180,21 @@ class Request:
 
 
 def options(cls, request: Request):
-    """An option class filled from the request, its declared defaults where nothing was given."""
-    return cls(**{f.path[1]: checked(f, request.values[f.key]) for f in flagged(cls, "x")
+    """An option class filled from the request, its declared defaults where nothing was given; a
+    size, rate or time given as text ("8 MiB") read by its unit."""
+    return cls(**{f.path[1]: _unit_value(f, checked(f, request.values[f.key])) for f in flagged(cls, "x")
                   if request.values.get(f.key) is not None})
+
+
+def _unit_value(f: Flagged, value):
+    parse = UNIT_PARSERS.get(f.decl.kind)
+    if parse is None or not isinstance(value, str):
+        return value
+    parsed = parse(value, f.flag)
+    problem = out_of_range(f.decl, f.flag, parsed, shown=repr(value))
+    if problem:
+        raise SpecError(problem)
+    return parsed
 
 
 def checked(f: Flagged, value):

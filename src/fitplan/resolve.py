@@ -232,8 +232,14 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
 def _gpu(request: Request, spec, preset):
     from_file = spec.cluster if spec is not None else None
     values = given(request, "cluster")
+    gpu_file = request.get("gpu_spec")
+    if gpu_file and ("gpu",) in values:
+        raise SpecError(f"--gpu-spec: the GPU is already given by --gpu {request.get('gpu')}; give one of them")
     if ("gpu",) in values:
         gpu = values[("gpu",)]
+    elif gpu_file:
+        from fitplan.files.load import load_gpu
+        gpu = load_gpu(gpu_file)
     elif from_file is not None:
         gpu = from_file.gpu
     elif spec is not None and spec.gpu is not None:
@@ -241,6 +247,8 @@ def _gpu(request: Request, spec, preset):
     else:
         gpu = presets.gpu(preset.gpu if preset else DEFAULT_GPU)
     changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
+    if "efficiency" in changes and "efficiency_fp8" not in changes:
+        changes["efficiency_fp8"] = None   # one --gemm-efficiency sets every GEMM's ceiling, as it always did
     if changes:
         what = "custom memory" if set(changes) == {"memory_bytes"} else "custom"
         gpu = replace(gpu, name=f"{gpu.name} ({what})", **changes)

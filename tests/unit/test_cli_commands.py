@@ -160,3 +160,18 @@ def test_presets_show_examples():
     assert "312 TFLOP/s bf16 dense, no fp8 tensor cores" in out and "HBM            2.039 TB/s" in out
     _, out, _ = run(["presets", "show", "mixed-adam"])
     assert "optimizer: adam_m        4" in out and "total                   16" in out
+
+
+def test_gpu_spec_loads_a_gpu_table_that_flags_still_override(tmp_path):
+    """--gpu-spec takes the GPU from a file's [gpu] table (what 'fitplan calibrate' writes): the
+    H100 preset's table with a ceiling of 0.4 plans as --gemm-efficiency 0.4 does, slower than the
+    preset; a flag on top still wins."""
+    code, toml, _ = run(["presets", "show", "h100-80gb", "--toml"])
+    path = tmp_path / "gpu.toml"
+    path.write_text(toml.replace("\nefficiency = 0.799\n", "\nefficiency = 0.4\n"))
+    base = ["plan", "--preset", "llama3.1-8b", "--gpus", "8", "--tp", "2", "--json"]
+    step = lambda *extra: json.loads(run(base + list(extra))[1])["time"]["step_s"]
+    from_file, preset = step("--gpu-spec", str(path)), step()
+    assert from_file == pytest.approx(step("--gemm-efficiency", "0.4", "--gemm-efficiency-fp8", "0.641"), rel=1e-12)
+    assert from_file > preset
+    assert step("--gpu-spec", str(path), "--gemm-efficiency", "0.799") == pytest.approx(preset, rel=1e-12)

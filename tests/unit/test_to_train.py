@@ -134,15 +134,15 @@ def test_every_suggestion_gains_to_train_with_the_contracts_keys():
 
 
 def test_the_recommended_llama_8b_run_on_64_h100():
-    """The recommendation (dp 64, ZeRO-3) runs 430,610 tokens/s: 15T tokens take 403.2 days,
-    64 x 403.17 x 24 = 619,276 GPU-hours, x 0.7 kW = 433.5 MWh, x 2.50 = 1,548,190."""
+    """The recommendation (dp 64, ZeRO-3) runs 759,943 tokens/s: 15T tokens take 228.45 days,
+    64 x 228.45 x 24 = 350,904 GPU-hours, x 0.7 kW = 245.6 MWh, x 2.50 = 877,259."""
     _, data = run_json(LLAMA_64 + ["--suggest", "--train-tokens", "15T", "--gpu-hour-price", "2.50"])
     t = data["recommended"]["to_train"]
-    assert data["recommended"]["time"]["tokens_per_s"] == pytest.approx(430_610, rel=1e-5)
-    assert t["days"] == pytest.approx(403.17, rel=1e-4)
-    assert t["gpu_hours"] == pytest.approx(619_276, rel=1e-5)
-    assert t["energy_mwh"] == pytest.approx(433.49, rel=1e-4)
-    assert t["cost"] == pytest.approx(1_548_190, rel=1e-5)
+    assert data["recommended"]["time"]["tokens_per_s"] == pytest.approx(759_943, rel=1e-5)
+    assert t["days"] == pytest.approx(15e12 / 759_942.91 / 86_400, rel=1e-6) == pytest.approx(228.45, rel=1e-4)
+    assert t["gpu_hours"] == pytest.approx(64 * t["days"] * 24, rel=1e-12) == pytest.approx(350_904, rel=1e-5)
+    assert t["energy_mwh"] == pytest.approx(t["gpu_hours"] * 0.7 / 1e3, rel=1e-12) == pytest.approx(245.63, rel=1e-4)
+    assert t["cost"] == pytest.approx(t["gpu_hours"] * 2.5, rel=1e-12) == pytest.approx(877_259, rel=1e-5)
 
 
 def test_cost_is_null_without_a_price_and_to_train_absent_without_tokens():
@@ -180,7 +180,7 @@ def test_text_reports_print_days_gpu_hours_cost_and_energy():
     code, out, _ = run(LLAMA_64 + ["--suggest", "--top", "2", "--train-tokens", "15T", "--gpu-hour-price", "2.5"])
     assert code == 0
     assert "To train 15T tokens" in out and "days  GPU-hours       cost  energy MWh" in out
-    assert "to train 15T tokens: 403.2 days, 619,276 GPU-hours, cost 1,548,190, 433.5 MWh" in out
+    assert "to train 15T tokens: 228.5 days, 350,904 GPU-hours, cost 877,259, 245.6 MWh" in out
     code, out, _ = run(LLAMA_64 + ["--tp", "2", "--train-tokens", "15T"])
     assert "GPU-hours  N*T/3600 = 64 x" in out and "GPU boards only" in out and "no price" in out
 

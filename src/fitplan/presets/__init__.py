@@ -35,7 +35,8 @@ def by_name(name: str):
     if name in MODELS:
         from fitplan.specs import TrainingSpec
         p = MODELS[name]
-        return p.model, TrainingSpec(seq_len=p.seq_len, recipe=RECIPES["mixed-adam"], global_batch=p.global_batch)
+        return p.model, TrainingSpec(seq_len=p.seq_len, recipe=RECIPES["mixed-adam"], global_batch=p.global_batch,
+                                     attention_kernel=p.attention_kernel, dropout=p.dropout)
     if name in GPUS:
         return GPUS[name]
     if name in RECIPES:

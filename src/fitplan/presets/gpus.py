@@ -4,18 +4,40 @@ direction (inter-node: each GPU's own NIC). Latencies are NCCL's per-hop ring/Si
 (src/graph/tuning.cc: NVLink 3.4 us, PCI 5.7 us, network 14 us). bus_efficiency is a large ring
 collective's measured busbw over the link's rate (nccl-tests; docs/formulas.md#collectives).
 
-A step sustains efficiency * h / (h + efficiency_h0) of peak (fitplan.timing.compute.
-gemm_efficiency). EFF and EFF_H0 were fitted by bench/calibrate.py to the 8 iteration times
-of Korthikanti et al. Table 5 (A100 80GB, tp = 8): 0.83 and 4500, rms error 1.3% in time,
-MFU within 1.2 points on every row. They are carried over unmeasured to the other parts:
-a visible assumption (newer GPUs have a different compute-to-bandwidth balance).
+A GEMM of F FLOPs and B operand bytes takes F/(efficiency*peak) + gemm_overhead +
+B/gemm_bandwidth (fitplan.timing.gemm; fp8 GEMMs at efficiency_fp8 of the fp8 peak). CURVES
+holds those constants per die, fitted by bench/calibrate.py to the measured GEMM throughput
+by shape in bench/gemm_points.csv (component measurements only: OpenXLA's dot tables,
+maximum-achievable-matmul tables, AMD's hipBLASLt figures, DeepGEMM); its output gives the
+sources and residuals. A100 has no measured table by shape: its ceiling is fitted with the
+memory-bound traffic constant (fitplan.timing.gemm.KAPPA) to Korthikanti et al. Table 4 and 5
+and A100's maximum-achievable-matmul figure, with H100's t0 and H100's operand bandwidth
+scaled by the HBM ratio. Parts without measurements of their own take their die's curve (said
+in their source).
 """
 from dataclasses import replace
 
 from fitplan.specs.cluster import GpuSpec, LinkSpec
 from fitplan.units import GB, GiB
 
-EFF, EFF_H0 = 0.83, 4500.0   # bench/calibrate.py on Korthikanti Table 5
+
+def _curve(eff, eff_fp8, t0_us, bandwidth_tb_s):
+    """A die's GEMM curve: ceilings (bf16, fp8), fixed microseconds per GEMM, operand bandwidth in TB/s."""
+    return dict(efficiency=eff, efficiency_fp8=eff_fp8, gemm_overhead_s=t0_us / 1e6,
+                gemm_bandwidth_bytes_per_s=bandwidth_tb_s * 1e12)
+
+
+# bench/calibrate.py prints these (rounded as here) with the fit's residuals
+CURVES = {
+    "a100": _curve(0.78, None, 6.11, 1.87),
+    "h100": _curve(0.799, 0.641, 6.11, 3.07),
+    "gh200": _curve(0.833, 0.689, 6.11, 3.07),
+    "b200": _curve(0.683, 0.714, 6.38, 5.75),
+    "gb200": _curve(0.641, 0.677, 6.38, 5.75),
+    "mi300x": _curve(0.460, 0.613, 12.0, 2.18),
+    "mi325x": _curve(0.544, 0.731, 12.0, 2.18),
+    "mi355x": _curve(0.546, 0.345, 6.9, 2.87),
+}
 
 # bus_efficiency: nccl-tests ring busbw at 1-16 GiB over the rate. A100 234.89/300, H200 367.61/450 (H100 ~370,
 # nccl-tests#212), B200 682.2/900 (NVLS off), MI300X 312.9/448 (stas00/ml-engineering network/README.md);
@@ -42,42 +64,42 @@ IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latenc
 _GPUS = (
     GpuSpec(name="gpu-192gib", memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             hbm_bytes_per_s=8e12, power_watts=1000,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=8, default_reserve_bytes=10 * GiB,
+            **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=8, default_reserve_bytes=10 * GiB,
             source="the exercise's part: 192 GiB, 10 GiB reserved, 8 per node fully connected; rates (HBM 8 TB/s "
                    "included) and links assumed equal to b200's"
                    "; board power 1000 W assumed, b200's TDP"),
     GpuSpec(name="a100-40gb", memory_bytes=40 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=1555e9, power_watts=400,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK3, inter_node=IB_HDR, default_reserve_bytes=3 * GiB,
+            **CURVES["a100"], intra_node=NVLINK3, inter_node=IB_HDR, default_reserve_bytes=3 * GiB,
             source="NVIDIA A100 datasheet: 40GB HBM2 (40,960 MiB) at 1,555 GB/s, 312 TFLOP/s bf16 dense, "
                    "NVLink 600 GB/s"
                    "; max TDP 400 W (SXM4; the PCIe card is 250 W)"),
     GpuSpec(name="a100-80gb", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=2039e9, power_watts=400,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK3, inter_node=IB_HDR, default_reserve_bytes=5 * GiB,
+            **CURVES["a100"], intra_node=NVLINK3, inter_node=IB_HDR, default_reserve_bytes=5 * GiB,
             source="NVIDIA A100 datasheet: 80GB HBM2e (81,920 MiB) at 2,039 GB/s (SXM), 312 TFLOP/s bf16 dense, "
                    "NVLink 600 GB/s"
                    "; max TDP 400 W (SXM4; the PCIe card is 300 W)"),
     GpuSpec(name="h100-80gb", memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
+            **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
             source="NVIDIA H100 SXM5 datasheet: 80GB HBM3 at 3.35 TB/s, 989 TFLOP/s bf16 dense, 1979 fp8, "
                    "NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable)"),
     GpuSpec(name="h200-141gb", memory_bytes=141 * GB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.8e12, power_watts=700,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
+            **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="NVIDIA H200 SXM datasheet: 141 GB (decimal) HBM3e at 4.8 TB/s, H100's compute, NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable; H200 NVL 600 W)"),
     GpuSpec(name="b200", memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             hbm_bytes_per_s=8e12, power_watts=1000,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK5, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
+            **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs = 180 GB (decimal) each, 64 TB/s HBM3e for 8 = "
                    "8 TB/s each, 2.25 PFLOP/s bf16 dense, 4.5 fp8, NVLink 5 1.8 TB/s"
                    "; NVIDIA HGX B200 specifications: max TDP up to 1,000 W per GPU"),
     GpuSpec(name="mi300x", memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=5.3e12, power_watts=750,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
+            **CURVES["mi300x"], intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="AMD Instinct MI300X datasheet: 192 GB (decimal) HBM3 at 5.3 TB/s, 1307.4 TFLOP/s bf16 dense, "
                    "2614.9 fp8, Infinity Fabric 896 GB/s aggregate"
                    "; 750 W peak total board power (OAM)"),
@@ -85,7 +107,7 @@ _GPUS = (
     # and listed in docs/hardware.md.
     GpuSpec(name="h800", memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, default_reserve_bytes=5 * GiB, power_watts=700,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK4_400, inter_node=IB_NDR,
+            **CURVES["h100"], intra_node=NVLINK4_400, inter_node=IB_NDR,
             source="H800 SXM5: no public NVIDIA datasheet; H100 SXM5's die, so its datasheet figures: 80GB HBM3 at "
                    "3.35 TB/s, 989 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py), 1979 fp8. "
                    "NVLink cut to 400 GB/s bidirectional = 200 GB/s per direction: not officially published (issue "
@@ -95,7 +117,7 @@ _GPUS = (
                    ". TDP 700 W, the H100 SXM5 datasheet's (the same board; not published for H800)"),
     GpuSpec(name="a800", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=2039e9, default_reserve_bytes=5 * GiB, power_watts=400,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK3_400, inter_node=IB_HDR,
+            **CURVES["a100"], intra_node=NVLINK3_400, inter_node=IB_HDR,
             source="A800 SXM4 80GB: no public NVIDIA datasheet; NVIDIA said (Reuters, 2022-11-07) it is A100 with "
                    "NVLink cut from 600 to 400 GB/s, so A100 80GB SXM datasheet figures: 80GB HBM2e at 2,039 GB/s, 312 "
                    "TFLOP/s bf16 dense, no fp8. NVLink 400 GB/s bidirectional = 200 GB/s per direction (not in a "
@@ -103,7 +125,7 @@ _GPUS = (
                    ". TDP 400 W, the A100 SXM datasheet's (not published for A800)"),
     GpuSpec(name="h100-pcie", memory_bytes=80 * GiB, peak_bf16_flops_per_s=756e12, peak_fp8_flops_per_s=1513e12,
             hbm_bytes_per_s=2.0e12, power_watts=350,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=PCIE5, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
+            **CURVES["h100"], intra_node=PCIE5, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
             source="NVIDIA H100 datasheet, PCIe column: 80GB HBM2e at 2 TB/s, 1,513 TFLOP/s bf16 and 3,026 fp8 with "
                    "sparsity = 756 and 1513 dense (torchtitan get_peak_flops: 756e12), PCIe Gen5 128 GB/s both "
                    "directions = 63 GB/s per direction after encoding. 8 cards per node talk over PCIe; the NVLink "
@@ -111,7 +133,7 @@ _GPUS = (
                    ". Max TDP 350 W (H100 PCIe product brief PB-11133-001)"),
     GpuSpec(name="h20", memory_bytes=96 * GiB, peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
             hbm_bytes_per_s=4.0e12, power_watts=400,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
+            **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="H20: NVIDIA publishes no datasheet; the widely reported spec sheet's figures: 96GB HBM3 at 4.0 "
                    "TB/s, 148 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py; torch.mm bf16 "
                    "measures 142.25, zzc0721/torch-performance-test-data#77), fp8 296 = 2 x bf16 as on every Hopper, "
@@ -121,7 +143,7 @@ _GPUS = (
                    ". TDP 400 W (the reported spec sheet)"),
     GpuSpec(name="gh200", memory_bytes=96 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.0e12, power_watts=1000,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK4, inter_node=IB_NDR200, gpus_per_node=4,
+            **CURVES["gh200"], intra_node=NVLINK4, inter_node=IB_NDR200, gpus_per_node=4,
             default_reserve_bytes=10 * GiB,
             source="NVIDIA GH200 Grace Hopper Superchip (96GB HBM3 version): 96GB HBM3 at 4 TB/s, H100's 989 TFLOP/s "
                    "bf16 dense and 1979 fp8. Memory 96 GiB: six 16 GiB HBM3 stacks, nvidia-smi shows 97,871 MiB. Node "
@@ -133,7 +155,7 @@ _GPUS = (
                    "LPDDR5X included, so the energy is an upper bound"),
     GpuSpec(name="gb200", memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             hbm_bytes_per_s=8e12, power_watts=1200,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=72,
+            **CURVES["gb200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=72,
             default_reserve_bytes=10 * GiB,
             source="NVIDIA GB200 NVL72 specifications, per GPU: 186 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 "
                    "dense, 5 fp8 (tabulated in stas00/ml-engineering compute/accelerator/README.md). NVLink 5 1.8 TB/s "
@@ -144,14 +166,14 @@ _GPUS = (
                    "counted"),
     GpuSpec(name="mi325x", memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=6.0e12, power_watts=1000,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
+            **CURVES["mi325x"], intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="AMD Instinct MI325X specifications: 256 GB (decimal) HBM3e at 6 TB/s, MI300X's compute (1307.4 "
                    "TFLOP/s bf16 dense, 2614.9 fp8), Infinity Fabric 7 x 128 GB/s = 896 GB/s aggregate, 8 per "
                    "platform. Inter-node 400 Gb/s per GPU assumed, as mi300x"
                    ". 1000 W peak total board power"),
     GpuSpec(name="mi355x", memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             hbm_bytes_per_s=8e12, default_reserve_bytes=10 * GiB, power_watts=1400,
-            efficiency=EFF, efficiency_h0=EFF_H0, intra_node=XGMI_MI355X, inter_node=IB_NDR,
+            **CURVES["mi355x"], intra_node=XGMI_MI355X, inter_node=IB_NDR,
             source="AMD Instinct MI355X specifications: 288 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 dense "
                    "(2400 MHz x 1024 matrix cores x 1024 FLOP = 2516.6; AMD rounds to 2.5), 5 fp8 dense (10.1 with "
                    "sparsity), Infinity Fabric 7 links x 153 GB/s, read as both directions = 535.5 GB/s per "

@@ -265,6 +265,7 @@ def _step_blocks(st) -> list:
     summary = Table(row.header[1:], tuple(r[1:] for r in row.rows), align=row.align[1:], note=row.note)
     shown = {"time/compute": True, "time/bubble": True,
              "time/dp_after_step": bool(st.parts["time/dp_after_step"]),
+             "time/optimizer": bool(st.parts["time/optimizer"]),
              "time/offload": bool(st.parts["time/offload"]),
              **{f"time/{a}_exposed": c.degree > 1 for a, c in st.comm.items()}}
     names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
@@ -556,7 +557,7 @@ def _gpu_preset(g) -> list:
     rows = (("memory", f"{fmt_gib(g.memory_bytes)} GiB ({g.memory_bytes:,} B); {fmt_gib(g.default_reserve_bytes)} "
                        f"GiB reserved by default, {fmt_gib(g.memory_bytes - g.default_reserve_bytes)} GiB usable"),
             ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
-            ("sustained", f"{g.efficiency:g} x h/(h + {g.efficiency_h0:g}) of peak (bench/calibrate.py)"),
+            ("GEMM curve", _gemm_curve(g)),
             ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
             ("power", f"{g.power_watts:g} W, the board's maximum (the energy to train's default; --gpu-power)"
              if g.power_watts else "not stated"),
@@ -565,6 +566,16 @@ def _gpu_preset(g) -> list:
             ("node", f"{g.gpus_per_node} GPUs"))
     return [Heading(f"GPU preset {g.name}"), Table(("property", "value"), rows, align="ll"),
             Heading("source"), Lines((g.source or "not stated",))]
+
+
+def _gemm_curve(g) -> str:
+    """The GPU's GEMM time model in words (fitplan.timing.gemm)."""
+    fp8 = "" if g.peak_fp8_flops_per_s is None else \
+        f" ({g.efficiency if g.efficiency_fp8 is None else g.efficiency_fp8:g} of the fp8 peak for fp8 GEMMs)"
+    w = g.gemm_bandwidth_bytes_per_s or g.hbm_bytes_per_s
+    h0 = f", ceiling x h/(h + {g.efficiency_h0:g})" if g.efficiency_h0 else ""
+    return (f"max(F/({g.efficiency:g} x peak), B/{_rate(w) if w else 'none'}) + {g.gemm_overhead_s * 1e6:g} us "
+            f"per GEMM{fp8}{h0} (bench/calibrate.py)")
 
 
 def _recipe_preset(r) -> list:

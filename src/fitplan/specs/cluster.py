@@ -45,9 +45,10 @@ class LinkSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
-    """One accelerator. Peak rates are dense (no sparsity). A step's sustained fraction of
-    peak is efficiency * h / (h + efficiency_h0) (fitplan.timing.compute.gemm_efficiency):
-    named, visible assumptions, calibrated in bench/calibrate.py."""
+    """One accelerator. Peak rates are dense (no sparsity). A GEMM of FLOPs F and operand bytes
+    B takes F/(efficiency*peak) + gemm_overhead + B/gemm_bandwidth (fitplan.timing.gemm; fp8
+    GEMMs at efficiency_fp8 of the fp8 peak): named, visible constants, fitted per GPU by
+    bench/calibrate.py to measured GEMM throughput by shape."""
 
     name: str = declared("str", file_only="a preset's name; a changed memory or link appends it")
     memory_bytes: int = declared("size", key="memory", flag="--gpu-memory", group="cluster", example="96 GiB",
@@ -64,8 +65,8 @@ class GpuSpec:
                                              group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
                                              hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
-                                 help="the sustained fraction of peak at large hidden sizes (calibrated: "
-                                      "bench/calibrate.py)")
+                                 help="the GEMM curve's ceiling eff_max: the fraction of the bf16 peak a GEMM "
+                                      "approaches as it grows (calibrated: bench/calibrate.py)")
     intra_node: LinkSpec = declared("table", table=LinkSpec, prefix="intra-node-")
     inter_node: LinkSpec = declared("table", table=LinkSpec, prefix="inter-node-")
     gpus_per_node: int = declared("int", default=8, file_only="the GPU's usual node size; the cluster's "
@@ -74,7 +75,23 @@ class GpuSpec:
                                           file_only="the GPU's usual reserve; --reserve sets the planned one")
     efficiency_h0: float = declared("number", default=0.0, flag="--gemm-efficiency-h0", group="cluster", lo=0,
                                     hi=1e7, example=2000.0,
-                                    help="hidden size at which GEMM efficiency halves (0: constant efficiency)")
+                                    help="scales the GEMM ceilings by h/(h + h0), fitplan's former curve: the "
+                                         "hidden size at which they halve (0, the presets': no scaling)")
+    efficiency_fp8: float | None = declared("number", default=None, flag="--gemm-efficiency-fp8", group="cluster",
+                                            lo=0.001, hi=1, example=0.7, omitted="the bf16 ceiling (efficiency)",
+                                            help="the GEMM curve's ceiling for fp8 GEMMs, a fraction of the fp8 "
+                                                 "peak (default: --gemm-efficiency)")
+    gemm_overhead_s: float = declared("seconds", default=0.0, key="gemm_overhead", flag="--gemm-overhead",
+                                      group="cluster", lo="0 s", hi="999 ms", example="6 us",
+                                      help='fixed time per GEMM kernel: launch, pipeline fill and the last partial '
+                                           'wave, e.g. "6 us"')
+    gemm_bandwidth_bytes_per_s: float | None = declared("rate", default=None, key="gemm_bandwidth",
+                                                        flag="--gemm-bandwidth", group="cluster", lo="1 MB/s",
+                                                        hi="1000 TB/s", example="9 TB/s",
+                                                        omitted="the HBM bandwidth",
+                                                        help='effective bandwidth at which a GEMM reads its operands '
+                                                             'and writes its result, e.g. "9 TB/s" (default: '
+                                                             '--hbm-bandwidth)')
     # the board's power while training: the preset's TDP (its source cites it), a ceiling on the average draw
     power_watts: float | None = declared("power", default=None, key="power", flag="--gpu-power", group="to train",
                                          lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
@@ -101,8 +118,16 @@ class GpuSpec:
             positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
         if self.power_watts is not None:
             positive_number("gpu", "power_watts", self.power_watts)
-        if not (0 < self.efficiency <= 1):
-            raise SpecError(f"gpu.efficiency must be in (0, 1], got {self.efficiency!r}")
+        for name in ("efficiency", "efficiency_fp8"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 < value <= 1):
+                raise SpecError(f"gpu.{name} must be in (0, 1], got {value!r}")
+        if self.gemm_bandwidth_bytes_per_s is not None:
+            positive_number("gpu", "gemm_bandwidth_bytes_per_s", self.gemm_bandwidth_bytes_per_s)
+        if isinstance(self.gemm_overhead_s, bool) or not isinstance(self.gemm_overhead_s, (int, float)) \
+                or not 0 <= self.gemm_overhead_s < 1:
+            raise SpecError(f"gpu.gemm_overhead must be in [0, 1) seconds, got {self.gemm_overhead_s!r}")
         positive_int("gpu", "gpus_per_node", self.gpus_per_node, maximum=4096)
         check_ranges(self, "gpu")
 

@@ -1,6 +1,7 @@
 """The time model: compute, communication, pipeline bubble, assembled into a step time.
 
-compute.py   FLOPs / (peak x efficiency), MFU, HFU
+compute.py   FLOPs / (peak x efficiency), MFU, HFU, the optimizer step
+gemm.py      GEMM time by shape (the fitted curve), a layer's GEMMs, memory-bound kernels, fp8 casts
 comm.py      collectives as NCCL runs them (ring and tree, per protocol, over the nodes a group
              spans) and point-to-point; which link tier a group uses
 traffic.py   what each parallel axis sends per step, and what overlaps with compute

@@ -1,13 +1,10 @@
 """Compute time and utilisation: FLOPs over the GPU's peak rate times an efficiency.
 
-Symbols: F FLOPs, peak the GPU's dense peak rate for the recipe's GEMM precision
-(FLOP/s), eff the fraction of peak a GEMM-heavy step sustains (GpuSpec.efficiency, a
-named preset value), t, c tensor- and context-parallel degrees, N GPUs, T_step seconds.
-MFU and HFU as [korthikanti] Sec. 6 / Table 5 use them: model FLOPs (no recompute) or
-hardware FLOPs (with recompute) per second, over N * peak.
-
-The efficiency is one number per GPU for now; calculon-style curves over GEMM size would
-replace `gpu.efficiency` in compute_s's caller without touching this formula.
+Symbols: F FLOPs, peak the GPU's dense peak rate for a GEMM's precision (FLOP/s), eff the
+fraction of peak it sustains (fitplan.timing.gemm: by GEMM shape, from the GPU's fitted
+curve), t, c tensor- and context-parallel degrees, N GPUs, T_step seconds. MFU and HFU as
+[korthikanti] Sec. 6 / Table 5 use them: model FLOPs (no recompute) or hardware FLOPs (with
+recompute) per second, over N * peak.
 """
 from fitplan.errors import SpecError
 from fitplan.explain import FLOPS, RATIO, SECONDS, formula
@@ -27,22 +24,12 @@ def peak_flops_per_s(gpu: GpuSpec, compute: str) -> float:
     return gpu.peak_bf16_flops_per_s
 
 
-@formula("rate/fp8_mixed_peak", "1/(phi/peak_fp8 + (1 - phi)/peak_bf16)  (phi: the FLOPs in the layers' linears)",
-         Cite("fp8", "Sec. 4 (GEMMs in fp8; Transformer Engine keeps attention, softmax, norms and the output "
-                     "layer in 16-bit)"), "flop/s",
-         ("fp8 recipes run only the transformer layers' linear GEMMs in fp8; the attention core (its s^2 "
-          "matmuls), the output layer and everything else run at the bf16 rate",))
-def fp8_mixed_peak(*, phi, peak_fp8, peak_bf16):
-    """The rate of a pass whose share phi of FLOPs is fp8 GEMMs and the rest bf16: the time
-    adds, so the rates combine harmonically."""
-    return 1 / (phi / peak_fp8 + (1 - phi) / peak_bf16)
-
-
-@formula("ratio/efficiency", "eff_max*h/(h + h0)", Cite("fitplan", "formulas.md#efficiency (fitted to Korthikanti "
-                                                              "Table 5 by bench/calibrate.py)"), RATIO,
-         ("GEMM work per layer grows like s*b*h^2 and the memory-bound rest (norms, activations, dropout, "
-          "softmax) like s*b*h, so the sustained fraction of peak rises with h towards eff_max",))
-def gemm_efficiency(*, eff_max, h, h0):
+@formula("ratio/gemm_ceiling", lambda *, h0, **_: "eff_max" if h0 == 0 else "eff_max*h/(h + h0)",
+         Cite("fitplan", "formulas.md#gemm-efficiency (--gemm-efficiency-h0: fitplan's former curve, fitted to "
+                         "Korthikanti Table 5)"), RATIO,
+         ("the GPU's fitted ceiling; a given --gemm-efficiency-h0 scales it by h/(h + h0), as the former "
+          "one-number curve did",))
+def gemm_ceiling(*, eff_max, h, h0):
     return eff_max * h / (h + h0)
 
 
@@ -54,8 +41,7 @@ def per_gpu_flops(*, F, t, c):
 
 
 @formula("time/compute_pass", "F/(peak*eff)", Cite("fitplan", "formulas.md#compute-time"), SECONDS,
-         ("every GEMM runs at eff x the dense peak of the recipe's precision; non-GEMM kernels are "
-          "folded into eff",))
+         ("the GEMMs run at eff x the dense peak of their precision (eff: fitplan.timing.gemm)",))
 def compute_s(*, F, peak, eff):
     return F / (peak * eff)
 
@@ -84,3 +70,18 @@ def training_time_s(*, T, P, n, X):
 def tokens_per_s(*, B, s, T_step):
     """Training tokens per second: B sequences of s tokens every T_step seconds."""
     return B * s / T_step
+
+
+def _update_text(*, master, **_):
+    return "(g + 2*K + " + ("2*m_b + w" if master else "2*w") + ")*(psi/n + psi_e/n_e)/W_hbm  (n: the ZeRO shard group)"
+
+
+@formula("time/optimizer", _update_text, Cite("fitplan", "formulas.md#optimizer-step"), SECONDS,
+         ("the update is memory-bound: it reads each parameter's gradient, master copy (or the weight) and "
+          "optimizer moments and writes them back with the weight, once, at HBM bandwidth",
+          "ZeRO-1 and above: each rank updates its 1/n shard"))
+def optimizer_step_s(*, psi, g, K, w, m_b, n, W, master, psi_e=0, n_e=1):
+    """Seconds of one optimizer step on one GPU: bytes per updated parameter (g + 2K + 2m_b + w
+    with a master copy, g + 2K + 2w without) over the parameters this GPU updates."""
+    per_param = g + 2 * K + (2 * m_b + w if master else 2 * w)
+    return per_param * (psi / n + psi_e / n_e) / W

@@ -36,6 +36,7 @@ from fitplan.specs import ParallelConfig
 from fitplan.timing import comm as CM
 from fitplan.timing import compute as C
 from fitplan.timing import offload as OFF
+from fitplan.timing import gemm as G
 from fitplan.timing import pipeline as PL
 from fitplan.timing import traffic as T
 from fitplan.timing.traffic import DDP_BUCKET_BYTES
@@ -44,11 +45,11 @@ PARTS = part_keys(TIME)   # the table of parts, fitplan.parts
 AXES = ("tp", "ep", "cp", "pp", "dp")
 
 
-@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_offload",
+@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_opt + T_offload",
          Cite("fitplan", "formulas.md#step-time"), SECONDS,
          ("exposed parts add; what overlaps is already subtracted in each part",))
-def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after, T_offload=0):
-    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_offload
+def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after, T_opt, T_offload=0):
+    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_opt + T_offload
 
 
 def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, rho=1, head=1, frac=1,
@@ -89,24 +90,32 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
         extra["frac"] = frac
     rec = ev(F.recompute_flops, key=f"{prefix}/recompute", L=L, F_linear=lin, F_core=core, recompute=recompute,
              **extra)
+    # what the recompute reruns, by class: the layers' linears, or their attention core
+    rerun_linear = {Recompute.FULL: frac * L * lin, Recompute.OP: L * extra.get("F_rerun", 0),
+                    Recompute.NORMS: L * extra.get("F_rerun", 0)}.get(recompute, 0 * lin)
+    rerun_core = {Recompute.FULL: frac * L * core, Recompute.SELECTIVE: L * core}.get(recompute, 0 * core)
     if lora:   # no weight gradients for the frozen matrices and the head: their backward is the input gradient
         frozen = ev(F.frozen_weight_grad_flops, key=f"{prefix}/frozen_weight_grads", L=L, F_frozen=base_lin,
                     F_logits=logits)
         bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec, F_frozen=frozen)
-        return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "layer_linear": lin,
-                "recompute": rec,
+        return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "logits": logits,
+                "rerun_linear": rerun_linear, "rerun_core": rerun_core, "recompute": rec,
                 "model": ev(F.hardware_flops, key=f"{prefix}/model_lora", F_forward=fwd,
                             F_backward=ev(F.backward_flops, key=f"{prefix}/backward_no_recompute", F_forward=fwd,
                                           F_recompute=0, F_frozen=frozen))}
     bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec)
-    return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "layer_linear": lin,
-            "recompute": rec}
+    return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "logits": logits,
+            "rerun_linear": rerun_linear, "rerun_core": rerun_core, "recompute": rec}
 
 
-@formula("ratio/fp8_share", "L*F_linear/F_forward", Cite("fitplan", "formulas.md#compute-time"), "ratio")
-def linear_share(*, F_linear_layers, F_forward):
-    """The share of a pass's FLOPs in the transformer layers' linear GEMMs (fp8 under an fp8 recipe)."""
-    return F_linear_layers / F_forward
+@formula("time/pass", "(F_lin/(peak_lin*eff_lin) + F_core/(peak*eff_core) + F_head/(peak*eff_head))/(t*c) + l*T_mem",
+         Cite("fitplan", "formulas.md#compute-time"), SECONDS,
+         ("the layers' linear GEMMs (fp8 under an fp8 recipe), the attention core and the output layer each at "
+          "their sustained efficiency (fitplan.timing.gemm); T_mem: a layer's memory-bound kernels and fp8 casts",))
+def pass_s(*, F_lin, F_core, F_head, peak_lin, peak, eff_lin, eff_core, eff_head, t, c, l, T_mem):
+    """One micro-batch's pass (forward, or backward with its recompute) through l layers on one GPU."""
+    return (F_lin / (peak_lin * eff_lin) + F_core / (peak * eff_core) + F_head / (peak * eff_head)) / (t * c) \
+        + l * T_mem
 
 
 @formula("flops/average_layer_linear", "(n_dense*F_dense + (L - n_dense)*F_moe)/L",
@@ -185,7 +194,6 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     model, gpu = setup.model, setup.cluster.gpu
     sh = Shapes.of(setup)
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
-    eff = ev(C.gemm_efficiency, eff_max=gpu.efficiency, h=sh.h, h0=gpu.efficiency_h0)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
     pacing = _pacing_rank(setup, c) if stage_index is None else stage_index
     stage = ev_stage = stage_at(ev, model, c, pacing)
@@ -196,17 +204,14 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0), mtp=stage.mtp,
                     frac=_recomputed_share(ev, c, stage.layers))
-    pass_peak = peak
-    if setup.training.recipe.compute == "fp8":
-        pass_peak = ev(C.fp8_mixed_peak, peak_fp8=peak, peak_bf16=gpu.peak_bf16_flops_per_s,
-                       phi=ev(linear_share, F_linear_layers=mb["linear"], F_forward=mb["forward"]))
-    T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, peak=pass_peak, eff=eff)
-    lay = _layer_times(ev, setup, c, L=L, flops=mb, peak=pass_peak, eff=eff)
+    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m)
+    T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, L=L, rates=rates)
+    lay = _layer_times(ev, setup, c, L=L, flops=mb, rates=rates)
     place = _placement(ev, setup, c)
     axes = {"tp": _tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay)}
     axes["ep"] = _ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay)
-    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"],
-                          peak=gpu.peak_bf16_flops_per_s, eff=eff)
+    axes["cp"] = _cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
+                          eff=rates.core)
     axes["pp"] = _pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0])
     fraction, bubble = _bubble_s(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + axes["tp"].exposed_s
                                  + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
@@ -214,6 +219,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                                       bucket_bytes=bucket_bytes)
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
+             "time/optimizer": _optimizer_s(ev, setup, c, like=compute),
              "time/offload": OFF.offload_s(ev, setup, c, m=m, T_f=T_f, T_b=T_b, stage=stage),
              **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
     out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, "pipeline/slowest_stage": pacing,
@@ -228,34 +234,76 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     out.update({"layer/forward_s": lay.forward, "layer/backward_s": lay.backward, "layer/recompute_s": lay.recompute,
                 "layer/count": L, "time/forward_microbatch": T_f, "time/backward_microbatch": T_b})
     out["time/step"] = ev(step_total_s, **dict(zip(
-        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after", "T_offload"),
+        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after", "T_opt", "T_offload"),
         (out[k] for k in PARTS))))
     out.update(_rates(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
     return out
 
 
-def _compute_s(ev, c, *, m, flops, peak, eff):
+def _compute_s(ev, c, *, m, flops, L, rates: G.LayerRates):
     """One micro-batch's forward and backward through the busiest stage, split over tp and
-    cp, and all m of them."""
-    T_f = ev(C.compute_s, key="time/forward_microbatch", peak=peak, eff=eff,
-             F=ev(C.per_gpu_flops, key="flops/forward_per_gpu", F=flops["forward"], t=c.tp, c=c.cp))
-    T_b = ev(C.compute_s, key="time/backward_microbatch", peak=peak, eff=eff,
-             F=ev(C.per_gpu_flops, key="flops/backward_per_gpu", F=flops["backward"], t=c.tp, c=c.cp))
+    cp, and all m of them: each class of GEMM at its sustained efficiency, plus the layers'
+    memory-bound kernels (the backward moves twice the forward's bytes, and a recompute
+    reruns the forward's for what it did not store)."""
+    lin, core, head = flops["linear"], L * flops["core"], flops["logits"]
+    kw = dict(peak_lin=rates.peak_linear, peak=rates.peak, eff_lin=rates.linear, eff_core=rates.core,
+              eff_head=rates.head, t=c.tp, c=c.cp, l=L)
+    T_f = ev(pass_s, key="time/forward_microbatch", F_lin=lin, F_core=core, F_head=head,
+             T_mem=rates.mem_s + rates.cast_forward_s, **kw)
+    T_b = ev(pass_s, key="time/backward_microbatch", F_lin=2 * lin + flops["rerun_linear"],
+             F_core=2 * core + flops["rerun_core"], F_head=2 * head,
+             T_mem=G.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, **kw)
     return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
 
-def _layer_times(ev, setup: Setup, c, *, L, flops, peak, eff) -> LayerTimes:
-    """The stage's average layer, one micro-batch: forward (linears and attention core), backward
-    (twice that), the recompute's share, and the attention and MLP blocks' linear GEMMs."""
+@formula("time/layer_pass", "T_linear + T_core + k*T_mem", Cite("fitplan", "formulas.md#per-layer"), SECONDS,
+         ("a pass of one layer: its linear GEMMs and attention core at their sustained rates, and its "
+          "memory-bound kernels (k: the backward moves BACKWARD_TRAFFIC times the forward's bytes)",))
+def layer_pass_s(*, T_linear, T_core, T_mem, k=1):
+    return T_linear + T_core + k * T_mem
+
+
+def _layer_times(ev, setup: Setup, c, *, L, flops, rates) -> LayerTimes:
+    """The stage's average layer, one micro-batch, at the GEMM classes' sustained rates
+    (fitplan.timing.gemm): forward (linears, attention core, memory-bound kernels), backward
+    (twice the GEMMs, the backward's traffic), the recompute's share, and the attention and
+    MLP blocks' linear GEMMs."""
     model, sh = setup.model, Shapes.of(setup)
-    at = lambda key, F: ev(layer_s, key=key, F=F, t=c.tp, c=c.cp, peak=peak, eff=eff)
-    fwd = flops["layer_linear"] + flops["core"]
+    lin_at = lambda key, F: ev(layer_s, key=key, F=F, t=c.tp, c=c.cp, peak=rates.peak_linear, eff=rates.linear)
+    core_at = lambda key, F: ev(layer_s, key=key, F=F, t=c.tp, c=c.cp, peak=rates.peak, eff=rates.core)
+    n = maximum(L, 1)
+    lin = lin_at("time/layer/forward_linear", flops["linear"] / n)
+    core = core_at("time/layer/forward_core", flops["core"])
     attn = ev(F.matmul_flops, key="flops/layer/attention_linear", B=c.micro_batch, s=sh.s,
               P=P.attention_matmul_params(model))
-    return LayerTimes(forward=at("time/layer/forward", fwd), backward=at("time/layer/backward", 2 * fwd),
-                      recompute=at("time/layer/recompute", flops["recompute"] / maximum(L, 1)),
-                      attn_linear=at("time/layer/attention_linear", attn),
-                      mlp_linear=at("time/layer/mlp_linear", flops["layer_linear"] - attn))
+    rerun = ev(layer_pass_s, key="time/layer/recompute",
+               T_linear=lin_at("time/layer/recompute_linear", flops["rerun_linear"] / n),
+               T_core=core_at("time/layer/recompute_core", flops["rerun_core"] / n), T_mem=rates.rerun_mem_s)
+    return LayerTimes(forward=ev(layer_pass_s, key="time/layer/forward", T_linear=lin, T_core=core, T_mem=rates.mem_s),
+                      backward=ev(layer_pass_s, key="time/layer/backward", T_linear=2 * lin, T_core=2 * core,
+                                  T_mem=rates.mem_s, k=G.BACKWARD_TRAFFIC),
+                      recompute=rerun, attn_linear=lin_at("time/layer/attention_linear", attn),
+                      mlp_linear=lin_at("time/layer/mlp_linear", flops["linear"] / n - attn))
+
+
+def _optimizer_s(ev, setup: Setup, c, *, like):
+    """The optimizer step of the GPU that updates the most parameters: the larger of the first
+    and last stages, its 1/n shard under ZeRO (n: dp x cp, or the hybrid shard group), routed
+    experts over their expert-data-parallel group. No HBM figure: left out (0)."""
+    W = setup.cluster.gpu.hbm_bytes_per_s
+    if W is None:
+        return 0 * like
+    model, recipe, p = setup.model, setup.training.recipe, c.pp
+    stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    psi = maximum(*(stage_psi(RAW, model, c, stage=st) for st in stages))
+    n = (c.shard_degree + 0 * c.dp if c.shard_degree is not None else c.dp * c.cp) if c.zero >= 1 else 1
+    experts = {}
+    if model.moe is not None:
+        n_ed = maximum(c.tp * c.dp * c.cp // c.ep, 1)
+        experts = dict(psi_e=maximum(*(stage_expert_psi(RAW, model, c, stage=st) for st in stages)),
+                       n_e=n_ed if c.zero >= 1 else 1)
+    return ev(C.optimizer_step_s, psi=psi, g=recipe.grads_bytes, K=recipe.optimizer_bytes, w=recipe.weights_bytes,
+              m_b=recipe.master_bytes, master=recipe.master_bytes > 0, n=n, W=W, **experts)
 
 
 def _placement(ev, setup: Setup, c) -> dict:

@@ -1,0 +1,314 @@
+"""GEMM time by shape, and the sustained efficiency of a layer's GEMMs.
+
+One GEMM multiplies g pairs of an (m x k) by a (k x n) matrix: F = 2*g*m*n*k FLOPs, and
+at least B = g*(e_in*(m*k + k*n) + e_out*m*n) bytes of operands read and result written.
+Its time (formulas.md#gemm-efficiency), a roofline with a fixed cost:
+
+  T = max(F/(eff_max*peak), B/W) + t0
+
+the FLOPs at a ceiling eff_max of the dense peak (the plateau large GEMMs reach), or the
+operands at a bandwidth W if that takes longer, plus a fixed t0 per kernel (launch,
+pipeline fill and drain, the last partial wave). Its efficiency F/(peak*T) rises with the
+GEMM's size (t0 amortised) and arithmetic intensity F/B, and saturates at eff_max.
+eff_max (per dtype), t0 and W are fitted per die by bench/calibrate.py to measured GEMM
+throughput by shape (bench/gemm_points.csv) and stored in the GPU presets
+(fitplan.presets.gpus); W comes out near each die's HBM bandwidth.
+
+A layer's GEMMs are listed at the stage's degrees (tensor parallel t, context parallel c,
+expert parallel ep, micro-batch b); the step takes the layer's linears, its attention core
+and the output layer each at their sustained efficiency, the FLOP-weighted harmonic mean
+of their GEMMs' (sum F / (peak * sum T)). Backward GEMMs (dgrad, wgrad) have the forward's
+three dimensions in another order and are taken to cost as much.
+
+Symbols: T tokens per GPU per micro-batch (b*s/c), h hidden size, q = a*d query width, kv
+key/value width, f ffn size, E experts, k_r experts per token, rho the busiest rank's load,
+V vocabulary.
+"""
+from dataclasses import dataclass
+
+from fitplan.arith import maximum
+from fitplan.explain import RATIO, SECONDS, formula
+from fitplan.sources import Cite
+
+GEMM = Cite("fitplan", "formulas.md#gemm-efficiency (constants: bench/calibrate.py on bench/gemm_points.csv)")
+ELEMENTWISE = Cite("fitplan", "formulas.md#elementwise-traffic (kappa: bench/calibrate.py on Korthikanti Table 4/5)")
+FP8_CASTS = Cite("transformer-engine", "fp8 casts before each fp8 GEMM, transposed copies for wgrad on Hopper, "
+                                       "weights cast once per step (is_first_microbatch); DelayedScaling's amax "
+                                       "history (amax_history_len = 1024) updated once per step")
+
+# HBM bytes the memory-bound kernels of a layer (norms, activation functions, dropout, softmax,
+# residual adds, bias adds) move per byte of activation the layer stores for backward, in the forward
+# pass: fitted by bench/calibrate.py together with the A100 GEMM ceiling on Korthikanti Table 4 (the 22B
+# layer's times) and Table 5 (8 iteration times) and A100's maximum matmul rate (Megatron-LM's fused kernels
+# of 2022; a counted tally of such kernels gives 1 to 2, so it also carries what the model leaves out of
+# those runs, e.g. the communication Table 4 notes: see tests/papers/test_korthikanti_time.py).
+KAPPA = 3.0
+# The backward's memory-bound kernels move 1.5 times the forward's bytes: an elementwise op, a norm or a
+# softmax reads its output gradient and its saved input (or output) and writes its input gradient, three
+# tensors against the forward's two (read the input, write the output).
+BACKWARD_TRAFFIC = 1.5
+# Transformer Engine DelayedScaling: amax_history_len = 1024 fp32 entries per fp8 tensor
+AMAX_HISTORY = 1024
+
+
+@formula("time/gemm", "max(2*g*m*n*k/(eff_max*peak), g*(e_in*(m*k + k*n) + e_out*m*n)/W) + t0", GEMM, SECONDS,
+         ("a GEMM runs at eff_max of the dense peak unless moving its operands (read once) and result (written "
+          "once) at W takes longer; t0 per kernel (no W: the operand term is left out)",))
+def gemm_s(*, m, n, k, eff_max, peak, t0, W=None, g=1, e_in=2, e_out=2):
+    compute = 2 * g * m * n * k / (eff_max * peak)
+    if W is None:
+        return compute + t0
+    return maximum(compute, g * (e_in * (m * k + k * n) + e_out * m * n) / W) + t0
+
+
+@formula("ratio/gemm_efficiency", "F/(peak*T_gemm), F = 2*g*m*n*k, T_gemm = max(F/(eff_max*peak), B/W) + t0", GEMM,
+         RATIO, ("efficiency rises with the GEMM's size (t0 amortised) and arithmetic intensity F/B, saturating at "
+                 "eff_max",))
+def gemm_efficiency(*, m, n, k, eff_max, peak, t0, W=None, g=1, e_in=2, e_out=2):
+    """The fraction of peak one GEMM sustains: works on ints, floats and NumPy arrays."""
+    F = 2 * g * m * n * k
+    return F / (peak * gemm_s.fn(m=m, n=n, k=k, eff_max=eff_max, peak=peak, t0=t0, W=W, g=g, e_in=e_in,
+                                 e_out=e_out))
+
+
+@formula("ratio/sustained_efficiency", "sum F/(peak*sum T)  (the FLOP-weighted harmonic mean of the GEMMs')",
+         GEMM, RATIO)
+def sustained_efficiency(*, F, T, peak):
+    return F / (peak * T)
+
+
+@formula("time/layer_elementwise", "kappa*A/W_hbm  (A: the bytes the layer stores for backward, no recompute)",
+         ELEMENTWISE, SECONDS,
+         ("memory-bound kernels move kappa bytes of HBM traffic per byte of activation the layer stores; "
+          "a flash kernel's softmax is inside the attention GEMMs",))
+def elementwise_s(*, A, kappa, W):
+    return kappa * A / W
+
+
+@formula("bytes/fp8_casts_forward", "(e + 1)*X + ((e + 2)*W_el + 2*4*H*3*n_g)/m  (input casts; weights and amax "
+                                    "history once per step)", FP8_CASTS, "bytes")
+def fp8_cast_forward_bytes(*, X, W_el, n_g, e, m, H=AMAX_HISTORY):
+    """Per micro-batch and layer: each fp8 GEMM's input read at e bytes and written at 1 (X
+    elements); its weight (W_el elements) read at e and written in fp8 with its transpose, and
+    the amax histories of its three fp8 tensors (input, weight, grad) read and written, once
+    per step of m micro-batches."""
+    return (e + 1) * X + ((e + 2) * W_el + 2 * 4 * H * 3 * n_g) / m
+
+
+@formula("bytes/fp8_casts_backward", "(e + 1)*Y + X + Y  (output-gradient casts; transposed fp8 copies for wgrad)",
+         FP8_CASTS, "bytes")
+def fp8_cast_backward_bytes(*, X, Y, e):
+    """Per micro-batch and layer: each fp8 GEMM's output gradient (Y elements) read at e and
+    written at 1, and the transposed fp8 copies of its input and output gradient the weight-
+    gradient GEMM reads (Hopper's layout; an upper bound on Blackwell)."""
+    return (e + 1) * Y + X + Y
+
+
+@formula("time/fp8_casts", "bytes/W_hbm", FP8_CASTS, SECONDS)
+def cast_s(*, bytes_, W):
+    return bytes_ / W
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One GEMM of a layer on one GPU: g groups (heads, local experts) of (m x k)(k x n).
+    Dimensions are ints for one configuration, arrays over the search's candidates."""
+    name: str
+    m: object
+    n: object
+    k: object
+    g: object = 1
+    writes: bool = True   # False: the (m x n) result stays on chip (a flash kernel's scores)
+
+    @property
+    def flops(self):
+        return 2 * self.g * self.m * self.n * self.k
+
+
+def attention_linears(model, *, T, t) -> tuple[Gemm, ...]:
+    """Q, K, V and output projections (Megatron column/row-parallel: n or k split by t). MLA:
+    the down-projections to the latents replicated on every tp rank, the up-projections and
+    the output split."""
+    h, mla = model.hidden_size, model.mla
+    if mla is None:
+        return (Gemm("qkv", T, (model.q_size + 2 * model.kv_size) / t, h),
+                Gemm("attention_out", T, h, model.q_size / t))
+    a = model.num_heads
+    out = [Gemm("kv_down", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h)]
+    if mla.q_lora_rank:
+        out.append(Gemm("q_down", T, mla.q_lora_rank, h))
+    out += [Gemm("q_up", T, a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) / t, mla.q_lora_rank or h),
+            Gemm("kv_up", T, a * (mla.qk_nope_head_dim + mla.v_head_dim) / t, mla.kv_lora_rank),
+            Gemm("attention_out", T, h, a * mla.v_head_dim / t)]
+    return tuple(out)
+
+
+def mlp_linears(model, *, T, t, f, tag="mlp", g=1) -> tuple[Gemm, ...]:
+    """A dense MLP of width f split by t: the up (and gate) projection, then the down one."""
+    n_up = 2 if model.mlp.gated else 1
+    return (Gemm(f"{tag}_up", T, n_up * f / t, model.hidden_size, g),
+            Gemm(f"{tag}_down", T, model.hidden_size, f / t, g))
+
+
+def linear_gemms(model, *, T, t, ep=1, moe_layer=False, rho=1) -> tuple[Gemm, ...]:
+    """The layer's linear GEMMs on one GPU for T tokens. An MoE layer (Megatron-LM's MoELayer,
+    expert tensor parallel 1): the router; the shared experts as a dense MLP split by t; the
+    E/ep local experts as one grouped GEMM each way, every expert receiving
+    T_e = k_r*rho*T*ep/(t*E) tokens (the tp ranks dispatch their T/t sequence-sharded tokens)."""
+    out = attention_linears(model, T=T, t=t)
+    if not moe_layer:
+        return out + mlp_linears(model, T=T, t=t, f=model.ffn_hidden_size)
+    e = model.moe
+    out += (Gemm("router", T, e.num_experts, model.hidden_size),)
+    if e.num_shared_experts:
+        out += mlp_linears(model, T=T, t=t, f=e.num_shared_experts * e.expert_ffn_size, tag="shared")
+    T_e = e.experts_per_token * rho * T * ep / (t * e.num_experts)
+    return out + mlp_linears(model, T=T_e, t=1, f=e.expert_ffn_size, tag="experts", g=e.num_experts / ep)
+
+
+def core_gemms(model, *, b, s, t, c, kernel) -> tuple[Gemm, ...]:
+    """The attention core per GPU: b*a/t heads of s/c local queries against s keys. Eager: the
+    scores Q K^T and the context P V as two batched GEMMs (the s^2 scores written and read
+    back). Flash: one fused kernel, the same FLOPs over Q, K, V and O only (the scores stay on
+    chip), written as one GEMM of inner size d_qk + d_v."""
+    a = model.num_heads
+    d_qk, d_v = model.q_size / a, model.kv_size / a if model.mla is not None else model.q_size / a
+    heads, q_len = b * a / t, s / c
+    if kernel == "flash":
+        return (Gemm("attention_core", q_len, s, d_qk + d_v, heads, writes=False),)
+    return (Gemm("attention_scores", q_len, s, d_qk, heads), Gemm("attention_context", q_len, d_v, s, heads))
+
+
+def head_gemms(model, *, T, t) -> tuple[Gemm, ...]:
+    """The output layer (vocabulary-parallel: n split by t)."""
+    return (Gemm("output_layer", T, model.vocab_size / t, model.hidden_size),)
+
+
+# ---------------------------------------------------------------- a stage's rates, for fitplan.timing.step
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """How one class of GEMMs runs: its ceiling (after the legacy h0 factor), its dense peak
+    and its input element's bytes."""
+    eff_max: object
+    peak: float
+    e_in: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRates:
+    """What the step needs per micro-batch: the sustained efficiency (and peak) of the stage's
+    linear GEMMs, attention core and output layer, and the memory-bound seconds per layer:
+    forward elementwise traffic, what a recompute reruns of it, and fp8 casts each way."""
+    linear: object
+    core: object
+    head: object
+    peak_linear: float
+    peak: float
+    mem_s: object
+    rerun_mem_s: object
+    cast_forward_s: object
+    cast_backward_s: object
+
+
+def rates(ev, gpu, *, h, compute: str) -> dict:
+    """The bf16 and linear-GEMM rates of a GPU for a recipe's precision."""
+    from fitplan.timing import compute as C
+    bf16 = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling", eff_max=gpu.efficiency, h=h, h0=gpu.efficiency_h0),
+                gpu.peak_bf16_flops_per_s, 2)
+    if compute != "fp8":
+        return {"bf16": bf16, "linear": bf16}
+    fp8_max = gpu.efficiency if gpu.efficiency_fp8 is None else gpu.efficiency_fp8
+    fp8 = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling_fp8", eff_max=fp8_max, h=h, h0=gpu.efficiency_h0),
+               C.peak_flops_per_s(gpu, "fp8"), 1)
+    return {"bf16": bf16, "linear": fp8}
+
+
+def operand_bandwidth(gpu):
+    """W: the GPU's fitted GEMM operand bandwidth, else its HBM bandwidth, else none."""
+    return gpu.gemm_bandwidth_bytes_per_s if gpu.gemm_bandwidth_bytes_per_s is not None else gpu.hbm_bytes_per_s
+
+
+def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = ""):
+    """Sum F and sum T over GEMMs, each T = F/(peak*eff) at the GEMM's own efficiency."""
+    F_sum = T_sum = 0
+    W = operand_bandwidth(gpu)
+    for gm in gemms:
+        eff = ev(gemm_efficiency, key=f"ratio/gemm/{prefix}{gm.name}", m=gm.m, n=gm.n, k=gm.k, g=gm.g,
+                 eff_max=rate.eff_max, peak=rate.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rate.e_in,
+                 e_out=2 if gm.writes else 0)
+        F_sum = F_sum + gm.flops
+        T_sum = T_sum + gm.flops / (rate.peak * eff)
+    return F_sum, T_sum
+
+
+def _mix(n_dense, L, dense, moe):
+    """The stage's average over its n_dense dense and L - n_dense MoE layers."""
+    if n_dense is None:
+        return dense
+    return (n_dense * dense + (L - n_dense) * moe) / maximum(L, 1)
+
+
+def layer_rates(ev, setup, c, *, L, n_dense, m) -> LayerRates:
+    """The stage's GEMM efficiencies at the candidate's degrees (tp, cp, ep, micro-batch), and
+    its memory-bound seconds per layer. c: a ParallelConfig or the search's grid; L and
+    n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step."""
+    from fitplan.memory.breakdown import Shapes
+    model, gpu, training = setup.model, setup.cluster.gpu, setup.training
+    sh = Shapes.of(setup)
+    r = rates(ev, gpu, h=sh.h, compute=training.recipe.compute)
+    T = c.micro_batch * sh.s / c.cp
+    kinds = [linear_gemms(model, T=T, t=c.tp)]
+    if n_dense is not None:
+        kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
+    sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix) for g, prefix in zip(kinds, ("", "moe/"))]
+    F_lin, T_lin = (sums[0] if n_dense is None else
+                    (_mix(n_dense, L, sums[0][0], sums[1][0]), _mix(n_dense, L, sums[0][1], sums[1][1])))
+    eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
+    F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp, kernel=sh.kernel),
+                                 r["bf16"], gpu)
+    eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
+    F_h, T_h = class_flops_and_s(ev, head_gemms(model, T=T, t=c.tp), r["bf16"], gpu)
+    eff_head = ev(sustained_efficiency, key="ratio/head_efficiency", F=F_h, T=T_h, peak=r["bf16"].peak)
+    mem, rerun = _elementwise(ev, setup, c, sh, L=L, n_dense=n_dense)
+    cast_f, cast_b = _fp8_casts(ev, setup, sh, kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch)
+    return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b)
+
+
+def _elementwise(ev, setup, c, sh, *, L, n_dense):
+    """Forward elementwise seconds per layer (stage average), and what recompute reruns of
+    them: the traffic of the activations it did not store."""
+    from fitplan.memory import activations as A
+    from fitplan.specs.parallel import Recompute
+    W = setup.cluster.gpu.hbm_bytes_per_s
+    if W is None:   # no HBM figure: the memory-bound kernels are left out
+        zero = 0 * c.micro_batch
+        return zero, zero
+    layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
+    extras = [("", {})] if n_dense is None else [("", {}), ("_moe", sh.moe.kw())]
+    full = [ev(A.per_layer_bytes, key=f"bytes/layer_activations{tag}", recompute=Recompute.NONE, **layer, **extra)
+            for tag, extra in extras]
+    A_none = full[0] if n_dense is None else _mix(n_dense, L, full[0], full[1])
+    mem = ev(elementwise_s, A=A_none, kappa=KAPPA, W=W)
+    if c.recompute == Recompute.NONE:
+        return mem, 0 * mem
+    kept = [ev(A.per_layer_bytes, key=f"bytes/layer_activations_stored{tag}", recompute=c.recompute, **layer, **extra)
+            for tag, extra in extras]
+    A_kept = kept[0] if n_dense is None else _mix(n_dense, L, kept[0], kept[1])
+    return mem, ev(elementwise_s, key="time/layer_elementwise_rerun", A=A_none - A_kept, kappa=KAPPA, W=W)
+
+
+def _fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like):
+    """fp8 recipes: the casts' and amax bookkeeping's traffic per layer (stage average),
+    forward and backward, at HBM bandwidth. kinds: the dense (and MoE) layers' linear GEMMs."""
+    W = setup.cluster.gpu.hbm_bytes_per_s
+    if setup.training.recipe.compute != "fp8" or W is None:
+        zero = 0 * like
+        return zero, zero
+    elements = [(sum(gm.g * gm.m * gm.k for gm in gs), sum(gm.g * gm.m * gm.n for gm in gs),
+                 sum(gm.g * gm.k * gm.n for gm in gs)) for gs in kinds]
+    X, Y, W_el = elements[0] if n_dense is None else (_mix(n_dense, L, a, b) for a, b in zip(*elements))
+    f = ev(cast_s, key="time/fp8_casts_forward", W=W, bytes_=ev(
+        fp8_cast_forward_bytes, X=X, W_el=W_el, n_g=len(kinds[-1]), e=sh.e, m=m))
+    b = ev(cast_s, key="time/fp8_casts_backward", W=W, bytes_=ev(fp8_cast_backward_bytes, X=X, Y=Y, e=sh.e))
+    return f, b

@@ -1,0 +1,230 @@
+"""fitplan.timing.gemm: the GEMM curve by shape, a layer's GEMMs at the stage's degrees, the
+memory-bound terms (elementwise traffic, fp8 casts, the optimizer step), and how the step
+uses them. Hand-derived numbers beside each assertion; H100's constants are the preset's
+(fitplan.presets.gpus.CURVES["h100"]: eff_max 0.799 bf16 / 0.641 fp8, t0 6.11 us,
+W 3.07 TB/s)."""
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fitplan import presets
+from fitplan.explain import RAW
+from fitplan.memory.breakdown import Setup
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from fitplan.timing import compute as C
+from fitplan.timing import evaluate_step, step_time
+from fitplan.timing import gemm as G
+
+H100 = dict(eff_max=0.799, peak=989e12, t0=6.11e-6, W=3.07e12)
+
+
+def test_the_preset_carries_the_fitted_curve():
+    g = presets.gpu("h100-80gb")
+    assert (g.efficiency, g.efficiency_fp8, g.gemm_overhead_s, g.gemm_bandwidth_bytes_per_s) == (
+        0.799, 0.641, 6.11e-6, 3.07e12)
+    assert g.efficiency_h0 == 0   # the former h-curve is off in every preset
+
+
+def test_a_large_square_gemm_is_compute_bound():
+    """4096^3 bf16: F = 2*4096^3 = 137.4 GFLOP at 0.799 x 989 TFLOP/s = 173.93 us; its operands
+    2*(3*4096^2) = 100.7 MB at 3.07 TB/s = 32.8 us, less; plus t0: 180.04 us, eff 0.7719. OpenXLA
+    measured 783.3 TFLOP/s = 0.792 (bench/gemm_points.csv), 2.6% faster than the curve."""
+    t = G.gemm_s(m=4096, n=4096, k=4096, **H100)
+    assert t == pytest.approx(2 * 4096**3 / (0.799 * 989e12) + 6.11e-6, rel=1e-12)
+    assert t == pytest.approx(180.04e-6, abs=0.01e-6)
+    assert G.gemm_efficiency(m=4096, n=4096, k=4096, **H100) == pytest.approx(0.7719, abs=1e-4)
+
+
+def test_a_skinny_gemm_is_memory_bound():
+    """(4096 x 256)(256 x 256): 0.537 GFLOP take 0.68 us at the ceiling, but its 4.33 MB of
+    operands and result take 1.409 us at W; plus t0: eff = 0.537e9/(989e12 x 7.519 us) = 0.0722."""
+    B = 2 * (4096 * 256 + 256 * 256 + 4096 * 256)
+    t = G.gemm_s(m=4096, n=256, k=256, **H100)
+    assert t == pytest.approx(B / 3.07e12 + 6.11e-6, rel=1e-12)
+    assert G.gemm_efficiency(m=4096, n=256, k=256, **H100) == pytest.approx(0.0722, abs=1e-4)
+
+
+def test_efficiency_rises_with_size_and_saturates_at_the_ceiling():
+    sizes = [256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
+    effs = [G.gemm_efficiency(m=d, n=d, k=d, **H100) for d in sizes]
+    assert effs == sorted(effs) and effs[-1] < 0.799 and effs[-1] == pytest.approx(0.799, abs=1e-3)
+
+
+def test_the_formula_takes_arrays_as_the_search_does():
+    m = np.array([1024, 4096, 16384])
+    arr = G.gemm_efficiency(m=m, n=4096, k=4096, **H100)
+    assert list(arr) == pytest.approx([G.gemm_efficiency(m=int(x), n=4096, k=4096, **H100) for x in m], rel=1e-12)
+
+
+def test_no_bandwidth_drops_the_operand_term_and_groups_add():
+    assert G.gemm_s(m=64, n=64, k=64, eff_max=0.5, peak=1e12, t0=0, W=None) == pytest.approx(2 * 64**3 / 0.5e12)
+    # g groups in one kernel: g times the FLOPs and bytes, t0 once
+    one = G.gemm_s(m=512, n=1024, k=2048, **H100) - 6.11e-6
+    assert G.gemm_s(m=512, n=1024, k=2048, g=8, **H100) == pytest.approx(8 * one + 6.11e-6, rel=1e-12)
+
+
+def test_the_old_h_curve_scales_the_ceiling():
+    """--gemm-efficiency-h0 4500 at h = 4500: the ceiling halves, as eff_max*h/(h + h0) did."""
+    assert C.gemm_ceiling(eff_max=0.8, h=4500, h0=4500) == pytest.approx(0.4)
+    assert C.gemm_ceiling(eff_max=0.8, h=4500, h0=0) == 0.8
+
+
+# ---------------------------------------------------------------- a layer's GEMMs
+
+LLAMA_8B = presets.model("llama3.1-8b").model
+
+
+def test_dense_layer_gemms_at_tp():
+    """Llama 3.1 8B (h 4096, 32 heads of 128, 8 kv heads, SwiGLU f 14336), T = 8192 tokens, t = 4:
+    QKV 4096 -> (4096 + 2*1024)/4 = 1536, out 1024 -> 4096, gate+up 4096 -> 2*14336/4 = 7168,
+    down 3584 -> 4096. Their FLOPs add up to the layer's matmul FLOPs over t."""
+    gemms = G.linear_gemms(LLAMA_8B, T=8192, t=4)
+    assert [(g.name, g.m, g.n, g.k) for g in gemms] == [
+        ("qkv", 8192, 1536, 4096), ("attention_out", 8192, 4096, 1024), ("mlp_up", 8192, 7168, 4096),
+        ("mlp_down", 8192, 4096, 3584)]
+    from fitplan.counts import params as P
+    assert sum(g.flops for g in gemms) == pytest.approx(2 * 8192 * P.layer_matmul_params(LLAMA_8B, moe_layer=False) / 4)
+
+
+def test_moe_layer_experts_are_one_grouped_gemm():
+    """Mixtral 8x7B (8 experts, top 2, f_e 14336), T = 4096, t = 2, ep = 4: E/ep = 2 local experts
+    each receive k*T*ep/(t*E) = 2*4096*4/(2*8) = 2048 tokens."""
+    mixtral = presets.model("mixtral-8x7b").model
+    gemms = {g.name: g for g in G.linear_gemms(mixtral, T=4096, t=2, ep=4, moe_layer=True)}
+    up = gemms["experts_up"]
+    assert (up.g, up.m, up.n, up.k) == (2, 2048, 2 * 14336, 4096)
+    assert gemms["router"].n == 8 and "mlp_up" not in gemms
+
+
+def test_attention_core_eager_and_flash():
+    """b = 2, s = 4096, t = 4, c = 2: 2*32/4 = 16 heads of 2048 queries against 4096 keys, d = 128.
+    Eager: scores (2048 x 128)(128 x 4096) and context (2048 x 4096)(4096 x 128); flash: one
+    kernel of inner size 256 that writes no scores. Both: 4*b*s^2*q/(t*c) FLOPs."""
+    eager = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2, kernel="eager")
+    flash = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2, kernel="flash")
+    assert [(g.m, g.n, g.k, g.g, g.writes) for g in eager] == [(2048, 4096, 128, 16, True), (2048, 128, 4096, 16, True)]
+    assert [(g.m, g.n, g.k, g.g, g.writes) for g in flash] == [(2048, 4096, 256, 16, False)]
+    core = 4 * 2 * 4096**2 * 4096 / (4 * 2)
+    assert sum(g.flops for g in eager) == sum(g.flops for g in flash) == pytest.approx(core)
+
+
+# ---------------------------------------------------------------- the step
+
+GPT = ModelSpec(name="gpt", num_layers=2, hidden_size=768, num_heads=12, num_kv_heads=12, ffn_hidden_size=3072,
+                vocab_size=50304, max_seq_len=2048)
+
+
+def _setup(gpu="h100-80gb", recipe="mixed-adam", kernel="flash", dropout=False, **gpu_changes):
+    g = dataclasses.replace(presets.gpu(gpu), **gpu_changes)
+    return Setup(GPT, TrainingSpec(seq_len=2048, recipe=presets.recipe(recipe), global_batch=4,
+                                   attention_kernel=kernel, dropout=dropout),
+                 ClusterSpec(gpu=g, num_gpus=1, gpus_per_node=8, reserve_bytes=0))
+
+
+def test_the_forward_is_its_gemms_plus_the_layers_memory_bound_traffic():
+    """One GPU, b = 2: T = 4096 tokens. Per layer the four GEMMs (4096 x 768 -> 2304, 768 -> 768,
+    768 -> 3072, 3072 -> 768) each take gemm_s; the flash core one fused kernel of 12*2 heads;
+    the output layer (4096 x 768 -> 50304) runs once. The layer's memory-bound kernels move
+    KAPPA x its stored activations (no recompute), 2*s*b*h*(4 + 12) = 201,326,592 B (two norm
+    inputs and outputs, Q, K, V and the attention output, the MLP's two 4h tensors; flash keeps a
+    4*a*s*b logsumexp, 196,608 B), at 3.35 TB/s."""
+    r = evaluate_step(_setup(), ParallelConfig(micro_batch=2))
+    term = {t.key: t.value for t in r.terms}
+    gemm = lambda m, n, k, g=1, e_out=2: G.gemm_s(m=m, n=n, k=k, g=g, e_out=e_out, **H100)
+    lin = gemm(4096, 2304, 768) + gemm(4096, 768, 768) + gemm(4096, 3072, 768) + gemm(4096, 768, 3072)
+    core = gemm(2048, 2048, 128, g=24, e_out=0)
+    head = gemm(4096, 50304, 768)
+    stored = 2 * 2048 * 2 * 768 * 16 + 4 * 12 * 2048 * 2
+    assert term["bytes/layer_activations"] == stored
+    mem = G.KAPPA * stored / 3.35e12
+    assert term["time/layer_elementwise"] == pytest.approx(mem, rel=1e-12)
+    assert term["time/forward_microbatch"] == pytest.approx(2 * (lin + core + mem) + head, rel=1e-9)
+    # backward: twice the GEMMs, 1.5 times the memory-bound traffic
+    assert term["time/backward_microbatch"] == pytest.approx(2 * (2 * (lin + core) + 1.5 * mem) + 2 * head,
+                                                              rel=1e-9)
+
+
+def test_eager_attention_writes_its_scores_and_reruns_their_traffic_under_selective_recompute():
+    """Eager with dropout stores the s^2 scores, their mask and dropout output, a*s^2*b*(2e + M)
+    = 12*2048^2*2*5 = 503,316,480 B per layer, which selective recompute reruns in the backward."""
+    flash = evaluate_step(_setup(), ParallelConfig(micro_batch=2, recompute=Recompute.SELECTIVE))
+    eager = evaluate_step(_setup(kernel="eager", dropout=True), ParallelConfig(micro_batch=2,
+                                                                              recompute=Recompute.SELECTIVE))
+    term = {t.key: t.value for t in eager.terms}
+    assert term["time/layer_elementwise_rerun"] == pytest.approx(G.KAPPA * 503_316_480 / 3.35e12, rel=1e-12)
+    assert term["ratio/core_efficiency"] < {t.key: t.value for t in flash.terms}["ratio/core_efficiency"]
+    assert eager.step_time_s > flash.step_time_s
+
+
+def test_fp8_linears_run_at_the_fp8_curve_and_pay_their_casts():
+    """fp8: the layers' linears at 0.641 of 1979 TFLOP/s with 1-byte inputs; the core and the output
+    layer keep bf16's efficiency; the casts move (e + 1)*X forward and (e + 1)*Y + X + Y backward
+    (X, Y: the linears' input and output elements), the weights once per step."""
+    bf16 = {t.key: t.value for t in evaluate_step(_setup(), ParallelConfig(micro_batch=2)).terms}
+    fp8 = {t.key: t.value for t in evaluate_step(_setup(recipe="fp8"), ParallelConfig(micro_batch=2)).terms}
+    gemm8 = lambda m, n, k: G.gemm_s(m=m, n=n, k=k, eff_max=0.641, peak=1979e12, t0=6.11e-6, W=3.07e12, e_in=1)
+    lin8 = gemm8(4096, 2304, 768) + gemm8(4096, 768, 768) + gemm8(4096, 3072, 768) + gemm8(4096, 768, 3072)
+    flops = 2 * 4096 * (2304 + 768 + 3072) * 768 + 2 * 4096 * 768 * 3072
+    assert fp8["ratio/linear_efficiency"] == pytest.approx(flops / (1979e12 * lin8), rel=1e-12)
+    assert fp8["ratio/core_efficiency"] == bf16["ratio/core_efficiency"]
+    assert fp8["ratio/head_efficiency"] == bf16["ratio/head_efficiency"]
+    X = 4096 * (768 + 768 + 768 + 3072)
+    Y = 4096 * (2304 + 768 + 3072 + 768)
+    W_el = 768 * (2304 + 768 + 3072) + 3072 * 768
+    m = 2   # micro-batches per step: global batch 4 / b 2
+    assert fp8["bytes/fp8_casts_forward"] == pytest.approx(3 * X + (4 * W_el + 2 * 4 * 1024 * 3 * 4) / m)
+    assert fp8["bytes/fp8_casts_backward"] == pytest.approx(3 * Y + X + Y)
+    assert fp8["time/fp8_casts_forward"] == pytest.approx(fp8["bytes/fp8_casts_forward"] / 3.35e12)
+    assert fp8["time/forward_microbatch"] < bf16["time/forward_microbatch"]
+
+
+def test_a_gpu_without_fp8_refuses_an_fp8_recipe():
+    from fitplan.errors import SpecError
+    with pytest.raises(SpecError, match="no fp8 peak"):
+        evaluate_step(_setup(gpu="a100-80gb", recipe="fp8"), ParallelConfig(micro_batch=2))
+
+
+def test_the_optimizer_step_is_its_state_traffic():
+    """mixed-adam: each parameter's grad (2 B), master (4) and moments (8) read, master, moments and
+    the bf16 weight (2) written: 2 + 16 + 8 + 2 = 28 B/param at 3.35 TB/s; ZeRO-1 over 4 ranks
+    updates a quarter."""
+    setup = _setup()
+    one = evaluate_step(setup, ParallelConfig(micro_batch=2))
+    psi = next(t.value for t in one.terms if t.key == "time/optimizer") * 3.35e12 / 28
+    assert psi == pytest.approx(GPT.num_layers * (12 * 768**2 + 13 * 768) + 50304 * 768 + 2048 * 768 + 2 * 768,
+                                rel=1e-12)   # layers, tied embedding, positions, the final norm
+    four = dataclasses.replace(setup, cluster=dataclasses.replace(setup.cluster, num_gpus=4),
+                               training=dataclasses.replace(setup.training, global_batch=16))
+    sharded = evaluate_step(four, ParallelConfig(dp=4, micro_batch=2, zero=ZeroStage.OS))
+    assert sharded.parts["time/optimizer"] == pytest.approx(one.parts["time/optimizer"] / 4, rel=1e-12)
+
+
+def test_gemm_flags_change_the_step_as_documented():
+    """A lower ceiling is slower; a larger t0 is slower; --gemm-efficiency-h0 lowers the ceilings."""
+    base = evaluate_step(_setup(), ParallelConfig(micro_batch=2)).step_time_s
+    assert evaluate_step(_setup(efficiency=0.5), ParallelConfig(micro_batch=2)).step_time_s > base
+    assert evaluate_step(_setup(gemm_overhead_s=50e-6), ParallelConfig(micro_batch=2)).step_time_s > base
+    assert evaluate_step(_setup(efficiency_h0=4500.0), ParallelConfig(micro_batch=2)).step_time_s > base
+
+
+def test_arrays_over_candidates_equal_one_at_a_time():
+    """The search's RAW path over arrays of tp, cp, micro-batch and ep gives each candidate's
+    efficiencies exactly (MoE: the grouped expert GEMMs vary with ep)."""
+    mixtral = presets.model("mixtral-8x7b").model
+    setup = Setup(mixtral, TrainingSpec(seq_len=4096, recipe=presets.recipe("fp8"), global_batch=64,
+                                        attention_kernel="flash", dropout=False),
+                  ClusterSpec(gpu=presets.gpu("h100-80gb"), num_gpus=64, gpus_per_node=8, reserve_bytes=0))
+    configs = [dict(tp=2, pp=2, dp=16, cp=1, ep=8, micro_batch=1, virtual_stages=1),
+               dict(tp=4, pp=1, dp=8, cp=2, ep=4, micro_batch=2, virtual_stages=1),
+               dict(tp=1, pp=4, dp=16, cp=1, ep=2, micro_batch=1, virtual_stages=2)]
+    from fitplan.search import SETTINGS
+    grid = SimpleNamespace(**{k: np.array([c[k] for c in configs]) for k in configs[0]},
+                           **{name: getattr(ParallelConfig(), name) for name in SETTINGS},
+                           zero=ZeroStage.OS, sequence_parallel=True, recompute=Recompute.SELECTIVE)
+    out = step_time(RAW, setup, grid)
+    for i, c in enumerate(configs):
+        one = evaluate_step(setup, ParallelConfig(zero=ZeroStage.OS, sequence_parallel=True,
+                                                  recompute=Recompute.SELECTIVE, **c))
+        assert out["time/step"][i] == pytest.approx(one.step_time_s, rel=1e-12)

@@ -1,0 +1,69 @@
+"""The GEMM curves in the presets are what bench/calibrate.py fits from bench/gemm_points.csv,
+and the fitting code (fitplan.calibrate.fit) recovers a curve it is given."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitplan import presets
+from fitplan.calibrate import fit
+from fitplan.timing import gemm as G
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_calibrate", ROOT / "bench" / "calibrate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_point_names_its_source_and_none_is_end_to_end():
+    bench = _bench()
+    points = bench.load_points()
+    assert len(points) == 2210
+    header = [line for line in (ROOT / "bench" / "gemm_points.csv").read_text().splitlines() if line.startswith("#")]
+    keys = {p["source"].split(":")[0] for p in points}
+    assert keys == {"xla-sm_90", "xla-sm_100_B200", "xla-gfx942", "xla-gfx950", "mamf", "maf", "deepgemm",
+                    "pyptx-cublas"}
+    for key in ("xla-<key>", "mamf: <note>", "maf ", "deepgemm ", "pyptx-cublas "):
+        assert any(key in line for line in header), key
+    assert all(2 * float(p["g"]) * float(p["m"]) * float(p["n"]) * float(p["k"]) >= 1e9 for p in points)
+
+
+def test_the_presets_store_the_fit():
+    """Refit everything (a few seconds) and compare with fitplan.presets.gpus.CURVES and KAPPA,
+    rounded as they are stored."""
+    bench = _bench()
+    points = bench.load_points()
+    curves = bench.fit_curves(points)
+    a100 = bench.fit_a100(points, curves["h100"])
+    fitted = bench.stored_form(curves, a100)
+    assert {die: tuple(c.values()) for die, c in presets.gpus.CURVES.items()} == fitted["curves"]
+    assert G.KAPPA == fitted["kappa"]
+    assert curves["h100"].rms < 0.1 and abs(curves["h100"].residuals["xla-sm_90"][1]) < 0.02
+
+
+def test_the_fit_recovers_a_curve_it_is_given():
+    """Times made by the curve itself (eff_max 0.7 bf16 / 0.6 fp8, t0 5 us, W 4 TB/s, peak 1e15)
+    over a spread of shapes come back to three digits."""
+    rows = []
+    for m, n, k in [(256, 4096, 4096), (1024, 1024, 1024), (2048, 8192, 4096), (4096, 4096, 16384), (8192, 512, 512),
+                    (16384, 16384, 8192), (512, 512, 8192), (4096, 256, 256)]:
+        for fp8 in (False, True):
+            e_in = 1 if fp8 else 2
+            t = G.gemm_s(m=m, n=n, k=k, eff_max=0.6 if fp8 else 0.7, peak=1e15, t0=5e-6, W=4e12, e_in=e_in)
+            rows.append((1, m, n, k, t, fp8, 2, 1e15, "made"))
+    c = fit.fit_curve(fit.Points.of(rows))
+    assert (c.eff_bf16, c.eff_fp8) == (pytest.approx(0.7, abs=2e-3), pytest.approx(0.6, abs=2e-3))
+    assert c.t0_s == pytest.approx(5e-6, rel=2e-2) and c.W == pytest.approx(4e12, rel=2e-2)
+    assert c.rms < 1e-3
+
+
+def test_points_count_operand_bytes_by_dtype():
+    p = fit.Points.of([(2, 64, 32, 16, 1e-6, False, 2, 1e15, "a"), (1, 64, 32, 16, 1e-6, True, 2, 2e15, "b")])
+    assert list(p.F) == [2 * 2 * 64 * 32 * 16, 2 * 64 * 32 * 16]
+    assert list(p.B) == [2 * (2 * (64 * 16 + 16 * 32) + 2 * 64 * 32), 1 * (64 * 16 + 16 * 32) + 2 * 64 * 32]
+    assert np.array_equal(p.fp8, [False, True])
