@@ -15,6 +15,7 @@ from fitplan.search import rank_key, search
 from fitplan.specs import compat
 from fitplan.specs.parallel import OFFLOAD_ORDER, ParallelConfig
 from tests.properties.strategies import setups
+from tests.properties.test_search_properties import brute_force
 
 
 @st.composite
@@ -35,28 +36,6 @@ def offload_setups(draw):
     return replace(s, cluster=replace(s.cluster, host_memory_bytes=None if host is None else
                                       max(2**20, int(host * state))))
 
-
-def brute_force(setup, space):
-    n = setup.cluster.num_gpus
-    for tier in space.offload:
-        fitting = []
-        for tp, pp, cp, mb, v, zero, sp, rc in product(space.tp, space.pp, space.cp, space.micro_batches,
-                                                       space.virtual_stages, space.zero, space.sequence_parallel,
-                                                       space.recompute):
-            if n % (tp * pp * cp):
-                continue
-            c = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), zero=zero, sequence_parallel=sp,
-                               recompute=rc, micro_batch=mb, virtual_stages=v, offload=tier)
-            if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
-                continue
-            b = evaluate(setup, c)
-            if b.fits:
-                fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
-                                         requested_mb=space.requested_micro_batch, sp=int(sp),
-                                         total=b.per_gpu_bytes, offload_level=tier.level), c))
-        if fitting:
-            return fitting
-    return []
 
 
 @settings(max_examples=40)

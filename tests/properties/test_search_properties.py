@@ -21,22 +21,28 @@ from tests.properties.strategies import setups
 
 
 def brute_force(setup, space):
+    """Every legal candidate that fits, tier by tier of offload (only the first tier with a fit
+    counts, as the search does), with its RANK_ORDER key."""
     n = setup.cluster.num_gpus
-    fitting = []
-    for tp, pp, cp, mb, v, zero, sp, rc in product(space.tp, space.pp, space.cp, space.micro_batches,
-                                                   space.virtual_stages, space.zero, space.sequence_parallel,
-                                                   space.recompute):
-        if n % (tp * pp * cp):
-            continue
-        c = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), zero=zero, sequence_parallel=sp,
-                           recompute=rc, micro_batch=mb, virtual_stages=v)
-        if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
-            continue
-        b = evaluate(setup, c)
-        if b.fits:
-            fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
-                                     requested_mb=space.requested_micro_batch, sp=int(sp), total=b.per_gpu_bytes), c))
-    return fitting
+    for tier in space.offload:
+        fitting = []
+        for tp, pp, cp, mb, v, zero, sp, rc in product(space.tp, space.pp, space.cp, space.micro_batches,
+                                                       space.virtual_stages, space.zero, space.sequence_parallel,
+                                                       space.recompute):
+            if n % (tp * pp * cp):
+                continue
+            c = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), zero=zero, sequence_parallel=sp,
+                               recompute=rc, micro_batch=mb, virtual_stages=v, offload=tier)
+            if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
+                continue
+            b = evaluate(setup, c)
+            if b.fits:
+                fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
+                                         requested_mb=space.requested_micro_batch, sp=int(sp),
+                                         total=b.per_gpu_bytes, offload_level=tier.level), c))
+        if fitting:
+            return fitting
+    return []
 
 
 @settings(max_examples=60)
