@@ -2,7 +2,6 @@
 profile): offload is tried tier by tier (fitplan.specs.parallel.OFFLOAD_ORDER), each only when the ones before
 it have no fit; the host memory limit is respected; the lower bound stays below what is found."""
 from dataclasses import replace
-from itertools import product
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,9 +10,8 @@ from fitplan.answers import space_for, suggest
 from fitplan.counts.params import num_params
 from fitplan.memory.breakdown import evaluate
 from fitplan.request import SearchOptions
-from fitplan.search import rank_key, search
-from fitplan.specs import compat
-from fitplan.specs.parallel import OFFLOAD_ORDER, ParallelConfig
+from fitplan.search import search
+from fitplan.specs.parallel import OFFLOAD_ORDER
 from tests.properties.strategies import setups
 from tests.properties.test_search_properties import brute_force
 
