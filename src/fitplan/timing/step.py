@@ -196,13 +196,13 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
     pacing = _pacing_rank(setup, c) if stage_index is None else stage_index
-    stage = ev_stage = stage_at(ev, model, c, pacing)
+    stage = stage_at(ev, model, c, pacing)
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
     L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
     n_dense = None if model.moe is None else stage.n_dense * half
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
-                    rho=1 if sh.moe is None else sh.moe.rho, head=select(ev_stage.head, half, 0), mtp=stage.mtp,
+                    rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
                     frac=_recomputed_share(ev, c, stage.layers))
     rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m)
     T_f, T_b, compute = _compute_s(ev, c, m=m, flops=mb, L=L, rates=rates)
