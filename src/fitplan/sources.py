@@ -56,6 +56,14 @@ SOURCES = {
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
+    "pytorch-runtime": Source("PyTorch runtime memory (caching allocator, cuBLAS workspaces, FSDP2, optimizers)",
+                              "PyTorch", 2025, "c10/cuda/CUDACachingAllocator.cpp; aten/src/ATen/cuda/"
+                              "CublasHandlePool.cpp; torch/distributed/fsdp/_fully_shard; torch/optim/adam.py"),
+    "nccl": Source("NCCL", "NVIDIA", 2025, "NVIDIA/nccl src/init.cc, src/include/device.h; issues #864, #1685"),
+    "megatron-loss": Source("Megatron-LM vocab-parallel cross-entropy", "NVIDIA", 2024,
+                            "megatron/core/tensor_parallel/cross_entropy.py"),
+    "fujii": Source("Accelerating Large Language Model Training with 4D Parallelism and Memory Consumption "
+                    "Estimator", "Fujii, Watanabe, Yokota", 2024, "arXiv:2411.06465"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -85,4 +93,5 @@ def short_name(key: str) -> str:
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
             "pope": "Pope et al.", "awq": "AWQ",
-            "transformer-engine": "Transformer Engine"}[key]
+            "transformer-engine": "Transformer Engine", "pytorch-runtime": "PyTorch", "nccl": "NCCL",
+            "megatron-loss": "Megatron-LM", "fujii": "Fujii et al."}[key]
