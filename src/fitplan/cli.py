@@ -122,12 +122,15 @@ def run_request(args, out, err) -> int:
     from fitplan.service import respond
     request = request_from_args(args)
     output, plot = request.values.get("output"), request.values.get("plot")
-    for path, flag in ((output, "--output"), (plot, "--plot")):
+    plot_timeline = request.values.get("plot_timeline")
+    for path, flag in ((output, "--output"), (plot, "--plot"), (plot_timeline, "--plot-timeline")):
         if path is not None:
             _check_writable(path, flag)
     reply = respond(request)
     if plot is not None:
         _write_file(plot, "--plot", lambda: _plot(plot, reply))
+    if plot_timeline is not None:
+        _write_file(plot_timeline, "--plot-timeline", lambda: _plot_timeline(plot_timeline, reply))
     if output is not None and reply.exit_code == 0:
         _write_file(output, "--output", lambda: Path(output).write_text(reply.text))
         out.write(f"wrote {output}\n")
@@ -182,6 +185,31 @@ def _plot(path: str, reply) -> None:
         breakdowns, labels = [s.breakdown for s in a.seed.strategies], [s.name for s in a.seed.strategies]
     plot_breakdowns(breakdowns, labels, path, title=f"{setup.model.name} on {setup.cluster.num_gpus} x "
                                                     f"{setup.cluster.gpu.name}: busiest GPU")
+
+
+def _plot_timeline(path: str, reply) -> None:
+    """The busiest GPU's memory over the step: the configuration asked about; with --suggest the
+    recommended layout (else the first suggestion, else the least loaded); the seed's DDP."""
+    from fitplan.analysis import margin_limit_bytes
+    from fitplan.memory.breakdown import stage_timeline
+    from fitplan.report.plot import plot_timeline
+    from fitplan.report.sentences import layout_words
+    a, setup = reply.answer, reply.resolved.setup
+    if a.search is not None:
+        r = a.search.result
+        pick = r.recommended or (r.suggestions[0] if r.suggestions else None)
+        b = pick.breakdown if pick is not None else r.least_loaded
+    elif a.breakdown is not None:
+        b = a.breakdown
+    else:
+        b = a.seed.strategies[0].breakdown
+    if b is None:
+        raise SpecError("--plot-timeline: nothing is legal on these GPUs, so there is no step to draw")
+    c = setup.cluster
+    plot_timeline(stage_timeline(setup, b), path, usable_bytes=c.usable_bytes, capacity_bytes=c.gpu.memory_bytes,
+                  margin_bytes=int(margin_limit_bytes(capacity=c.gpu.memory_bytes, usable=c.usable_bytes)),
+                  title=f"{setup.model.name} on {c.num_gpus} x {c.gpu.name}, {layout_words(b.config)}: "
+                        f"{b.stage} stage over the step")
 
 
 def run_presets(args, out) -> int:

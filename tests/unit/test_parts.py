@@ -9,7 +9,7 @@ from fitplan.timing.step import PARTS as TIME_PARTS
 
 def test_the_core_parts_are_the_table_keys_in_order():
     assert MEMORY_PARTS + ("reserve",) + TIME_PARTS == tuple(p.key for p in parts.TABLE)
-    assert len(MEMORY_PARTS) == 12 and len(TIME_PARTS) == 8
+    assert len(MEMORY_PARTS) == 22 and len(TIME_PARTS) == 8
     assert parts.part_keys(parts.STATES) == MEMORY_PARTS[:4]
 
 
