@@ -176,12 +176,12 @@ def test_json_contract_and_timeline_plot(tmp_path):
 
 def test_the_issue_example():
     """Llama 3.1 70B on 64 H100 at 8K: the layout fitplan recommended before (tp 2 + SP, pp 4 x 3,
-    cp 4, dp 2, ZeRO-1; 69.86 GiB without the runtime) peaks at 73.40 GiB, tight; the new
+    cp 4, dp 2, ZeRO-1; 69.86 GiB without the runtime) peaks at 73.78 GiB, tight; the new
     recommendation fits with margin and carries no out-of-memory warning."""
     setup = make_setup("llama3.1-70b", 64)
     old = ParallelConfig(tp=2, pp=4, virtual_stages=3, cp=4, dp=2, zero=ZeroStage.OS, sequence_parallel=True)
     b = evaluate(setup, old)
-    assert risk(b).level == TIGHT and b.per_gpu_bytes / GiB == pytest.approx(73.40, abs=0.005)
+    assert risk(b).level == TIGHT and b.per_gpu_bytes / GiB == pytest.approx(73.78, abs=0.005)
     out = io.StringIO()
     main(["plan", "--preset", "llama3.1-70b", "--gpus", "64", "--seq-len", "8192", "--suggest", "--json"], out=out)
     rec = json.loads(out.getvalue())["recommended"]

@@ -335,14 +335,17 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, experts: dict, n_d, laye
     else:
         out["runtime/fsdp_buffers"] = out[TL.FSDP_FORWARD] = out[TL.FSDP_LOSS] = 0 * a_layer
     grads_kw = {k: layer[k] for k in ("s", "b", "h", "a", "q", "kv", "f", "n", "e", "t", "c", "sp")}
-    grads_kw["kernel"] = sh.kernel
+    grads_kw.update(kernel=sh.kernel, w=recipe.weights_bytes)
+    if model.tied_embeddings:   # both ends on one rank: one parameter, its gradient accumulated across the backward
+        grads_kw.update(V=model.vocab_size, tied=stage.embedding * stage.head)
     backward = ev(RT.layer_backward_bytes, **grads_kw)
     if moe is not None:
         backward = maximum(backward, ev(RT.layer_backward_bytes, key="runtime/layer_backward_moe", **grads_kw,
                                         k=sh.moe.k, rho=sh.moe.rho, f_e=sh.moe.f_e, f_s=sh.moe.f_s))
     out["runtime/layer_backward"] = backward
     loss = dict(s=sh.s, b=b, V=model.vocab_size, e=sh.e, t=tp, c=cp, kernel=training.cross_entropy)
-    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss), a_layer)
+    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h,
+                                                              w=recipe.weights_bytes), a_layer)
     out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss) * select(stage.head, 1, 0)
     out[TL.OUTPUT_ONE] = _held(stage.head, lambda: A.output_bytes(s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e,
                                                                   t=tp, c=cp, sp=c.sequence_parallel,

@@ -124,50 +124,65 @@ def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer"):
     return grads if keep else grads + ceil_div((1 + k) * w * P_layer, 1)
 
 
-def _layer_backward_text(*, kernel="eager", **_):
+def _layer_backward_text(*, kernel="eager", tied=0, **_):
     attn = ("2*e*a*s^2*b/(t*c)  (the probabilities' and scores' gradients)" if kernel == "eager" else
             "s*b*(e*(q + 2kv) + 4q)/(t*c)  (dQ, dK, dV and the fp32 dQ accumulator)")
-    return f"2*e*s*b*h/([t if SP]*c) + max({attn}, n*e*s*b*f_w/(t*c))"
+    tied = " + w*V*h/t  (the tied output layer's weight gradient, waiting for the embedding's)" if tied else ""
+    return f"2*e*s*b*h/([t if SP]*c) + max({attn}, 2n*e*s*b*f_w/(t*c)) + w*h*f_w/t{tied}"
 
 
 @formula("runtime/layer_backward", _layer_backward_text,
          Cite("fitplan", "formulas.md#runtime (measured on CPU: tests/torch/test_runtime.py)"),
          assumes=("one layer's backward holds its input and output gradients and the wider of the attention's and "
-                  "the MLP's gradients; an upper bound on CPU measurements (fitplan validate)",))
-def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, kernel="eager", k=0, rho=1, f_e=0, f_s=0):
+                  "the MLP's gradients (2n f-wide tensors: the activation's gradients and an unfused elementwise "
+                  "backward's temporaries); an upper bound on CPU measurements (fitplan validate)",))
+def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="eager", k=0, rho=1, f_e=0, f_s=0,
+                         V=0, tied=0):
     """The gradients one layer's backward holds at once, on top of what it stores: the layer's
     input and output gradients, and the wider of the attention's (eager: the probabilities' and
     the scores' gradients, a*s^2*b each; flash: dQ, dK, dV and FlashAttention-2's fp32 dQ
-    accumulator) and the MLP's (n f-wide gradients; MoE: the shared experts' and the routed
-    copies')."""
+    accumulator) and the MLP's (2n f-wide tensors: the n gradients and as many temporaries of an
+    unfused elementwise backward, as PyTorch's SiLU-times-up runs; MoE: the shared experts' and the
+    routed copies'), and one weight's gradient before autograd adds it into .grad (w bytes, the
+    layer's widest matrix, h*f/t). tied: a rank that holds both ends of tied embeddings keeps the
+    output layer's weight gradient from the loss's backward until the embedding's adds to it
+    (autograd accumulates a parameter's gradients before AccumulateGrad)."""
     edges = 2 * ceil_div(e * s * b * h, select(sp, t, 1) * c)
     if kernel == "flash":
         attn = ceil_div(s * b * (e * (q + 2 * kv) + 4 * q), t * c)
     else:
         attn = ceil_div(2 * e * a * s * s * b, t * c)
     width = f if k == 0 else f_s + k * rho * f_e
-    mlp = ceil_div(n * e * s * b * width, t * c)
-    return edges + maximum(attn, mlp)
+    mlp = ceil_div(2 * n * e * s * b * width, t * c)
+    weight_grad = ceil_div(w * h * maximum(f if k == 0 else maximum(f_s, f_e), q), t)
+    return edges + maximum(attn, mlp) + weight_grad + tied * ceil_div(w * V * h, t)
 
 
-@formula("runtime/logits_grad",
-         lambda *, kernel, **_: ("8*s*b*V/(t*c)  (F.cross_entropy: nll_loss's and log_softmax's fp32 gradients beside "
-                                 "the saved fp32 log-probabilities)" if kernel == "pytorch" else
-                                 "e*s*b*V/(t*c) if e < 4  (Megatron-LM: the gradient in place of the saved softmax, "
-                                 "cast to the logits' dtype)"),
+def _logits_text(*, kernel, **_):
+    first = ("8*s*b*V/(t*c)  (F.cross_entropy: nll_loss's and log_softmax's fp32 gradients beside the saved fp32 "
+             "log-probabilities)" if kernel == "pytorch" else
+             "[e < 4]*e*s*b*V/(t*c)  (Megatron-LM: the gradient in place of the saved softmax, cast to e bytes)")
+    return (f"max({first}, w*V*h/t + e*s*b*h/c - (4 - e)*s*b*V/(t*c)  (then the output layer's weight and input "
+            f"gradients beside the e-byte logits' gradient, the fp32 one freed))")
+
+
+@formula("runtime/logits_grad", _logits_text,
          Cite("megatron-loss", "megatron/core/tensor_parallel/cross_entropy.py (in-place softmax and gradient); "
                                "torch log_softmax/nll_loss backward (derivatives.yaml)"),
          assumes=("the loss's fp32 logits (activations/output) are held; this is what its backward adds on the "
                   "stage with the output layer, once per micro-batch",))
-def logits_grad_bytes(*, s, b, V, e, t, c, kernel):
-    """The loss backward's logit gradients beyond the saved fp32 logits (activations/output).
-    pytorch: F.cross_entropy on fp32 logits saves the fp32 log-probabilities; its backward makes
-    nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c), before the cast to the logits'
-    dtype (smaller). fused: Megatron-LM computes the gradient in place of the saved softmax and
-    autograd casts it to the bf16 logits' dtype, e*s*b*V/(t*c) (none in fp32)."""
+def logits_grad_bytes(*, s, b, V, e, t, c, kernel, h=0, w=0):
+    """What the loss's backward adds to the saved fp32 logits (activations/output), at the larger
+    of its two moments. First the log-softmax: pytorch's F.cross_entropy on fp32 logits makes
+    nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c); Megatron-LM's fused loss computes
+    the gradient in place of the saved softmax and autograd casts it to the e-byte logits' dtype,
+    e*s*b*V/(t*c) (none in fp32). Then the output layer's backward: its weight's gradient (w*V*h/t,
+    before autograd adds it into .grad) and its input's, beside the e-byte logits' gradient, the
+    fp32 logits and their gradient freed: (e - 4)*s*b*V/(t*c) against the saved fp32 logits."""
+    head = ceil_div(w * V * h, t) + ceil_div(e * s * b * h, c) + ceil_div((e - 4) * s * b * V, t * c)
     if kernel == "pytorch":
-        return ceil_div(8 * s * b * V, t * c)
-    return select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s)
+        return maximum(ceil_div(8 * s * b * V, t * c), head)
+    return maximum(select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s), head)
 
 
 @formula("runtime/p2p", "2*e*s*b*h/([t if SP]*c)  (the received and the sent activation gradient)",
