@@ -63,10 +63,10 @@ def _nccl_text(**_):
                   "torch.cuda.max_memory_reserved"))
 def nccl_bytes(*, C, buffsize, tp, cp, pp, dp, ep, world, node):
     """NCCL's per-communicator buffers: channels x connections x (Simple + LL + LL128)."""
-    ring = lambda n: select(n > 1, 2, 0)
-    a2a = select(ep > 1, 2 * (minimum(ep, node) - 1 + select(ep > node, 1, 0)), 0)
+    a2a = 2 * (ep > 1) * (minimum(ep, node) - 1 + (ep > node))
     largest = maximum(maximum(maximum(tp, cp), maximum(pp, dp)), ep)
-    peers = ring(tp) + ring(cp) + ring(pp) + ring(dp) + a2a + select(world > largest, 2, 0)
+    rings = 1 * (tp > 1) + 1 * (cp > 1) + 1 * (pp > 1) + 1 * (dp > 1) + 1 * (world > largest)   # 1 *: NumPy's
+    peers = 2 * rings + a2a                                                                   # bools add as "or"
     return C * (buffsize + NCCL_LL_BYTES + NCCL_LL128_BYTES) * peers
 
 

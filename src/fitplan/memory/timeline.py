@@ -81,12 +81,18 @@ def moments(parts: dict, *, phi) -> dict:
 
 
 def peak_bytes(parts: dict, *, phi):
-    """The step's peak on this rank: the largest moment's bytes (the search's path)."""
-    best = None
-    for held in moments(parts, phi=phi).values():
-        t = sum(held.values())
-        best = t if best is None else maximum(best, t)
-    return best
+    """The step's peak on this rank: the largest moment's bytes (the search's path). The same sums
+    as `moments`, shared between the moments: each moment's transient bytes D (all but ALWAYS) and
+    the allocator's share of them."""
+    train = sum(parts[k] for k in TRAIN + STORED)
+    loss = train + parts["runtime/logits_grad"] + parts[FSDP_LOSS]
+    layer = train - parts[OUTPUT_ONE] + sum(parts[k] for k in LAYER)
+    step = parts["runtime/optimizer_step"]
+    streams = parts[STREAMS]
+    worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
+                            layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
+                    step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
+    return sum(parts[k] for k in ALWAYS) + worst
 
 
 @dataclass(frozen=True, slots=True)
