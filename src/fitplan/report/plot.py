@@ -40,21 +40,23 @@ def bar_labels(breakdowns, labels) -> list[str]:
 
 
 def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of the busiest GPU") -> Path:
-    """Stacked bars, one per Breakdown, segments in PARTS order; terms that are zero in
-    every bar are left out of the legend. Bars over the usable line are marked; each bar is
+    """Stacked bars, one per Breakdown, segments in PARTS order: the terms held at the step's
+    peak (fitplan.memory.timeline), so each bar's height is its per-GPU peak; terms that are
+    zero in every bar are left out of the legend. Bars over the usable line are marked; each bar is
     named by its label and its layout (bar_labels)."""
     if len(breakdowns) != len(labels):
         raise ValueError(f"{len(breakdowns)} breakdowns but {len(labels)} labels")
     if not breakdowns:
         raise ValueError("nothing to plot: no breakdowns")
     plt = _pyplot()
-    keys = [k for k in PARTS if any(b.parts[k] for b in breakdowns)]
+    held = [b.peak.held for b in breakdowns]   # what each GPU holds at its peak: the bar's total is the peak
+    keys = [k for k in PARTS if any(h.get(k) for h in held)]
     width = max(7.0, 1.3 * len(breakdowns) + 4.5)
     fig, ax = plt.subplots(figsize=(width, 5.5), dpi=DPI)
     xs = range(len(breakdowns))
     bottoms = [0.0] * len(breakdowns)
     for key in keys:
-        heights = [to_gib(b.parts[key]) for b in breakdowns]
+        heights = [to_gib(h.get(key, 0)) for h in held]
         ax.bar(xs, heights, 0.6, bottom=bottoms, color=parts.color(key), label=parts.label(key), edgecolor="white",
                linewidth=0.5)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
@@ -80,6 +82,11 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
+    capacities = {b.capacity_bytes for b in breakdowns}
+    if len(capacities) == 1 and capacities != {0}:   # the risk rule's line (fitplan.analysis.risk)
+        margin = to_gib(min(capacities.pop() * 4 // 5, max(usable)))
+        ax.axhline(margin, color="#31a354", linestyle=":", linewidth=1.2,
+                   label=f"fits with margin below ({margin:.1f} GiB, 80% of capacity)")
     many = len(breakdowns) > 4
     ax.set_xticks(list(xs), bar_labels(breakdowns, labels), rotation=15 if many else 0,
                   ha="right" if many else "center", multialignment="center", fontsize=9)
