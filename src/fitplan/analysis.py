@@ -88,7 +88,7 @@ def blocking_term(breakdown: Breakdown, recipe) -> BlockingTerm:
             groups.append(BlockingTerm(("sharded " if sharded else "replicated ") + prefix + names,
                                        sum(breakdown.parts[k] for k in keys),
                                        S.per_gpu_text(f"{b:g}", sharded), False))
-    groups.append(BlockingTerm("activations", breakdown.activation_bytes, "see activations", False))
+    groups.append(BlockingTerm("activations and runtime buffers", breakdown.activation_bytes, "see the peak", False))
     worst = max(groups, key=lambda g: g.bytes)
     return BlockingTerm(worst.name, worst.bytes, worst.formula, worst.bytes > breakdown.usable_bytes)
 
