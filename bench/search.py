@@ -7,16 +7,24 @@ so every legal candidate is evaluated. Models: GPT-3 175B and Llama 3.1 405B on 
 Baselines measured in the same run: the scalar path (one ParallelConfig at a time through
 fitplan.memory.breakdown.evaluate, the exact explanation path) and a bare interpreter start.
 Run: python bench/search.py  (prints a table; nothing is asserted)
+     python bench/search.py --compare REV  (the same searches on git revision REV's sources, in a
+                                            subprocess, then on this checkout's: before/after)
 """
+import argparse
+import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+if "--src" in sys.argv:   # another checkout's sources (the --compare baseline)
+    sys.path.insert(0, sys.argv[sys.argv.index("--src") + 1])
+else:
+    sys.path.insert(0, str(ROOT / "src"))
 
 from fitplan import presets  # noqa: E402
 from fitplan.memory.breakdown import Setup, evaluate  # noqa: E402
@@ -72,7 +80,45 @@ def fmt(walls):
     return f"median {statistics.median(walls):.3f} s (min {min(walls):.3f}, max {max(walls):.3f})"
 
 
+CASES = [(model, n) for model in ("gpt3-175b", "llama3.1-405b") for n in (1024, 4096, 16384)]
+
+
+def rates() -> dict:
+    """Candidates per second of each case's full search (median of 3)."""
+    out = {}
+    for model, n in CASES:
+        result, walls, _ = time_search(setup_for(model, n), full_space(n))
+        out[f"{model} {n}"] = result.considered / statistics.median(walls)
+    return out
+
+
+def compare(rev: str) -> None:
+    """The same searches on revision rev (its src/ from git archive, in a subprocess) and here,
+    interleaved case by case is not possible across processes, so each side runs its cases
+    back to back; the table gives both rates and their ratio."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        before = json.loads(subprocess.run([sys.executable, __file__, "--src", f"{tmp}/src", "--rates"],
+                                           capture_output=True, text=True, check=True).stdout)
+    after = rates()
+    print(f"{'case':<22} {'before cand/s':>14} {'after cand/s':>14} {'after/before':>13}   (before: {rev})")
+    for case in after:
+        print(f"{case:<22} {before[case]:>14,.0f} {after[case]:>14,.0f} {after[case] / before[case]:>13.2f}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compare", metavar="REV", help="also time git revision REV's sources: before/after")
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--rates", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rates:
+        print(json.dumps(rates()))
+        return
+    if args.compare:
+        compare(args.compare)
+        print()
     print(f"{'model':<15} {'GPUs':>6} {'candidates':>11} {'fit':>8} {'wall s (median)':>16} {'noise range s':>16} "
           f"{'cand/s':>12} {'peak MiB':>9} {'vs scalar':>10}")
     for model in ("gpt3-175b", "llama3.1-405b"):

@@ -94,7 +94,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_declared(sub.add_parser("infer", help=HELP["infer"]), "infer")
     val = sub.add_parser("validate", help="predicted vs measured against PyTorch on small reference models "
                                           "(needs pip install -e '.[torch]')")
-    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "all"), default="all")
+    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "small-llama", "all"), default="all",
+                     help="all: the three tiny models; small-llama (336M parameters) is for --device cuda")
     val.add_argument("--seq-len", type=int, default=128)
     val.add_argument("--micro-batch", type=int, default=2)
     val.add_argument("--world-sizes", default="2", help="comma-separated process counts for the gloo checks (2-4)")
@@ -125,12 +126,15 @@ def run_request(args, out, err) -> int:
     from fitplan.service import respond
     request = request_from_args(args)
     output, plot = request.values.get("output"), request.values.get("plot")
-    for path, flag in ((output, "--output"), (plot, "--plot")):
+    plot_timeline = request.values.get("plot_timeline")
+    for path, flag in ((output, "--output"), (plot, "--plot"), (plot_timeline, "--plot-timeline")):
         if path is not None:
             _check_writable(path, flag)
     reply = respond(request)
     if plot is not None:
         _write_file(plot, "--plot", lambda: _plot(plot, reply))
+    if plot_timeline is not None:
+        _write_file(plot_timeline, "--plot-timeline", lambda: _plot_timeline(plot_timeline, reply))
     if output is not None and reply.exit_code == 0:
         _write_file(output, "--output", lambda: Path(output).write_text(reply.text))
         out.write(f"wrote {output}\n")
@@ -187,6 +191,31 @@ def _plot(path: str, reply) -> None:
                                                     f"{setup.cluster.gpu.name}: busiest GPU")
 
 
+def _plot_timeline(path: str, reply) -> None:
+    """The busiest GPU's memory over the step: the configuration asked about; with --suggest the
+    recommended layout (else the first suggestion, else the least loaded); the seed's DDP."""
+    from fitplan.analysis import margin_limit_bytes
+    from fitplan.memory.breakdown import stage_timeline
+    from fitplan.report.plot import plot_timeline
+    from fitplan.report.sentences import layout_words
+    a, setup = reply.answer, reply.resolved.setup
+    if a.search is not None:
+        r = a.search.result
+        pick = r.recommended or (r.suggestions[0] if r.suggestions else None)
+        b = pick.breakdown if pick is not None else r.least_loaded
+    elif a.breakdown is not None:
+        b = a.breakdown
+    else:
+        b = a.seed.strategies[0].breakdown
+    if b is None:
+        raise SpecError("--plot-timeline: nothing is legal on these GPUs, so there is no step to draw")
+    c = setup.cluster
+    plot_timeline(stage_timeline(setup, b), path, usable_bytes=c.usable_bytes, capacity_bytes=c.gpu.memory_bytes,
+                  margin_bytes=int(margin_limit_bytes(capacity=c.gpu.memory_bytes, usable=c.usable_bytes)),
+                  title=f"{setup.model.name} on {c.num_gpus} x {c.gpu.name}, {layout_words(b.config)}: "
+                        f"{b.stage} stage over the step")
+
+
 def run_presets(args, out) -> int:
     from fitplan import presets
     from fitplan.report import document
@@ -208,13 +237,13 @@ def run_presets(args, out) -> int:
 def run_validate(args, out) -> int:
     """Exit 0 when every row is within its stated tolerance (most are exact), 1 otherwise."""
     from fitplan.report.jsonout import dump
-    from fitplan.validate import TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
+    from fitplan.validate import SMALL_LLAMA, TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
     from fitplan.validate.report import as_json, render_text
     try:
         worlds = tuple(int(w) for w in args.world_sizes.split(","))
     except ValueError:
         raise SpecError(f"--world-sizes: write process counts separated by commas, e.g. 2,4; got {args.world_sizes!r}")
-    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "tiny-moe": (TINY_MOE,),
+    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "tiny-moe": (TINY_MOE,), "small-llama": (SMALL_LLAMA,),
               "all": (TINY_GPT, TINY_LLAMA, TINY_MOE)}[args.model]
     reports = [run_validation(model=m, seq_len=args.seq_len, micro_batch=args.micro_batch, world_sizes=worlds,
                               device=args.device, include_distributed=not args.no_distributed) for m in models]

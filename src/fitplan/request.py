@@ -59,6 +59,9 @@ class PlanOptions:
                            help="text, markdown or json")
     plot: str | None = declared("str", default=None, flag="--plot", group="output", api=False,
                                 help="write a PNG of the per-GPU memory by term (matplotlib)")
+    plot_timeline: str | None = declared("str", default=None, flag="--plot-timeline", group="output", api=False,
+                                         help="write a PNG of the busiest GPU's memory over the step, event by event "
+                                              "(the recommended layout with --suggest)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from itertools import product
 import numpy as np
 
 from fitplan.errors import SpecError
-from fitplan.analysis import is_safe
+from fitplan.analysis import is_safe, margin_limit_bytes
 from fitplan.explain import RAW
 from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_totals, candidate_stages, evaluate
 from fitplan.specs import compat
@@ -247,9 +247,9 @@ COST_ORDER = ("estimated cost to train, lowest first: GPU-hours to train the tok
               "least disturbance")
 # --rank cost without --train-tokens: the cost of this many tokens is shown (the order is the same for any count)
 COST_TOKENS = 10**9
-RECOMMEND_ORDER = ("the shortest estimated step among the layouts that fit with a safe margin (headroom at least "
-                   "the largest unmodelled buffer and 5% of usable memory: fitplan.analysis.is_safe); ties broken "
-                   "by least disturbance")
+RECOMMEND_ORDER = ("the shortest estimated step among the layouts that fit with margin (peak over the step at most "
+                   "80% of GPU memory, Fujii et al.'s rule: fitplan.analysis.risk); ties broken by least disturbance; "
+                   "when none has that margin, the shortest among those that fit, marked tight")
 RANKED_DEPTH = 16   # exact re-evaluations kept beyond --top, to find the next-cheapest alternative
 RECOMMEND_SCAN = 64   # exact checks of the margin, fastest first, before giving up on a safe layout
 ALTERNATIVES = 4
@@ -278,9 +278,10 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                         f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
     usable = setup.cluster.usable_bytes
     host_limit = setup.cluster.host_memory_bytes
+    margin_limit = margin_limit_bytes(capacity=setup.cluster.gpu.memory_bytes, usable=usable)
     base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
-    keys, steps, hours, members, closest = [], [], [], [], None
+    keys, steps, hours, members, closest, margins = [], [], [], [], None, []
     legal_by_sp = {}
     for sp in space.sequence_parallel:
         per_group: dict = {}
@@ -320,6 +321,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             closest = (totals[low], _config(grid, idx[low]))
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
+            margins.append(totals[fits] <= margin_limit)
             if timed:
                 timing = step_time(RAW, setup, grid.take(idx[fits]))
                 steps.append(timing["time/step"])
@@ -337,6 +339,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         exact = _exact(setup, members, group_of, index_of)
         by_disturbance = np.lexsort(allkeys.T[::-1])
         by_time = np.lexsort(np.column_stack([step_s, allkeys]).T[::-1]) if timed else by_disturbance
+        with_margin = np.concatenate(margins)                # the float screen of fitplan.analysis.risk
         if rank == "cost":
             gpu_h = np.concatenate(hours)                     # GPU-hours to train, one per candidate
             price = setup.cluster.gpu_hour_price
@@ -349,17 +352,20 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, lead)
         if recommend:
             picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
-            safe = _take(exact, by_time, ALTERNATIVES + 1, space,
+            safe = _take(exact, by_time[with_margin[by_time]], ALTERNATIVES + 1, space,
                          (lambda pos: f"step ~{step_s[pos]:.4g} s") if timed else None, scan=RECOMMEND_SCAN,
                          keep=lambda b: is_safe(setup, b))
-            picks["recommended"] = safe[0] if safe else None
-            picks["alternatives"] = tuple(safe[1:])
+            tight = [] if safe else _take(exact, by_time, ALTERNATIVES + 1, space,
+                                          (lambda pos: f"step ~{step_s[pos]:.4g} s") if timed else None)
+            chosen = safe or tight
+            picks["recommended"] = chosen[0] if chosen else None
+            picks["alternatives"] = tuple(chosen[1:])
             picks["recommend_note"] = ("" if safe and timed else
                                        "no time model for this recipe's precision on this GPU, so the least "
-                                       "disturbance with a safe margin instead" if safe else
-                                       f"none of the {min(RECOMMEND_SCAN, fit):,} fastest fitting layouts leaves a "
-                                       f"safe margin (fitplan.analysis.is_safe); more GPUs, or a layout with more "
-                                       f"headroom")
+                                       "disturbance that fits with margin instead" if safe else
+                                       "no fitting layout's peak is within 80% of GPU memory (fitplan.analysis.risk): "
+                                       "this is the fastest of them, and it is tight; more GPUs, or a smaller "
+                                       "micro-batch or sequence, give a margin" if tight else "")
     ranked = picks.pop("ranked", [])
     return SearchResult(num_gpus=num_gpus, space=space, considered=considered,
                         rejected_by_reason=dict(sorted(rejected.items())),

@@ -56,9 +56,9 @@ SOURCES = {
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
-    "nccl": Source("NCCL tuning model", "NVIDIA", 2026,
+    "nccl": Source("NCCL: its tuning model and its buffers", "NVIDIA", 2026,
                    "NVIDIA/nccl src/graph/tuning.cc @5067397c (ncclTunerConstantsDefaults, ncclTopoTuneModel, "
-                   "ncclTopoGetAlgoTime)"),
+                   "ncclTopoGetAlgoTime); src/init.cc, src/include/device.h (buffers); issues #864, #1685"),
     "nccl-tests": Source("nccl-tests bus bandwidths, as published", "NVIDIA; Bekman", 2026,
                          "stas00/ml-engineering network/README.md @744d01e; NVIDIA/nccl-tests#212, #267; "
                          "NVIDIA/nccl#812"),
@@ -81,6 +81,13 @@ SOURCES = {
                        "arXiv:2208.07339; bitsandbytes Linear8bitLt"),
     "pcie": Source("PCI Express Base Specification 4.0 and 5.0", "PCI-SIG", 2019,
                    "16 and 32 GT/s per lane, 128b/130b encoding; vendor datasheets for NVLink-C2C"),
+    "pytorch-runtime": Source("PyTorch runtime memory (caching allocator, cuBLAS workspaces, FSDP2, optimizers)",
+                              "PyTorch", 2025, "c10/cuda/CUDACachingAllocator.cpp; aten/src/ATen/cuda/"
+                              "CublasHandlePool.cpp; torch/distributed/fsdp/_fully_shard; torch/optim/adam.py"),
+    "megatron-loss": Source("Megatron-LM vocab-parallel cross-entropy", "NVIDIA", 2024,
+                            "megatron/core/tensor_parallel/cross_entropy.py"),
+    "fujii": Source("Accelerating Large Language Model Training with 4D Parallelism and Memory Consumption "
+                    "Estimator", "Fujii, Watanabe, Yokota", 2024, "arXiv:2411.06465"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -114,4 +121,5 @@ def short_name(key: str) -> str:
             "megatron-overlap": "Megatron-Core",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
-            "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe"}[key]
+            "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
+            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al."}[key]

@@ -26,6 +26,7 @@ from dataclasses import replace
 from fitplan import presets
 from fitplan.cli import main
 from fitplan.memory import finetune as FT
+from fitplan.analysis import risk
 from fitplan.memory.breakdown import Setup, evaluate
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Mlp, Norm, Position
@@ -65,13 +66,22 @@ def test_the_65b_base_and_its_adapters():
 
 
 def test_65b_qlora_fits_on_one_48gb_gpu():
+    """It fits, tight: the peak is a layer's backward (the head's micro-batch already freed), 45.89 GB of 48,
+    95.6% of capacity, above Fujii et al.'s 80%. The runtime terms at that moment: the CUDA context (400 MiB),
+    the default cuBLAS workspace (8,519,680 B), one layer's backward gradients with no weight gradient (the
+    base is frozen), the dequantized weight and the allocator's 2 MiB pages per transient tensor."""
     b = evaluate(Setup(LLAMA_65B, QLORA_65B, GPU_48GB), CONFIG)
-    assert b.fits
+    assert b.fits and b.peak.phase == "backward of micro-batch 1"
     parts = {k: round(v / 10**9, 2) for k, v in b.parts.items() if v}
     assert parts == {"states/weights": 36.06, "states/grads": 1.6, "states/optimizer": 6.4,
                      "activations/layers": 0.69, "activations/output": 0.08, "activations/recompute_workspace": 0.18,
-                     "runtime/dequant_workspace": 0.36}
-    assert round(b.per_gpu_bytes / 10**9, 2) == 45.36 and b.headroom_bytes > 2.6 * 10**9
+                     "runtime/dequant_workspace": 0.36, "runtime/cuda_context": 0.42, "runtime/blas_workspace": 0.01,
+                     "runtime/layer_backward": 0.16, "runtime/logits_grad": 0.14, "runtime/allocator": 0.02}
+    held = b.peak.held
+    assert held["activations/output"] == 0 and held["runtime/cuda_context"] == 400 * 2**20
+    assert held["runtime/blas_workspace"] == 8_519_680
+    assert b.per_gpu_bytes == sum(held.values()) == 45_889_091_584 and b.headroom_bytes == 2_110_908_416
+    assert risk(b).level == "tight"
 
 
 def test_the_same_without_qlora_does_not_fit():
@@ -85,7 +95,7 @@ def test_from_the_command_line():
     out = io.StringIO()
     code = main(["plan", "--layers", "80", "--hidden", "8192", "--heads", "64", "--ffn", "22016", "--vocab", "32000",
                  "--mlp", "swiglu", "--max-seq-len", "2048", "--seq-len", "528", "--gpus", "1",
-                 "--gpu-memory", "48 GB", "--reserve", "0 GiB", "--finetune", "qlora", "--lora-rank", "64",
+                 "--gpu", "a100-80gb", "--gpu-memory", "48 GB", "--reserve", "0 GiB", "--finetune", "qlora", "--lora-rank", "64",
                  "--lora-targets", "qkv,o,mlp", "--precision", "bf16-adam", "--recompute", "full",
                  "--micro-batch", "1", "--global-batch", "16", "--attention-kernel", "eager", "--no-dropout",
                  "--json"], out=out, err=io.StringIO())

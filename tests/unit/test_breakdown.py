@@ -8,10 +8,19 @@ Last stage: 50368 + final LN 128 + its own copy of the tied embedding 32000 = 82
 Activations per layer: sbh(10 + 24/t + 5as/(ht)) = 8192 * (10 + 12 + 20) = 344064 B.
 First stage holds 2 micro-batches of 2 layers; embedding mask + int64 ids: 2 * (8192 + 1024).
 Last stage: 1 micro-batch; 2*e*sbh + 4sbV/t = 32768 + 256000.
+
+The peak over the step (docs/formulas.md#peak) adds the runtime, at their defaults: the CUDA
+context 400 MiB; A100's cuBLAS workspace 8,519,680 B; NCCL: tp, pp and the world group (4 > 2),
+2 ring peers each, 32 channels x (4 MiB + 524,288 + 4,915,200) = 6 * 32 * 9,633,792 B; one layer's
+backward: 2*e*sbh + max(2*e*a*s^2*b/t, 2n*e*s*b*f/t) + w*h*f/t = 32768 + max(131072, 131072) + 16384
+(the first stage holds the tied embedding but not the head: no tied gradient waits); pipeline
+gradients 2*e*sbh = 32768; the allocator's pages, one stream, 22 MiB. The first stage's peak is
+its first backward, every stored micro-batch held.
 """
 
 from fitplan.explain import RAW
-from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_memory, total
+from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_memory
+from fitplan.memory.timeline import STATE_KEYS, STORED
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.units import GiB
@@ -31,7 +40,11 @@ def test_first_stage_by_hand():
     assert b.parts["activations/pipeline_in_flight"] == 2 * 344064
     assert b.parts["activations/embedding"] == 2 * (8192 + 1024)
     assert b.parts["activations/output"] == 0
-    assert b.per_gpu_bytes == 16 * 90560 + 4 * 344064 + 18432 == 2_843_648
+    assert b.state_bytes + sum(b.parts[k] for k in STORED) == 16 * 90560 + 4 * 344064 + 18432 == 2_843_648
+    runtime = 400 * 2**20 + 8_519_680 + 6 * 32 * 9_633_792 + (32768 + 131072 + 16384) + 32768 + 22 * 2**20
+    assert b.peak.phase == "backward of micro-batch 1"
+    assert b.per_gpu_bytes == 2_843_648 + runtime == 2_303_763_456
+    assert sum(b.peak.held.values()) == b.per_gpu_bytes
 
 
 def test_last_stage_by_hand():
@@ -39,7 +52,7 @@ def test_last_stage_by_hand():
     assert sum(last[k] for k in ("states/weights", "states/grads", "states/master", "states/optimizer")) == 16 * 82496
     assert last["activations/pipeline_in_flight"] == 0
     assert last["activations/output"] == 32768 + 256000
-    assert total(last) == 16 * 82496 + 2 * 344064 + 288768
+    assert sum(last[k] for k in STATE_KEYS + STORED) == 16 * 82496 + 2 * 344064 + 288768
 
 
 def test_vectorized_equals_scalar():

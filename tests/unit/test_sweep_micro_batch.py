@@ -18,12 +18,17 @@ from fitplan.web.server import build_request
 
 GPT3_16 = ["--preset", "gpt3-175b", "--gpus", "16"]   # gpu-192gib: 192 - 10 GiB reserve = 182 GiB usable
 USABLE = 182 * 2**30                                   # 195,421,011,968 B
-# The least-loaded layout at every micro-batch (tp 2, cp 8, ZeRO-3, full recompute) needs A + k*b bytes:
-# A = 175,032,341,428 B of state and fixed buffers, k = 514,894,336 B per sequence (the stored layer
-# inputs, the recompute workspace and the logits grow with b). b = 32: 191,508,960,180 <= USABLE;
-# b = 64: 207,985,578,932 > USABLE, so 32 is the largest power of two that fits (the largest whole b,
-# floor((USABLE - A)/k) = 39, is no divisor of the global batch 1,536 = 2^9 x 3).
-A, K = 175_032_341_428, 514_894_336
+# From b = 4 the least-loaded layout (tp 8 + SP, cp 2, ZeRO-3, full recompute; below, tp 8, pp 2, ZeRO-0)
+# peaks at a layer's backward: A + k*b bytes, with A = 179,879,677,400 B of state and fixed buffers (one
+# weight's gradient, w*h*f/t, and the tied head's, w*V*h/t, among them) and, per sequence, k = the 96 stored
+# layer inputs
+# 96*e*s*h/(t*c) = 301,989,888 + one layer recomputed s*h*(34 + 5as/h)/(t*c) = 179,306,496 + one layer's
+# backward gradients (2*e*s*h + 2*e*a*s^2)/(t*c) = 106,954,752 + the embedding's mask and ids 1,581,056
+# = 589,832,192 B. b = 16: 189,316,992,472 <= USABLE; b = 32: 198,754,307,544 > USABLE, so 16 is the
+# largest power of two that fits (the largest whole b, floor((USABLE - A)/k) = 26, divides no 1,536).
+A, K = 179_879_677_400, 589_832_192
+assert 96 * 2 * 2048 * 12288 // 16 + 2048 * 12288 * (34 + 5 * 96 * 2048 // 12288) // 16 \
+    + (2 * 2 * 2048 * 12288 + 2 * 2 * 96 * 2048**2) // 16 + 1_581_056 == K
 
 
 def run(argv):
@@ -38,12 +43,12 @@ def test_sweep_over_micro_batch_gives_largest_fitting():
     assert code == 0
     assert set(data) == {"over", "usable_bytes_per_gpu", "points", "largest_fitting"}
     assert data["over"] == "micro-batch" and data["usable_bytes_per_gpu"] == USABLE
-    assert data["largest_fitting"] == 32
+    assert data["largest_fitting"] == 16
     points = {p["x"]: p for p in data["points"]}
     assert list(points) == [2**k for k in range(11)]     # powers of two up to the global batch 1,536: 1..1024
-    for b in (1, 2, 32, 64, 512):
+    for b in (4, 16, 32, 64, 512):
         assert points[b]["per_gpu_bytes"] == A + K * b
-    assert points[32]["fits"] and not points[64]["fits"]
+    assert points[16]["fits"] and not points[32]["fits"]
     assert points[1024]["per_gpu_bytes"] is None         # dp x 1024 divides no global batch of 1,536
 
 
@@ -53,11 +58,12 @@ def test_the_same_key_as_over_seq_len():
 
 
 def test_given_values_and_nothing_fitting():
-    """24: A + 24k = 187,389,805,492 fits; 48: A + 48k = 199,747,269,556 does not."""
-    _, out, _ = run(["sweep", *GPT3_16, "--over", "micro-batch", "--values", "24,32,48", "--json"])
+    """24: A + 24k = 194,035,650,008 fits; 32: A + 32k = 198,754,307,544 does not."""
+    _, out, _ = run(["sweep", *GPT3_16, "--over", "micro-batch", "--values", "16,24,32", "--json"])
     data = json.loads(out)
-    assert [p["fits"] for p in data["points"]] == [True, True, False] and data["largest_fitting"] == 32
-    code, out, _ = run(["sweep", *GPT3_16, "--over", "micro-batch", "--values", "48,64", "--json"])
+    assert [p["fits"] for p in data["points"]] == [True, True, False] and data["largest_fitting"] == 24
+    assert data["points"][1]["per_gpu_bytes"] == A + 24 * K == 194_035_650_008
+    code, out, _ = run(["sweep", *GPT3_16, "--over", "micro-batch", "--values", "32,64", "--json"])
     assert code == 1 and json.loads(out)["largest_fitting"] is None
 
 
@@ -79,7 +85,7 @@ def test_the_api_sweeps_micro_batches_as_the_cli_does():
 # ------------------------------------------------------------------ each suggestion's largest micro-batch
 
 def test_each_suggestion_states_its_largest_fitting_micro_batch():
-    """16 x gpu-192gib, #1: tp 8 + SP, pp 2, selective, micro-batch 1, 8,848,439,776 B of headroom.
+    """16 x gpu-192gib, #1: tp 8 + SP, pp 2, selective, micro-batch 1, 6,145,210,848 B of headroom.
     A second sequence adds 34*s*h/t = 106,954,752 B per layer (Korthikanti Table 2, SP + selective)
     for 48 layers, twice (2 micro-batches in flight on the first stage) = 10,267,656,192 B, plus
     embedding and workspace: more than the headroom, so 1 is its largest."""
@@ -87,10 +93,11 @@ def test_each_suggestion_states_its_largest_fitting_micro_batch():
     data = json.loads(out)
     first = data["suggestions"][0]
     assert (first["tp"], first["pp"], first["recompute"], first["headroom_bytes"]) == (8, 2, "selective",
-                                                                                        8_848_439_776)
+                                                                                        6_145_210_848)
     assert 2 * 48 * 34 * 2048 * 12288 // 8 == 10_267_656_192 > first["headroom_bytes"]
     assert first["largest_fitting_micro_batch"] == 1
-    for s in data["suggestions"] + [data["recommended"], data["minimum_viable"]]:
+    assert data["recommended"]["risk"]["level"] == "tight"   # every layout is: above 80% of the 192 GiB
+    for s in data["suggestions"] + [data["minimum_viable"]]:
         assert s["largest_fitting_micro_batch"] >= s["micro_batch"]
     _, text, _ = run(["plan", *GPT3_16, "--suggest", "--top", "2"])
     assert "max mb" in text and "largest micro-batch that fits: 1" in text

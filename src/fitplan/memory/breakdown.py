@@ -14,7 +14,9 @@ from fitplan.explain import RAW, Term, Trace, formula
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
 from fitplan.memory import offload as OF
+from fitplan.memory import runtime as RT
 from fitplan.memory import states as S
+from fitplan.memory import timeline as TL
 from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -324,6 +326,74 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     out["activations/moe_buffers"] = buffers
     out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
                                         if lora and FT.base_precision(training) in ("nf4", "int8") else 0 * a_layer)
+    out.update(_runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer, a_layer=a_layer))
+    return out
+
+
+def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer) -> dict:
+    """The runtime's buffers on one GPU of a stage (fitplan.memory.runtime), and the aux values
+    the peak and the timeline read (fitplan.memory.timeline). psi: the stage's parameters (what
+    FSDP gathers); trained: the parameters that get gradients and their sharding (the adapters
+    under LoRA), which the buckets and the optimizer step hold."""
+    model, training, cluster, recipe = setup.model, setup.training, setup.cluster, setup.training.recipe
+    tp, pp, dp, cp, b, zero = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.zero
+    sh, moe = Shapes.of(setup), model.moe
+    psi_t, n_d = trained["psi"], trained["n_d"]
+    psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
+    out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes) + 0 * a_layer,
+           "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes) + 0 * a_layer,
+           "runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes, tp=tp,
+                              cp=cp, pp=pp, dp=dp * cp, ep=c.ep, world=tp * pp * dp * cp,
+                              node=cluster.gpus_per_node),
+           "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
+                                      view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
+    zero3 = zero == 3
+    if zero3:
+        w_kw = dict(S=P.layer_sharded_params(model), R=P.layer_replicated_params(model), Vh=P.embedding_params(model),
+                    P_pos=P.position_params(model), N_f=P.norm_params(model), head=P.head_params(model),
+                    tied=model.tied_embeddings, t=tp, p=pp)
+        head = ev(P.stage_params, key="params/fsdp_output_unit", l=0, emb=False, out=stage.head, **w_kw)
+        unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)
+        if moe is not None:
+            unit = maximum(unit, ev(P.stage_params, key="params/fsdp_moe_layer_unit", l=1, emb=False, out=False,
+                                    n_dense=0, S_moe=P.moe_layer_sharded_params(model),
+                                    R_moe=P.moe_layer_replicated_params(model), **w_kw)
+                           + ceil_div(P.expert_params(model), c.ep))
+        fsdp = dict(w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head, k=training.fsdp_prefetch,
+                    keep=int(not c.reshard_after_forward))
+        out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
+        out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
+        out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")
+    else:
+        out["runtime/fsdp_buffers"] = out[TL.FSDP_FORWARD] = out[TL.FSDP_LOSS] = 0 * a_layer
+    grads_kw = {k: layer[k] for k in ("s", "b", "h", "a", "q", "kv", "f", "n", "e", "t", "c", "sp")}
+    w_grad = 0 if FT.is_lora(training) else recipe.weights_bytes   # a frozen base gets no weight gradients
+    grads_kw.update(kernel=sh.kernel, w=w_grad)
+    if model.tied_embeddings:   # both ends on one rank: one parameter, its gradient accumulated across the backward
+        grads_kw.update(V=model.vocab_size, tied=stage.embedding * stage.head)
+    backward = ev(RT.layer_backward_bytes, **grads_kw)
+    if moe is not None:
+        backward = maximum(backward, ev(RT.layer_backward_bytes, key="runtime/layer_backward_moe", **grads_kw,
+                                        k=sh.moe.k, rho=sh.moe.rho, f_e=sh.moe.f_e, f_s=sh.moe.f_s))
+    out["runtime/layer_backward"] = backward
+    loss = dict(s=sh.s, b=b, V=model.vocab_size, e=sh.e, t=tp, c=cp, kernel=training.cross_entropy)
+    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad),
+                                 a_layer)
+    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss) * select(stage.head, 1, 0)
+    out[TL.OUTPUT_ONE] = _held(stage.head, lambda: A.output_bytes(
+        s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel, n_mb=1 + model.mtp_depth,
+        **({"k_in": 1} if FT.is_lora(training) else {})), a_layer)   # as activations/output counts one micro-batch
+    out["runtime/p2p"] = ev(RT.p2p_bytes, e=sh.e, s=sh.s, b=b, h=sh.h, t=tp, c=cp, sp=c.sequence_parallel, pp=pp)
+    n_opt = n_d if zero >= 1 else 1
+    psi_opt = ceil_div(psi_t, n_opt) + ceil_div(psi_e, select(zero >= 1, n_ed, 1))
+    # foreach's scratch is shaped like Adam's second moment; 8-bit and one-moment optimizers keep none
+    v = recipe.moments[1][1] if len(recipe.moments) == 2 and recipe.moments[1][1] >= 2 else 0
+    if OF.offload_of(c).optimizer:   # the CPU steps the optimizer (ZeRO-Offload): no GPU temporaries
+        out["runtime/optimizer_step"] = 0 * a_layer
+    else:
+        out["runtime/optimizer_step"] = ev(RT.optimizer_step_bytes, psi_opt=psi_opt, v=v, g=recipe.grads_bytes,
+                                           m=recipe.master_bytes, impl=training.optimizer_impl)
+    out[TL.STREAMS] = 1 + 2 * int(zero3)   # the compute stream; FSDP2's all-gather and reduce-scatter streams
     return out
 
 
@@ -394,7 +464,8 @@ def _held(holds, compute, like):
 
 
 def total(parts: dict):
-    return sum(parts[k] for k in PARTS)
+    """The sum of every term, as if all were held at once (an upper bound on the peak)."""
+    return sum(parts[k] for k in PARTS if k in parts)
 
 
 HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
@@ -402,7 +473,9 @@ HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
-    """The busiest GPU of one configuration, term by term, with the Terms that explain it."""
+    """The busiest GPU of one configuration, term by term, with the Terms that explain it.
+    parts: each term's bytes (the allocator's at the peak); peak: the step's largest moment and
+    what it holds (fitplan.memory.timeline); aux: what the timeline reads beside the parts."""
     config: ParallelConfig
     stage: str                 # "only" (pp = 1), "first", "last" or "stage i"
     parts: dict                # key -> bytes, in PARTS order
@@ -415,6 +488,9 @@ class Breakdown:
     host_per_node_bytes: int = 0         # host memory one node needs (fitplan.memory.offload.per_node_bytes)
     nvme_per_node_bytes: int = 0
     host_limit_bytes: int | None = None  # the cluster's --host-memory per node; None: not limited
+    peak: TL.Peak | None = None
+    aux: dict = field(default_factory=dict)
+    capacity_bytes: int = 0
 
     @property
     def state_bytes(self) -> int:
@@ -422,11 +498,13 @@ class Breakdown:
 
     @property
     def activation_bytes(self) -> int:
+        """The peak beyond the model states: activations and runtime buffers held then."""
         return self.per_gpu_bytes - self.state_bytes
 
     @property
     def per_gpu_bytes(self) -> int:
-        return total(self.parts)
+        """The step's peak on the busiest GPU (fitplan.memory.timeline)."""
+        return self.peak.bytes
 
     @property
     def headroom_bytes(self) -> int:
@@ -441,21 +519,33 @@ class Breakdown:
         return self.per_gpu_bytes <= self.usable_bytes and self.host_fits
 
 
+def _stage_peak(trace, setup: Setup, parts: dict) -> TL.Peak:
+    """The stage's peak, its allocator term recorded in the trace at the peak's moment."""
+    phi = setup.training.fragmentation
+    pk = TL.peak(parts, phi=phi)
+    held = dict(pk.held)
+    held["runtime/allocator"] = trace(RT.allocator_bytes, phi=phi, D=TL.transient_bytes(
+        {k: v for k, v in pk.held.items() if k != "runtime/allocator"}), streams=parts[TL.STREAMS])
+    return TL.Peak(pk.bytes, pk.moment, pk.phase, held)
+
+
 def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
     (candidate_ranks: one of each composition, at its most micro-batches in flight) are
-    evaluated, the largest total wins (the lowest rank among equals)."""
+    evaluated, the largest peak wins (the lowest rank among equals). Host memory (offload) is
+    the most of any candidate rank's."""
     best, host, host_parts = None, (0, 0), {}
     for i in sorted(set(candidate_ranks(setup.model, config))):
         trace = Trace()
         st = stage_at(trace, setup.model, config, i)
         parts = stage_memory(trace, setup, config, stage=st)
-        if best is None or total(parts) > total(best[1]):
-            best = (i, parts, trace)
+        pk = _stage_peak(trace, setup, parts)
+        if best is None or pk.bytes > best[3].bytes:
+            best = (i, parts, trace, pk)
         if OF.host_total(parts) + OF.nvme_total(parts) > sum(host):
             host_parts = parts
         host = max(host[0], OF.host_total(parts)), max(host[1], OF.nvme_total(parts))
-    i, parts, trace = best
+    i, parts, trace, pk = best
     p = config.pp
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     cluster = setup.cluster
@@ -464,12 +554,31 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
         per_node = [trace(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
                     if x or key == "host/per_node" else 0
                     for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
-    return Breakdown(config=config, stage=stage, parts={k: parts[k] for k in PARTS}, terms=tuple(trace.terms),
+    aux = {k: v for k, v in parts.items() if k.startswith("aux/")}
+    held_at = TL.moments(parts, phi=setup.training.fragmentation).values()
+    shown = {k: max(int(h[k]) for h in held_at if k in h) for k in PARTS}   # each term at its largest
+    return Breakdown(config=config, stage=stage, parts={k: shown[k] for k in PARTS}, terms=tuple(trace.terms),
                      usable_bytes=cluster.usable_bytes, reserve_bytes=cluster.reserve_bytes,
                      stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
                                                           config.first_stage_layers, config.last_stage_layers),
                      host={k: host_parts.get(k, 0) for k in HOST_KEYS}, host_per_node_bytes=per_node[0],
-                     nvme_per_node_bytes=per_node[1], host_limit_bytes=cluster.host_memory_bytes)
+                     nvme_per_node_bytes=per_node[1], host_limit_bytes=cluster.host_memory_bytes,
+                     peak=pk, aux=aux, capacity_bytes=cluster.gpu.memory_bytes)
+
+
+def stage_timeline(setup: Setup, b: Breakdown) -> tuple:
+    """The busiest rank's memory over the step, event by event (fitplan.memory.timeline.timeline):
+    its schedule's forwards and backwards, then the optimizer step; the largest is b's peak."""
+    from fitplan.specs.parallel import Schedule
+    c = b.config
+    st = stage_at(RAW, setup.model, c, b.stage_index)
+    dual = c.schedule == Schedule.DUALPIPE
+    m = UNBOUNDED_MICROBATCHES if setup.training.global_batch is None else setup.training.global_batch // (c.dp * c.micro_batch)
+    v = 2 if dual else c.virtual_stages
+    chunks = int(A.chunks_in_flight(p=c.pp, v=v, r=b.stage_index, m=m, schedule=str(c.schedule)))
+    parts = {**b.parts, **b.aux}
+    return TL.timeline(parts, phi=setup.training.fragmentation, chunks=chunks, m=m, v=v, p=c.pp,
+                       schedule=str(c.schedule), head=bool(st.head))
 
 
 def candidate_ranks(model: ModelSpec, c) -> list:
@@ -500,18 +609,19 @@ def candidate_stages(model: ModelSpec, c) -> list:
 
 
 def busiest_total(setup: Setup, c):
-    """Per-GPU bytes of the busiest stage, over arrays of candidates (the search's path):
-    the most of the candidate ranks."""
+    """The step's peak on the busiest stage, over arrays of candidates (the search's path):
+    the most of the candidate ranks' closed-form peaks (fitplan.memory.timeline.peak_bytes)."""
     return busiest_totals(setup, c)[0]
 
 
 def busiest_totals(setup: Setup, c):
-    """(per-GPU bytes of the busiest stage, host bytes per node): the most of the candidate
-    ranks for each; the host figure is 0 without offload."""
+    """(the step's peak on the busiest stage, host bytes per node): the most of the candidate
+    ranks for each (closed-form peaks: fitplan.memory.timeline.peak_bytes); the host figure is
+    0 without offload."""
     out = host = None
     for st in candidate_stages(setup.model, c):
         parts = stage_memory(RAW, setup, c, stage=st)
-        t = total(parts)
+        t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
         out = t if out is None else maximum(out, t)
         if OF.offload_of(c) is not Offload.NONE:
             x = OF.host_total(parts)

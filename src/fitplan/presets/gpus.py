@@ -20,6 +20,11 @@ from dataclasses import replace
 from fitplan.specs.cluster import GpuSpec, LinkSpec
 from fitplan.units import GB, GiB
 
+# PyTorch's BLAS workspace per (handle, stream) (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize):
+# ":4096:2:16:8" = 8,519,680 B by default (GpuSpec's), 32 MiB on Hopper and Blackwell; ROCm 128 MiB on gfx94x/gfx95x
+# (MI300X, MI325X, MI355X) plus hipBLASLt's own 76 MiB (CUDABlas.cpp _parseChosenWorkspaceSize)
+WS_HOPPER = 32 * 2**20
+WS_GFX94 = (128 + 76) * 2**20
 
 def _curve(eff, eff_fp8, t0_us, bandwidth_tb_s):
     """A die's GEMM curve: ceilings (bf16, fp8), fixed microseconds per GEMM, operand bandwidth in TB/s."""
@@ -62,7 +67,7 @@ XGMI_MI355X = LinkSpec(name="Infinity Fabric (MI355X)", bytes_per_s=535.5e9, lat
 IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latency_s=14e-6, bus_efficiency=0.96)
 
 _GPUS = (
-    GpuSpec(name="gpu-192gib", memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
+    GpuSpec(name="gpu-192gib", blas_workspace_bytes=WS_HOPPER, memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=8, default_reserve_bytes=10 * GiB,
             source="the exercise's part: 192 GiB, 10 GiB reserved, 8 per node fully connected; rates (HBM 8 TB/s "
@@ -80,24 +85,24 @@ _GPUS = (
             source="NVIDIA A100 datasheet: 80GB HBM2e (81,920 MiB) at 2,039 GB/s (SXM), 312 TFLOP/s bf16 dense, "
                    "NVLink 600 GB/s"
                    "; max TDP 400 W (SXM4; the PCIe card is 300 W)"),
-    GpuSpec(name="h100-80gb", memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="h100-80gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
             source="NVIDIA H100 SXM5 datasheet: 80GB HBM3 at 3.35 TB/s, 989 TFLOP/s bf16 dense, 1979 fp8, "
                    "NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable)"),
-    GpuSpec(name="h200-141gb", memory_bytes=141 * GB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="h200-141gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=141 * GB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.8e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="NVIDIA H200 SXM datasheet: 141 GB (decimal) HBM3e at 4.8 TB/s, H100's compute, NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable; H200 NVL 600 W)"),
-    GpuSpec(name="b200", memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
+    GpuSpec(name="b200", blas_workspace_bytes=WS_HOPPER, memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs = 180 GB (decimal) each, 64 TB/s HBM3e for 8 = "
                    "8 TB/s each, 2.25 PFLOP/s bf16 dense, 4.5 fp8, NVLink 5 1.8 TB/s"
                    "; NVIDIA HGX B200 specifications: max TDP up to 1,000 W per GPU"),
-    GpuSpec(name="mi300x", memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
+    GpuSpec(name="mi300x", blas_workspace_bytes=WS_GFX94, memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=5.3e12, power_watts=750,
             **CURVES["mi300x"], intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="AMD Instinct MI300X datasheet: 192 GB (decimal) HBM3 at 5.3 TB/s, 1307.4 TFLOP/s bf16 dense, "
@@ -105,7 +110,7 @@ _GPUS = (
                    "; 750 W peak total board power (OAM)"),
     # Parts that published large runs used (issue 13). Figures no vendor publishes are said so in the source
     # and listed in docs/hardware.md.
-    GpuSpec(name="h800", memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, default_reserve_bytes=5 * GiB, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4_400, inter_node=IB_NDR,
             source="H800 SXM5: no public NVIDIA datasheet; H100 SXM5's die, so its datasheet figures: 80GB HBM3 at "
@@ -123,7 +128,7 @@ _GPUS = (
                    "TFLOP/s bf16 dense, no fp8. NVLink 400 GB/s bidirectional = 200 GB/s per direction (not in a "
                    "datasheet). Inter-node one 200 Gb/s HDR NIC per GPU: 24 GB/s measured in NVIDIA/nccl#412"
                    ". TDP 400 W, the A100 SXM datasheet's (not published for A800)"),
-    GpuSpec(name="h100-pcie", memory_bytes=80 * GiB, peak_bf16_flops_per_s=756e12, peak_fp8_flops_per_s=1513e12,
+    GpuSpec(name="h100-pcie", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=756e12, peak_fp8_flops_per_s=1513e12,
             hbm_bytes_per_s=2.0e12, power_watts=350,
             **CURVES["h100"], intra_node=PCIE5, inter_node=IB_NDR, default_reserve_bytes=5 * GiB,
             source="NVIDIA H100 datasheet, PCIe column: 80GB HBM2e at 2 TB/s, 1,513 TFLOP/s bf16 and 3,026 fp8 with "
@@ -131,7 +136,7 @@ _GPUS = (
                    "directions = 63 GB/s per direction after encoding. 8 cards per node talk over PCIe; the NVLink "
                    "bridge (600 GB/s) joins pairs only and is not modelled. Inter-node 400 Gb/s NDR per GPU assumed"
                    ". Max TDP 350 W (H100 PCIe product brief PB-11133-001)"),
-    GpuSpec(name="h20", memory_bytes=96 * GiB, peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
+    GpuSpec(name="h20", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
             hbm_bytes_per_s=4.0e12, power_watts=400,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="H20: NVIDIA publishes no datasheet; the widely reported spec sheet's figures: 96GB HBM3 at 4.0 "
@@ -141,7 +146,7 @@ _GPUS = (
                    "nvidia-smi shows 97,871 MiB. Inter-node one 400 Gb/s ConnectX-7 per GPU assumed, as H800 "
                    "clusters"
                    ". TDP 400 W (the reported spec sheet)"),
-    GpuSpec(name="gh200", memory_bytes=96 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="gh200", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.0e12, power_watts=1000,
             **CURVES["gh200"], intra_node=NVLINK4, inter_node=IB_NDR200, gpus_per_node=4,
             default_reserve_bytes=10 * GiB,
@@ -153,7 +158,7 @@ _GPUS = (
                    "A single-superchip server is --gpus-per-node 1; NVLink between nodes (NVL32) is not modelled"
                    ". Power 1000 W: the superchip module's maximum (configurable from 450 to 1000 W), Grace CPU and "
                    "LPDDR5X included, so the energy is an upper bound"),
-    GpuSpec(name="gb200", memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
+    GpuSpec(name="gb200", blas_workspace_bytes=WS_HOPPER, memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             hbm_bytes_per_s=8e12, power_watts=1200,
             **CURVES["gb200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=72,
             default_reserve_bytes=10 * GiB,
@@ -164,14 +169,14 @@ _GPUS = (
                    ". Power 1200 W per GPU: NVIDIA quotes GB200's per-GPU peaks at 1,200 W per Blackwell GPU (HGX "
                    "B200: 1,000 W); the NVL72 specifications state no per-GPU power, and the Grace CPUs are not "
                    "counted"),
-    GpuSpec(name="mi325x", memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
+    GpuSpec(name="mi325x", blas_workspace_bytes=WS_GFX94, memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=6.0e12, power_watts=1000,
             **CURVES["mi325x"], intra_node=XGMI, inter_node=IB_NDR, default_reserve_bytes=10 * GiB,
             source="AMD Instinct MI325X specifications: 256 GB (decimal) HBM3e at 6 TB/s, MI300X's compute (1307.4 "
                    "TFLOP/s bf16 dense, 2614.9 fp8), Infinity Fabric 7 x 128 GB/s = 896 GB/s aggregate, 8 per "
                    "platform. Inter-node 400 Gb/s per GPU assumed, as mi300x"
                    ". 1000 W peak total board power"),
-    GpuSpec(name="mi355x", memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
+    GpuSpec(name="mi355x", blas_workspace_bytes=WS_GFX94, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             hbm_bytes_per_s=8e12, default_reserve_bytes=10 * GiB, power_watts=1400,
             **CURVES["mi355x"], intra_node=XGMI_MI355X, inter_node=IB_NDR,
             source="AMD Instinct MI355X specifications: 288 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 dense "

@@ -3,16 +3,10 @@
 Everything here is wording over fitplan.timing.step.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
-from fitplan.analysis import SAFE_HEADROOM_FRACTION, largest_unmodelled
+from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, risk
 from fitplan.errors import SpecError
 from fitplan.report.render import Table
 from fitplan.units import fmt_gb, fmt_gib
-
-UNMODELLED = {
-    "buffers/zero3_gather": "ZeRO-3's gathered-layer buffers (DeepSpeed budgets 4 B x the largest layer's parameters)",
-    "buffers/logits_grad": "the fp32 logits' gradient in the cross-entropy backward",
-    "buffers/p2p": "pipeline send/receive buffers",
-}
 
 
 def steps(setup, suggestions):
@@ -65,21 +59,19 @@ def time_table(suggestions, step_list) -> Table:
 
 
 def caveat(setup, b) -> str:
-    """One sentence on what the analytic total leaves out that matters most for this answer."""
-    gib = lambda x: f"{fmt_gib(x)} GiB"
-    term = largest_unmodelled(setup, b)
-    size, what = (term.value, UNMODELLED[term.key]) if term else (0, "")
-    if size > b.headroom_bytes:
-        return (f"Not modelled: {what}, about {gib(size)}, more than the {gib(b.headroom_bytes)} headroom; "
-                f"check it on the real engine or pick a configuration with more headroom.")
-    if b.headroom_bytes < SAFE_HEADROOM_FRACTION * b.usable_bytes:
-        return (f"Headroom is only {gib(b.headroom_bytes)} ({b.headroom_bytes / b.usable_bytes:.1%} of usable): "
-                f"allocator fragmentation beyond the {gib(b.reserve_bytes)} reserve can take that (ZeRO Sec. 3.5 "
-                f"reports out-of-memory errors with over 30% free in extreme cases).")
-    if what:
-        return (f"Not modelled: {what}, about {gib(size)}, within the {gib(b.headroom_bytes)} headroom; NCCL "
-                f"buffers and the CUDA context are assumed inside the {gib(b.reserve_bytes)} reserve.")
-    return f"NCCL buffers and the CUDA context are assumed to fit inside the {gib(b.reserve_bytes)} reserve."
+    """The risk verdict in one sentence: where the peak is, against which limit, by which rule."""
+    r = risk(b)
+    where = f"the peak, {fmt_gib(b.per_gpu_bytes)} GiB at {b.peak.phase}"
+    cap = fmt_gib(b.capacity_bytes)
+    if r.level == LIKELY_OOM:
+        return (f"Risk: likely_oom. {where[0].upper() + where[1:]}, is over the {fmt_gib(b.usable_bytes)} GiB usable "
+                f"(capacity {cap} GiB - reserve {fmt_gib(b.reserve_bytes)} GiB).")
+    if r.level == FITS_WITH_MARGIN:
+        return (f"Risk: fits_with_margin. {where[0].upper() + where[1:]}, is {r.fraction:.1%} of the {cap} GiB "
+                f"capacity, within Fujii et al.'s 80% (no run below it ran out of memory in their 454).")
+    return (f"Risk: tight. {where[0].upper() + where[1:]}, fits the {fmt_gib(b.usable_bytes)} GiB usable but is "
+            f"{r.fraction:.1%} of the {cap} GiB capacity, above Fujii et al.'s 80% ({fmt_gib(r.limit_bytes)} GiB), "
+            f"under which none of their 454 runs ran out of memory.")
 
 
 def short(c) -> str:
@@ -102,11 +94,11 @@ def justify(setup, rec, alt) -> tuple[str, ...]:
     from fitplan import parts
     timed = steps(setup, [rec, alt])
     if timed is None:
-        return (f"against the next layout with a safe margin ({short(alt.config)}): "
+        return (f"against the next layout that fits with margin ({short(alt.config)}): "
                 f"{fmt_gib(rec.breakdown.per_gpu_bytes)} vs {fmt_gib(alt.breakdown.per_gpu_bytes)} GiB per GPU; "
                 f"no step times to weigh them (the GPU has no peak rate for this recipe's precision)",)
     a, b = timed
-    lines = [f"against the next-fastest layout with a safe margin ({short(alt.config)}): step "
+    lines = [f"against the next-fastest layout that fits with margin ({short(alt.config)}): step "
              f"{a.step_time_s:,.3f} vs {b.step_time_s:,.3f} s; {fmt_gib(rec.breakdown.per_gpu_bytes)} vs "
              f"{fmt_gib(alt.breakdown.per_gpu_bytes)} GiB per GPU (headroom {fmt_gib(rec.breakdown.headroom_bytes)} "
              f"vs {fmt_gib(alt.breakdown.headroom_bytes)} GiB)"]

@@ -195,8 +195,9 @@ def seed(a) -> list:
                      fmt_gib(b.per_gpu_bytes), "yes" if b.fits else "no", why))
     blocks.append(Table(("strategy", "state formula", "state GiB", "activ. GiB", "total GiB", "fits", "too big"),
                         tuple(rows), align="llrrrll",
-                        note=f"per GPU, against {fmt_gib(setup.cluster.usable_bytes)} GiB usable; activations include "
-                             f"the embedding and output-layer extras of Korthikanti Sec. 4.3"))
+                        note=f"per GPU, against {fmt_gib(setup.cluster.usable_bytes)} GiB usable; total: the peak over "
+                             f"the step; activ.: the rest of it, activations (the embedding and output-layer extras "
+                             f"of Korthikanti Sec. 4.3 included) and runtime buffers"))
     if setup.training.train_tokens is not None:
         from fitplan.report.advice import legal_step
         blocks += to_train_table(setup, [STRATEGY_NAMES[s.name] for s in a.strategies],
@@ -341,22 +342,34 @@ def per_layer_blocks(setup, config) -> list:
             Table(header, rows, align="l" + "r" * (len(header) - 1), note=PER_LAYER_NOTE)]
 
 
+STAGE_WORDS = {"only": "the only pipeline stage", "first": "the first pipeline stage", "last": "the last pipeline stage"}
+
+
+def peak_where(b) -> str:
+    """Where the peak is: 'backward of micro-batch 1 (loss), on the last pipeline stage'."""
+    return f"{b.peak.phase}, on {STAGE_WORDS.get(b.stage, 'pipeline ' + b.stage)}"
+
+
 def breakdown(setup, b) -> list:
+    from fitplan.analysis import risk
+    from fitplan.report.advice import caveat
     by_key = {t.key: t for t in b.terms}
     rows = []
+    held = b.peak.held
     for key in PARTS:
         if key == "activations/moe_buffers" and setup.model.moe is None:
             continue
         term = by_key.get(key)
-        if term is None and key.startswith("runtime/"):   # a runtime buffer this layout does not create
-            continue
-        rows.append((label(key), fmt_gib(b.parts[key]), term.formula if term else "not held on this stage",
-                     str(term.cite) if term else ""))
-    rows += [("total", fmt_gib(b.per_gpu_bytes), "sum of the above", ""),
-             ("usable", fmt_gib(b.usable_bytes), f"capacity {fmt_gib(setup.cluster.gpu.memory_bytes)} - reserve "
-                                             f"{fmt_gib(b.reserve_bytes)}", ""),
-             ("headroom", fmt_gib(b.headroom_bytes), "usable - total", "")]
+        if key.startswith("runtime/") and not b.parts[key] and not held.get(key):
+            continue   # a runtime buffer this layout does not create
+        rows.append((label(key), fmt_gib(b.parts[key]), fmt_gib(held[key]) if key in held else "-",
+                     term.formula if term else "not held on this stage", str(term.cite) if term else ""))
+    rows += [("peak", "", fmt_gib(b.per_gpu_bytes), f"the largest moment of the step: {b.peak.phase}", ""),
+             ("usable", fmt_gib(b.usable_bytes), "", f"capacity {fmt_gib(setup.cluster.gpu.memory_bytes)} - reserve "
+                                                      f"{fmt_gib(b.reserve_bytes)}", ""),
+             ("headroom", fmt_gib(b.headroom_bytes), "", "usable - peak", "")]
     verdict = "fits" if b.fits else "does not fit"
+    r = risk(b)
     where = []
     for t in b.terms:
         value = f"{t.value:,} B = {fmt_gib(t.value)} GiB" if t.unit == "bytes" else f"{t.value:,}"
@@ -364,11 +377,18 @@ def breakdown(setup, b) -> list:
     return header(setup) + [
         Heading(f"Configuration: {config_line(b.config)}"),
         Lines((f"busiest GPU: {stage_name(b)}",)),
-        Table(("term", "GiB", "formula", "source"), tuple(rows), align="lrll"),
-        Lines(("", f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB "
-                   f"{'<=' if b.per_gpu_bytes <= b.usable_bytes else '>'} {fmt_gib(b.usable_bytes)} GiB usable"
-                   + ("" if b.host_fits else f"; host memory {fmt_gib(b.host_per_node_bytes)} GiB per node > "
-                                             f"{fmt_gib(b.host_limit_bytes)} GiB") + ")")),
+        Table(("term", "GiB", "at peak", "formula", "source"), tuple(rows), align="lrrll",
+              note="GiB: each term's largest size; at peak: what the GPU holds at the step's largest moment "
+                   "(docs/formulas.md#peak)"),
+        Lines(("", f"peak: {fmt_gib(b.per_gpu_bytes)} GiB at {peak_where(b)}",
+               f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB "
+               f"{'<=' if b.per_gpu_bytes <= b.usable_bytes else '>'} {fmt_gib(b.usable_bytes)} GiB usable"
+               + ("" if b.host_fits else f"; host memory {fmt_gib(b.host_per_node_bytes)} GiB per node > "
+                                         f"{fmt_gib(b.host_limit_bytes)} GiB") + f"); risk: {r.level}",
+               caveat(setup, b), f"rule: {r.rule}")),
+        Heading(f"Memory over the step, {STAGE_WORDS.get(b.stage, 'pipeline ' + b.stage)}  "
+                f"[docs/formulas.md#peak]"),
+        timeline_table(setup, b),
     ] + host_table(setup, b) + [Heading("Estimated step time  [fitplan.timing.step, docs/formulas.md#step-time]"),
          *step_times(setup, [b], lambda step_list: _step_blocks(step_list[0]))[1]] + (
         per_layer_blocks(setup, b.config)) + (
@@ -377,6 +397,23 @@ def breakdown(setup, b) -> list:
         Heading("Where each number comes from"), Lines(tuple(where)),
         Bullets("assumptions", tuple(sorted({x for t in b.terms for x in t.assumes}))),
     ]
+
+
+def timeline_table(setup, b) -> Table:
+    """Each forward and backward of the busiest rank's schedule, then the optimizer step: GiB
+    held by group, the peak marked."""
+    from fitplan.memory.timeline import GROUPS
+    from fitplan.memory.breakdown import stage_timeline
+    events = stage_timeline(setup, b)
+    rows = []
+    for e in events:
+        g = e.by_group()
+        mark = "peak" if e.bytes == b.per_gpu_bytes else ""
+        rows.append((e.phase + (f" (x {e.repeat:,})" if e.repeat > 1 else ""), *(fmt_gib(g[k]) for k in GROUPS),
+                     fmt_gib(e.bytes), mark))
+    return Table(("event", *GROUPS, "GiB", ""), tuple(rows), align="lrrrrl",
+                 note="x N: the steady state's forward/backward pair, the same N times; runtime: buffers, transients "
+                      "and the allocator's share; activations: stored for backward and recomputed")
 
 
 def search(setup, r, bound, smallest) -> list:
@@ -453,7 +490,7 @@ def recommendation(setup, r) -> list:
         if r.alternatives:
             lines += justify(setup, rec, r.alternatives[0])
         else:
-            lines.append("no other layout fits with a safe margin")
+            lines.append("no other layout fits with margin")
         lines.append(caveat(setup, rec.breakdown))
     return out + [Heading("Recommended: the one to run"), Lines(tuple(lines))]
 

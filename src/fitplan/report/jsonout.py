@@ -71,12 +71,32 @@ def _stages(b) -> dict:
     return {"stage_layers": list(b.stage_layers), "busiest_stage": b.stage_index}
 
 
+def peak_dict(b) -> dict:
+    """Where the step's peak is and what it holds: bytes, stage, phase, held (bytes by term)."""
+    return {"bytes": int(b.per_gpu_bytes), "stage": b.stage, "stage_index": b.stage_index, "phase": b.peak.phase,
+            "held": {k: int(b.peak.held.get(k, 0)) for k in PARTS}}
+
+
+def risk_dict(b) -> dict:
+    """The verdict (level: fits_with_margin, tight or likely_oom) and the rule that decided it."""
+    from fitplan.analysis import risk
+    r = risk(b)
+    return {"level": r.level, "rule": r.rule, "peak_fraction_of_capacity": r.fraction, "limit_bytes": r.limit_bytes}
+
+
+def timeline_list(setup, b) -> list:
+    """The busiest rank's events: phase, bytes, the steady state's repeat count, bytes by group."""
+    from fitplan.memory.breakdown import stage_timeline
+    return [{"phase": e.phase, "bytes": e.bytes, "repeat": e.repeat, "by_group": e.by_group()}
+            for e in stage_timeline(setup, b)]
+
+
 def breakdown_dict(b) -> dict:
     return {"config": config_dict(b.config), "stage": b.stage, **_stages(b),
             "breakdown": {**{k: int(b.parts[k]) for k in PARTS}, "reserve": b.reserve_bytes},
             "state_bytes": int(b.state_bytes), "activation_bytes": int(b.activation_bytes),
             "per_gpu_bytes": int(b.per_gpu_bytes), "headroom_bytes": int(b.headroom_bytes), "fits": b.fits,
-            "host": host_dict(b)}
+            "host": host_dict(b), "peak": peak_dict(b), "risk": risk_dict(b)}
 
 
 def to_train_dict(setup, st) -> dict:
@@ -116,7 +136,7 @@ def seed(a) -> str:
 def breakdown(setup, b) -> str:
     from fitplan.report.advice import steps
     st = (steps(setup, [b]) or [None])[0]
-    out = {**_common(setup), **breakdown_dict(b)}
+    out = {**_common(setup), **breakdown_dict(b), "timeline": timeline_list(setup, b)}
     if st is not None:
         out.update(time={**time_dict(st), "per_layer": per_layer_dict(setup, b.config)}, comm=comm_dict(st))
     return dump(_with_to_train(setup, out, st))
@@ -180,10 +200,13 @@ def search(setup, r, bound, smallest) -> str:
             "largest_fitting_micro_batch": largest_fitting_micro_batch(setup, s.config),
             "per_gpu_bytes": int(s.breakdown.per_gpu_bytes), "host": host_dict(s.breakdown),
             "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
+            "peak": peak_dict(s.breakdown), "risk": risk_dict(s.breakdown),
             "time": None if st is None else time_dict(st), "comm": None if st is None else comm_dict(st)}, st)
 
     def alone(s):
-        return None if s is None else one(s, (steps(setup, [s]) or [None])[0])
+        if s is None:
+            return None
+        return {**one(s, (steps(setup, [s]) or [None])[0]), "timeline": timeline_list(setup, s.breakdown)}
 
     step_list = steps(setup, r.suggestions) or [None] * len(r.suggestions)
     suggestions = [one(s, st) for s, st in zip(r.suggestions, step_list)]

@@ -6,6 +6,9 @@
                    and its layout ("#1" over "tp8 pp2 sp selective")
   plot_sweep       per-GPU memory against GPU count (or sequence length), with the
                    usable-memory line and the smallest (or largest) x that fits marked
+  plot_timeline    one rank's memory over the step (fitplan.memory.timeline): every forward
+                   and backward of its schedule and the optimizer step, stacked by group, with
+                   the usable, 80%-of-capacity and capacity lines and the peak marked
 
 matplotlib is imported inside the functions, so `import fitplan` never needs it (install
 it with `pip install matplotlib`). Memory is drawn in GiB (2**30 bytes), one unit for the
@@ -37,21 +40,23 @@ def bar_labels(breakdowns, labels) -> list[str]:
 
 
 def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of the busiest GPU") -> Path:
-    """Stacked bars, one per Breakdown, segments in PARTS order; terms that are zero in
-    every bar are left out of the legend. Bars over the usable line are marked; each bar is
+    """Stacked bars, one per Breakdown, segments in PARTS order: the terms held at the step's
+    peak (fitplan.memory.timeline), so each bar's height is its per-GPU peak; terms that are
+    zero in every bar are left out of the legend. Bars over the usable line are marked; each bar is
     named by its label and its layout (bar_labels)."""
     if len(breakdowns) != len(labels):
         raise ValueError(f"{len(breakdowns)} breakdowns but {len(labels)} labels")
     if not breakdowns:
         raise ValueError("nothing to plot: no breakdowns")
     plt = _pyplot()
-    keys = [k for k in PARTS if any(b.parts[k] for b in breakdowns)]
+    held = [b.peak.held for b in breakdowns]   # what each GPU holds at its peak: the bar's total is the peak
+    keys = [k for k in PARTS if any(h.get(k) for h in held)]
     width = max(7.0, 1.3 * len(breakdowns) + 4.5)
     fig, ax = plt.subplots(figsize=(width, 5.5), dpi=DPI)
     xs = range(len(breakdowns))
     bottoms = [0.0] * len(breakdowns)
     for key in keys:
-        heights = [to_gib(b.parts[key]) for b in breakdowns]
+        heights = [to_gib(h.get(key, 0)) for h in held]
         ax.bar(xs, heights, 0.6, bottom=bottoms, color=parts.color(key), label=parts.label(key), edgecolor="white",
                linewidth=0.5)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
@@ -77,6 +82,11 @@ def plot_breakdowns(breakdowns, labels, path, *, title: str = "Per-GPU memory of
     if len(usable) == 1:
         ax.axhline(line_top, color="black", linestyle="--", linewidth=1.2,
                    label=f"usable memory ({line_top:.1f} GiB)")
+    capacities = {b.capacity_bytes for b in breakdowns}
+    if len(capacities) == 1 and capacities != {0}:   # the risk rule's line (fitplan.analysis.risk)
+        margin = to_gib(min(capacities.pop() * 4 // 5, max(usable)))
+        ax.axhline(margin, color="#31a354", linestyle=":", linewidth=1.2,
+                   label=f"fits with margin below ({margin:.1f} GiB, 80% of capacity)")
     many = len(breakdowns) > 4
     ax.set_xticks(list(xs), bar_labels(breakdowns, labels), rotation=15 if many else 0,
                   ha="right" if many else "center", multialignment="center", fontsize=9)
@@ -168,6 +178,47 @@ def plot_sweep(points, usable_bytes: int, path, xlabel: str, *, mark: str = "sma
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
+    return _save(fig, plt, path)
+
+
+GROUP_COLORS = {"states": "#3182bd", "runtime": "#31a354", "activations": "#e6550d"}
+
+
+def plot_timeline(events, path, *, usable_bytes: int, capacity_bytes: int, margin_bytes: int,
+                  title: str = "Memory over the step") -> Path:
+    """Stacked steps, one per event (fitplan.memory.timeline.Event), by group (states, runtime
+    buffers, activations); a steady-state pair shown once is labelled with its count. Lines:
+    usable memory, the 80%-of-capacity margin (Fujii et al.) and the capacity."""
+    if not events:
+        raise ValueError("nothing to plot: no events")
+    from fitplan.memory.timeline import GROUPS
+    plt = _pyplot()
+    n = len(events)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * n + 4.0), 5.5), dpi=DPI)
+    xs = list(range(n))
+    bottoms = [0.0] * n
+    for group in GROUPS:
+        heights = [to_gib(e.by_group()[group]) for e in events]
+        ax.bar(xs, heights, 0.85, bottom=bottoms, color=GROUP_COLORS[group], label=group, edgecolor="white",
+               linewidth=0.3)
+        bottoms = [lo + h for lo, h in zip(bottoms, heights)]
+    for value, style, text in ((capacity_bytes, "-", "capacity"), (usable_bytes, "--", "usable"),
+                               (margin_bytes, ":", "80% of capacity (Fujii et al.)")):
+        ax.axhline(to_gib(value), color="black", linestyle=style, linewidth=1.0,
+                   label=f"{text} ({to_gib(value):.1f} GiB)")
+    top = max(range(n), key=lambda i: events[i].bytes)
+    ax.annotate(f"peak {to_gib(events[top].bytes):.1f} GiB\n{events[top].phase}", (top, to_gib(events[top].bytes)),
+                xytext=(0, 12), textcoords="offset points", ha="center", fontsize=8, color="#b30000",
+                arrowprops=dict(arrowstyle="-", color="#b30000"))
+    labels = [e.phase.replace("micro-batch ", "mb ").replace("forward of", "F").replace("backward of", "B")
+              + (f" x{e.repeat:,}" if e.repeat > 1 else "") for e in events]
+    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("GiB on this GPU")
+    ax.set_ylim(0, max(to_gib(capacity_bytes), max(bottoms)) * 1.15)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return _save(fig, plt, path)
 
 

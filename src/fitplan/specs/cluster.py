@@ -73,6 +73,13 @@ class GpuSpec:
                                                               "--gpus-per-node sets the planned one")
     default_reserve_bytes: int = declared("size", default=0, key="default_reserve",
                                           file_only="the GPU's usual reserve; --reserve sets the planned one")
+    # PyTorch's cuBLAS workspace per (handle, stream), allocated through the caching allocator
+    # (aten/src/ATen/cuda/CublasHandlePool.cpp parseChosenWorkspaceSize): ":4096:2:16:8" = 8,519,680 B by
+    # default, 32 MiB on Hopper and Blackwell; ROCm 32 MiB, 128 MiB on gfx94x/gfx95x, plus hipBLASLt's 76 MiB
+    blas_workspace_bytes: int = declared("size", default=8_519_680, key="blas_workspace", flag="--blas-workspace",
+                                         group="runtime", example="16 MiB", lo="0 B", hi="16 GiB",
+                                         help="the BLAS library's workspace PyTorch keeps per stream (default: the "
+                                              "GPU preset's, CUBLAS_WORKSPACE_CONFIG's default for its architecture)")
     efficiency_h0: float = declared("number", default=0.0, flag="--gemm-efficiency-h0", group="cluster", lo=0,
                                     hi=1e7, example=2000.0,
                                     help="scales the GEMM ceilings by h/(h + h0), fitplan's former curve: the "
@@ -166,6 +173,18 @@ class ClusterSpec:
         hi="10 TB/s", example="48 GB/s",
         help='NVMe bandwidth of one node, shared by its GPUs, e.g. "10 GB/s" (4 PCIe Gen4 SSDs in RAID 0, '
              'DeepNVMe reads; writes are taken at the same rate)')
+    # what each GPU's process holds outside PyTorch's caching allocator (fitplan.memory.runtime)
+    cuda_context_bytes: int = declared("size", default=400 * 2**20, key="cuda_context", flag="--cuda-context",
+                                       group="runtime", example="600 MiB", lo="0 B", hi="64 GiB",
+                                       help="the CUDA context and loaded kernels per GPU process (default 400 MiB: "
+                                            "PyTorch maintainers' figure with lazy module loading)")
+    nccl_buffsize_bytes: int = declared("size", default=4 * 2**20, key="nccl_buffsize", flag="--nccl-buffsize",
+                                        group="runtime", example="2 MiB", lo="64 KiB", hi="1 GiB",
+                                        help="NCCL_BUFFSIZE, the Simple protocol's buffer per connection and channel "
+                                             "(NCCL's default 4 MiB)")
+    nccl_channels: int = declared("int", default=32, flag="--nccl-channels", group="runtime", lo=1, hi=128,
+                                  example=16, help="NCCL channels per communicator (default 32, what NCCL opens on "
+                                                   "NVLink H100 nodes; NCCL_MAX_NCHANNELS caps it)")
 
     def __post_init__(self) -> None:
         positive_int("cluster", "num_gpus", self.num_gpus, maximum=10**9)

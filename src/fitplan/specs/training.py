@@ -112,6 +112,35 @@ class TrainingSpec:
                                           help="the frozen base's linear weights: bf16 (2 B), int8 (1 B) or nf4 (4-bit "
                                                "with double-quantized constants, 0.516 B); default: lora keeps the "
                                                "recipe's weights, qlora nf4")
+    # the training engine's runtime choices (fitplan.memory.runtime): each changes a runtime buffer
+    optimizer_impl: str = declared("choice", default="fused", choices=("foreach", "fused"), flag="--optimizer-impl",
+                                   group="runtime", example="foreach",
+                                   help="fused (the default: Megatron-LM's and DeepSpeed's FusedAdam, torchtitan's "
+                                        "fused AdamW: no temporaries) or foreach (torch.optim's default on GPUs: a "
+                                        "scratch copy of the second moment, and 16-bit gradients cast for fp32 "
+                                        "master weights)")
+    cross_entropy: str = declared("choice", default="pytorch", choices=("pytorch", "fused"), flag="--cross-entropy",
+                                  group="runtime", example="fused",
+                                  help="the loss kernel: pytorch (F.cross_entropy on fp32 logits, as torchtitan: two "
+                                       "fp32 logit gradients in its backward) or fused (Megatron-LM's vocab-parallel "
+                                       "cross-entropy: the gradient in place of the saved softmax)")
+    grad_bucket_bytes: int = declared("size", default=25 * 2**20, key="grad_bucket", flag="--grad-bucket",
+                                      group="runtime", example="100 MiB", lo="1 KiB", hi="64 GiB",
+                                      help="gradient bucket size of the data-parallel reduction (PyTorch DDP's "
+                                           "bucket_cap_mb default, 25 MiB)")
+    grad_bucket_view: bool = declared("bool", default=True, flag="--grad-bucket-view", off_flag="--no-grad-bucket-view",
+                                      group="runtime", example=False,
+                                      help="gradients live in the reduction buckets (Megatron-LM's contiguous grad "
+                                           "buffer, DDP gradient_as_bucket_view=True); off: PyTorch DDP's default, a "
+                                           "second copy of every gradient")
+    fsdp_prefetch: int = declared("int", default=1, flag="--fsdp-prefetch", group="runtime", lo=0, hi=16, example=2,
+                                  help="ZeRO-3/FSDP: layers all-gathered ahead of the one computing (FSDP2's default "
+                                       "1)")
+    fragmentation: float = declared("number", default=0.0, flag="--fragmentation", group="runtime", lo=0, hi=0.9,
+                                    example=0.15,
+                                    help="the caching allocator's reserved-but-unused share of the step's activations "
+                                         "and buffers (0: expandable_segments, as torchtitan launches; PyTorch's "
+                                         "default allocator: about 0.15)")
 
     def __post_init__(self) -> None:
         if self.finetune not in FINETUNE:
@@ -134,6 +163,13 @@ class TrainingSpec:
             positive_int("training", "train_tokens", self.train_tokens, maximum=10**17)
         if self.act_bytes not in (1, 2, 4):
             raise SpecError(f"training.act_bytes must be 1, 2 or 4, got {self.act_bytes!r}")
+        if self.optimizer_impl not in ("foreach", "fused"):
+            raise SpecError(f"training.optimizer_impl must be 'foreach' or 'fused', got {self.optimizer_impl!r}")
+        if self.cross_entropy not in ("pytorch", "fused"):
+            raise SpecError(f"training.cross_entropy must be 'pytorch' or 'fused', got {self.cross_entropy!r}")
+        if isinstance(self.fragmentation, bool) or not isinstance(self.fragmentation, (int, float)) \
+                or not (0 <= self.fragmentation <= 0.9):
+            raise SpecError(f"training.fragmentation must be a fraction in [0, 0.9], got {self.fragmentation!r}")
         check_ranges(self, "training")
 
 

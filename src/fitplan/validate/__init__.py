@@ -31,6 +31,13 @@ TINY_MOE = ModelSpec(
     moe=MoeSpec(num_experts=4, experts_per_token=2, expert_ffn_size=96, num_shared_experts=1, first_dense_layers=1),
     source="fitplan validation: Llama-style MoE (GQA 4/2, first layer dense, then 4 experts of 96, top-2, "
            "1 shared expert; dropless, as Mixtral / DeepSeek-V3 without biases)")
+# A few hundred million parameters (336,118,784) for the GPU check (tools/gpu_check.py): Llama-shaped,
+# big enough that the states, activations and runtime buffers are all in the hundreds of MiB.
+SMALL_LLAMA = ModelSpec(
+    name="small-llama", num_layers=24, hidden_size=1024, num_heads=16, num_kv_heads=4, ffn_hidden_size=2816,
+    vocab_size=32000, max_seq_len=4096, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
+    tied_embeddings=False, linear_bias=False,
+    source="fitplan validation on a GPU: Llama-style, 336M parameters (GQA 16/4, SwiGLU 2816, V 32000, untied)")
 DEFAULT_MODELS = (TINY_GPT, TINY_LLAMA)
 DEFAULT_SEQ_LEN = 128       # > h for TINY_GPT: the s^2 term dominates
 DEFAULT_MICRO_BATCH = 2
@@ -77,5 +84,5 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
                       device=device, include_distributed=include_distributed)
 
 
-__all__ = ["TINY_GPT", "TINY_LLAMA", "TINY_MOE", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH",
+__all__ = ["TINY_GPT", "TINY_LLAMA", "TINY_MOE", "SMALL_LLAMA", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH",
            "run_validation"]

@@ -22,6 +22,12 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
   pp-act       dense models with L = 2N + 1 layers on counts.stages.split (uneven stages),
                bf16, ScheduleGPipe and Schedule1F1B with 4 micro-batches: each rank's peak
                of live saved-for-backward bytes over one step (measure.LiveSavedRecorder)
+  ddp-buckets  live tensor bytes (fitplan.validate.peak) after DDP's backward beyond the
+               parameters, with and without gradient_as_bucket_view: the reducer's buckets
+  fsdp2-buffers  the same model and batch once without FSDP and once with torchtitan's FSDP2
+               wrapping (the embedding, each block, [norm, head], the root); the difference of
+               live bytes at each layer's forward and over the layers' backward is FSDP's
+               gathered units and unsharded gradients
 
 The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
 the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
@@ -51,7 +57,8 @@ from fitplan.validate.reference_model import (DEFAULT_DROPOUT, IMPLEMENTED_RECOM
 from fitplan.validate.report import Extra, Row
 
 STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
-CHECKS = STATE_CHECKS + ("tp-act", "pp-act")
+RUNTIME_CHECKS = ("ddp-buckets", "fsdp2-buffers")
+CHECKS = STATE_CHECKS + ("tp-act", "pp-act") + RUNTIME_CHECKS
 ACT_BYTES = 2     # tp-act runs in bf16
 LR = 1e-3
 
@@ -433,7 +440,87 @@ def _tp_act(spec, *, rank, world, seq_len, b):
     return {"act": out, "act_tensors": tensors}
 
 
+def _ddp_buckets(spec, *, rank, world, seq_len, b):
+    """Live bytes beyond the parameters after one DDP backward: the gradients and DDP's buckets
+    (the batch too), with gradient_as_bucket_view on and off."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fitplan.validate.peak import LiveBytes
+    out = {}
+    for view in (True, False):
+        torch.manual_seed(0)
+        net = build(spec)
+        live = LiveBytes()
+        live.add_all(net.parameters())
+        live.base = live.now()
+        with live:
+            model = DDP(net, gradient_as_bucket_view=view)
+            ids, targets = _batch(spec, b, seq_len)
+            loss = lm_loss(model(ids), targets)
+            loss.backward()
+            del loss
+            out["view" if view else "copy"] = live.now()
+        del model, net
+    return out
+
+
+def _fsdp2_buffers(spec, *, rank, world, seq_len, b):
+    """The same step without and with FSDP2 (torchtitan's wrapping): live bytes beyond each run's
+    states at each layer's forward and the layers' backward peak."""
+    return {"single": _step_trace(spec, None, seq_len=seq_len, b=b),
+            "fsdp": _step_trace(spec, world, seq_len=seq_len, b=b)}
+
+
+def _step_trace(spec, world, *, seq_len, b):
+    from fitplan.validate.peak import LiveBytes, mark_head_done, states_of
+    torch.manual_seed(0)
+    net = build(spec)
+    units = []
+    if world is not None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        units = [net.embed, *net.layers]
+        fully_shard(net.embed, mesh=mesh, reshard_after_forward=True)
+        for layer in net.layers:
+            fully_shard(layer, mesh=mesh, reshard_after_forward=True)
+        if net.head is not None:   # torchtitan's apply_fsdp: [norm, output] kept gathered after forward
+            fully_shard([net.norm, net.head], mesh=mesh, reshard_after_forward=False)
+            units.append(net.norm)
+        fully_shard(net, mesh=mesh)
+        units.append(net)
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(net(ids), targets).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+    live = LiveBytes()
+    for unit in units:   # FSDP2 frees and refills its unsharded parameters' storages in place
+        group = getattr(unit._get_fsdp_state(), "_fsdp_param_group", None)
+        for fp in (group.fsdp_params if group is not None else ()):
+            live.add_all(t for t in (getattr(fp, "_unsharded_param", None), getattr(fp, "_sharded_param_data", None))
+                         if torch.is_tensor(t))
+    live.add_all(states_of(net, opt))
+    live.base = live.now()
+    live.add_all((ids, targets))
+    at = []
+    hooks = [layer.register_forward_pre_hook(lambda m, a: at.append(live.now())) for layer in net.layers]
+    mark_head_done(net, live)
+    with live:
+        live.mark("forward")
+        logits = net(ids)
+        loss = lm_loss(logits, targets)
+        del logits
+        live.mark("loss backward")
+        loss.backward()
+        del loss
+    for h in hooks:
+        h.remove()
+    return {"layer_forward": at, "layers_backward": live.peaks["layers backward"]}
+
+
 _CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act, "pp-act": _pp_act,
+           "ddp-buckets": _ddp_buckets, "fsdp2-buffers": _fsdp2_buffers,
            "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
            "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
 
@@ -584,6 +671,46 @@ def _pp_rows(spec, recs, *, seq_len, world) -> list[Row]:
             rows.append(Row(section=f"distributed (world {world}, fp32 Adam)",
                             quantity=f"pp {which}-stage {QUANTITY_TEXT[quantity]}", planner=planner,
                             extras=extras, measured=r[quantity]))
+    return rows
+
+
+def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_batch: int, world: int) -> list[Row]:
+    """DDP's buckets and FSDP2's buffers against fitplan.memory.runtime's terms (fp32-adam)."""
+    rows = []
+    section = f"runtime buffers (world {world}, fp32, live tensor bytes)"
+    batch = X.batch_extra(seq_len=seq_len, micro_batch=micro_batch)
+    recs = sorted((r for r in records if r["check"] == "ddp-buckets" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    if recs:
+        for key, view in (("view", True), ("copy", False)):
+            pred = X.planner_runtime(spec, seq_len=seq_len, config=ParallelConfig(dp=world, micro_batch=micro_batch),
+                                     grad_bucket_view=view)
+            rows.append(Row(section=section, quantity=f"ddp grads + buckets, gradient_as_bucket_view={view}",
+                            planner=pred["states/grads"] + pred["runtime/grad_buckets"], extras=(batch,),
+                            measured=max(r[key] for r in recs), per_rank_measured=tuple(r[key] for r in recs),
+                            per_rank_predicted=(pred["states/grads"] + pred["runtime/grad_buckets"] + batch.value,)
+                            * len(recs),
+                            note="runtime/grad_buckets: 0 when the gradients are the buckets' views, a second "
+                                 "copy of every gradient (g*psi) without them, PyTorch DDP's default" if view else ""))
+    recs = sorted((r for r in records if r["check"] == "fsdp2-buffers" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    if recs:
+        config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
+        pred = X.planner_runtime(spec, seq_len=seq_len, config=config)
+        root = X.fsdp2_root_params(spec)
+        fwd = [max(f - s for f, s in zip(r["fsdp"]["layer_forward"], r["single"]["layer_forward"])) for r in recs]
+        bwd = [r["fsdp"]["layers_backward"] - r["single"]["layers_backward"] for r in recs]
+        forward = pred["aux/fsdp_forward"] + sum(x.value for x in root)
+        rows.append(Row(section=section, quantity="fsdp2 gathered units at a layer's forward",
+                        planner=pred["aux/fsdp_forward"], extras=root, measured=max(fwd), per_rank_measured=tuple(fwd),
+                        per_rank_predicted=(forward,) * len(recs),
+                        note="runtime/fsdp_buffers in a forward: the layer computing and one prefetched, "
+                             "(1 + k)*w*P_layer (FSDP2's implicit forward prefetch, k = 1)"))
+        rows.append(Row(section=section, quantity="fsdp2 buffers over the layers' backward (planner's bound)",
+                        planner=pred["runtime/fsdp_buffers"], extras=root, measured=max(bwd), relation="<=",
+                        per_rank_measured=tuple(bwd),
+                        note="(1 + k)*w*P_layer + g*P_layer: the layer and one prefetched, and the layer's unsharded "
+                             "gradients before their reduce-scatter"))
     return rows
 
 

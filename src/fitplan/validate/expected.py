@@ -360,3 +360,80 @@ def lora_outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act
     """outside_extras less the position ids: a frozen position table keeps no indices."""
     return tuple(x for x in outside_extras(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes,
                                            device=device) if x.key != "position-ids")
+
+
+# ---------------------------------------------------------------- the peak over one step (validate.peak)
+
+PURE_BF16_ADAM = "bf16 weights, grads and Adam moments (the reference trained in bf16, no master copy)"
+
+
+def step_setup(model: ModelSpec, *, seq_len: int, act_bytes: int, optimizer_impl: str) -> Setup:
+    """The planner's Setup for validate.peak.measure_step: its weights, gradients and AdamW moments
+    all in the activation dtype (fp32-adam, or 2 B each in bf16), torch.optim's loss
+    (F.cross_entropy on fp32 logits), the optimizer implementation measured, one process."""
+    from dataclasses import replace
+    from fitplan.specs.training import Recipe
+    rec = recipe(RECIPE) if act_bytes == 4 else Recipe(
+        name="bf16-pure-adam", weights_bytes=2, grads_bytes=2, master_bytes=0, moments=(("adam_m", 2), ("adam_v", 2)),
+        description=PURE_BF16_ADAM)
+    setup = setup_for(model, seq_len=seq_len, act_bytes=act_bytes)
+    return replace(setup, training=replace(setup.training, recipe=rec, optimizer_impl=optimizer_impl,
+                                           cross_entropy="pytorch", fragmentation=0.0))
+
+
+# what a CPU process holds that the planner's runtime terms put on a GPU: nothing of these exists on CPU
+GPU_ONLY = ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/allocator")
+
+
+def planner_moments(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int, recompute: Recompute,
+                    optimizer_impl: str) -> dict:
+    """The planner's three moments for the one-process reference (fitplan.memory.timeline), as the
+    bytes beyond the model states that a CPU process can hold (GPU_ONLY left out), and the states."""
+    from fitplan.memory import timeline as TL
+    from fitplan.memory.breakdown import evaluate
+    setup = step_setup(model, seq_len=seq_len, act_bytes=act_bytes, optimizer_impl=optimizer_impl)
+    b = evaluate(setup, ParallelConfig(micro_batch=micro_batch, recompute=recompute))
+    moments = TL.moments({**b.parts, **b.aux}, phi=0)
+    beyond = {m: sum(v for k, v in held.items() if k not in TL.STATE_KEYS + GPU_ONLY) for m, held in moments.items()}
+    return {"states": b.state_bytes, **beyond, "logits_grad": b.parts["runtime/logits_grad"],
+            "optimizer_step": b.parts["runtime/optimizer_step"]}
+
+
+def step_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
+                recompute: Recompute) -> tuple[Extra, ...]:
+    """What the reference holds beyond the planner's stored activations at its loss's backward:
+    each layer's extras (layer_extras, for all L layers), the outside extras and the loss value."""
+    kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=act_bytes)
+    moe = 0 if model.moe is None else model.num_layers - model.moe.first_dense_layers
+    out = ()
+    for count, moe_layer in ((model.num_layers - moe, False), (moe, True)):
+        if count:
+            out += tuple(Extra(x.key, x.value * count, f"{x.reason} (x {count} {'MoE ' if moe_layer else ''}layers)",
+                               x.cite) for x in layer_extras(model, recompute=recompute, moe_layer=moe_layer, **kw))
+    return out + outside_extras(model, **kw) + (Extra(
+        "loss-value", 4, "the fp32 loss the backward starts from (one scalar)", "measured here"),)
+
+
+def batch_extra(*, seq_len: int, micro_batch: int) -> Extra:
+    return Extra("batch", 16 * seq_len * micro_batch, "the step's int64 token ids and targets (8sb each), alive "
+                 "through the optimizer step", "measured here")
+
+
+def planner_runtime(model: ModelSpec, *, seq_len: int, config: ParallelConfig, grad_bucket_view: bool = True) -> dict:
+    """The planner's terms (and aux values) for one GPU of the first stage, fp32-adam, one dtype."""
+    from dataclasses import replace
+    setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=config.world_size)
+    setup = replace(setup, training=replace(setup.training, grad_bucket_view=grad_bucket_view))
+    return stage_memory(RAW, setup, config, first=True)
+
+
+def fsdp2_root_params(model: ModelSpec) -> tuple[Extra, ...]:
+    """FSDP2 keeps the root module's own parameters gathered from its forward to its backward: those
+    in no unit of torchtitan's wrapping (learned positions; the final norm when the head is tied,
+    so no [norm, output] unit exists). The planner's units are the layers and the output."""
+    from fitplan.counts import params as P
+    own = P.position_params(model) + (P.norm_params(model) if model.tied_embeddings else 0)
+    return (Extra("fsdp2-root-params", PARAM_BYTES * own,
+                  "the root module's own parameters (learned positions; the final norm with a tied head) stay "
+                  "gathered through the step (FSDP2 does not reshard the root after forward)",
+                  "torch/distributed/fsdp/_fully_shard/_fully_shard.py"),) if own else ()

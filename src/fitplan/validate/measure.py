@@ -242,3 +242,40 @@ def cuda_peak(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Re
             "optimizer": sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                              if torch.is_tensor(v) and v.is_cuda),   # Adam's step counters stay on the CPU
             "device_name": torch.cuda.get_device_name()}
+
+
+def cuda_step(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute, optimizer_impl: str = "fused",
+              dropout_p: float = DEFAULT_DROPOUT, seed: int = 0, device: str = "cuda") -> dict:
+    """One measured training step after a warm-up one (fp32 weights and activations, AdamW; the
+    gradients zeroed, not freed): the peak tensor bytes the step allocates and the allocator
+    reserves, and what the process holds outside the allocator (the CUDA context and loaded
+    kernels: used device memory minus reserved). device "cpu" is the stand-in the tests run: live
+    tensor bytes (fitplan.validate.peak) for both peaks, no context."""
+    from fitplan.validate.peak import measure_step
+    if device == "cpu":
+        got = measure_step(model, seq_len=seq_len, micro_batch=micro_batch, act_bytes=4, recompute=recompute,
+                           optimizer_impl=optimizer_impl, dropout_p=dropout_p, seed=seed)
+        peak = got.states + max(got.peaks.values())
+        return {"max_allocated": peak, "max_reserved": peak, "outside_allocator": 0, "device_name": "cpu stand-in",
+                "capability": None, "expandable_segments": True}
+    import os
+    torch.manual_seed(seed)
+    net = build(model, dropout_p=dropout_p, recompute=recompute, dtype=torch.float32, device="cuda").train()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, **{optimizer_impl: True})
+    ids = torch.randint(0, model.vocab_size, (micro_batch, seq_len), device="cuda")
+    targets = torch.randint(0, model.vocab_size, (micro_batch, seq_len), device="cuda")
+    lm_loss(net(ids), targets).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    lm_loss(net(ids), targets).backward()
+    opt.step()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
+    return {"max_allocated": torch.cuda.max_memory_allocated(),
+            "max_reserved": torch.cuda.memory_stats().get("reserved_bytes.all.peak", 0),
+            "outside_allocator": total - free - torch.cuda.memory_reserved(),
+            "device_name": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+            "total_memory": total, "expandable_segments": "expandable_segments:True" in conf}

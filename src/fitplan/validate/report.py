@@ -6,9 +6,13 @@ out. predicted = planner + sum(extras). Relations:
 
   "=="   exact: predicted equals measured on every rank; no tolerance
   ">="   bound: measured >= planner (the planner's figure is a lower bound, reason in note)
+  "<="   bound: measured <= predicted (the planner's figure is an upper bound, reason in note)
+  "~="   within the row's stated tolerance: |measured/predicted - 1| <= tolerance
   "info" reported, not judged (e.g. a CUDA allocator peak, whose gap is what is reported)
 """
 from dataclasses import dataclass, field
+
+RELATIONS = ("==", ">=", "<=", "~=", "info")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +41,10 @@ class Row:
     note: str = ""
 
     def __post_init__(self) -> None:
-        if self.relation not in ("==", ">=", "info"):
-            raise ValueError(f"row relation must be '==', '>=' or 'info', got {self.relation!r}")
+        if self.relation not in RELATIONS:
+            raise ValueError(f"row relation must be one of {', '.join(RELATIONS)}, got {self.relation!r}")
+        if self.relation == "~=" and self.tolerance is None:
+            raise ValueError("a '~=' row states its tolerance")
 
     @property
     def predicted(self) -> int:
@@ -60,6 +66,10 @@ class Row:
             return self.predicted == self.measured
         if self.relation == ">=":
             return self.measured >= self.planner
+        if self.relation == "<=":   # the planner's upper bound (with its named extras) covers the measurement
+            return self.measured <= self.predicted
+        if self.relation == "~=":
+            return self.predicted > 0 and abs(self.measured / self.predicted - 1) <= self.tolerance
         return True
 
 
@@ -88,7 +98,8 @@ class ValidationReport:
 
 def _status(row: Row) -> str:
     mark = "ok" if row.ok else "FAIL"
-    return {"==": f"exact {mark}", ">=": f">= {mark}", "info": "info"}[row.relation]
+    return {"==": f"exact {mark}", ">=": f">= {mark}", "<=": f"bound {mark}",
+            "~=": f"within {row.tolerance:.0%} {mark}" if row.tolerance is not None else "", "info": "info"}[row.relation]
 
 
 def _ratio(row: Row) -> str:

@@ -269,20 +269,23 @@
     if (plan.feasible) {
       const r = plan.recommended, mv = plan.minimum_viable;
       const layout = (s, id) => node("strong", { id, textContent: `${configText(s)} · ${configExtras(s)}` });
-      const memory = s => `${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
-        + `(${gib(s.headroom_bytes)} GiB headroom)`
+      const memory = s => `peak ${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
+        + `(${gib(s.headroom_bytes)} GiB headroom; risk ${s.risk.level}, at ${s.peak.phase})`
         + (s.host && s.host.bytes_per_node ? `, ${gib(s.host.bytes_per_node)} GiB of host memory per node` : "")
         + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
       v.className = "verdict fits";
       v.textContent = "Fits";
       const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `
-                     + "fit. Recommended (the fastest with a safe margin): "];
-      if (r) parts.push(layout(r, "recommended"), `, ${memory(r)}. `);
-      if (r && r.to_train && r.to_train.days !== null) {
-        const tt = r.to_train;
-        parts.push(node("span", { id: "to-train", textContent:
-          `To train ${int(tt.tokens)} tokens: ${fmt(tt.days, 1)} days, ${int(Math.round(tt.gpu_hours))} GPU-hours, `
-          + `${fmt(tt.energy_mwh, 1)} MWh` + (tt.cost === null ? "" : `, cost ${int(Math.round(tt.cost))}`) + ". " }));
+                     + "fit. Recommended (the fastest that fits with margin, or else the fastest that fits): "];
+      if (r) {
+        parts.push(layout(r, "recommended"), `, ${memory(r)}. `);
+        if (plan.recommend_note) parts.push(node("span", { id: "recommend-note", textContent: `${plan.recommend_note}. ` }));
+        if (r.to_train && r.to_train.days !== null) {
+          const tt = r.to_train;
+          parts.push(node("span", { id: "to-train", textContent:
+            `To train ${int(tt.tokens)} tokens: ${fmt(tt.days, 1)} days, ${int(Math.round(tt.gpu_hours))} GPU-hours, `
+            + `${fmt(tt.energy_mwh, 1)} MWh` + (tt.cost === null ? "" : `, cost ${int(Math.round(tt.cost))}`) + ". " }));
+        }
       }
       else parts.push(node("strong", { id: "recommended", textContent: "none" }), ` (${plan.recommend_note}). `);
       if (mv && !(r && configKey(r) === configKey(mv)))
@@ -355,7 +358,7 @@
   function renderMemory(configs, breakdowns, plan) {
     const rows = configs.map((c, i) => {
       const b = breakdowns[i].data;
-      const parts = Object.fromEntries(Object.entries(b.breakdown).filter(([k]) => k !== "reserve"));
+      const parts = b.peak.held;   // what the GPU holds at its peak (sums to per_gpu_bytes)
       return { label: configText(c), sublabel: `${configExtras(c)}   ${c.ranks.join(" ")}`, parts,
                total: b.per_gpu_bytes };
     });
@@ -363,6 +366,22 @@
       usable: plan.usable_bytes_per_gpu, capacity: plan.cluster.memory_bytes_per_gpu,
       empty: `Nothing legal runs on ${plan.cluster.num_gpus} GPUs, so there is nothing to draw; the chart below `
              + "shows the GPU count where it starts to fit." });
+  }
+
+  function renderTimeline(plan) {
+    const r = plan.recommended || plan.minimum_viable;
+    const note = $("timeline-note");
+    if (!r) {
+      note.textContent = "";
+      FitCharts.timeline($("timeline-chart"), [], { empty: "nothing fits, so there is no step to draw" });
+      return;
+    }
+    const c = plan.cluster;
+    const which = plan.recommended ? "The recommended layout" : "Nothing is recommended; the minimum viable layout";
+    note.textContent = `${which}, ${configText(r)} · ${configExtras(r)}: peak ${gib(r.peak.bytes)} GiB at `
+      + `${r.peak.phase} (${r.peak.stage} stage); risk ${r.risk.level}. ${r.risk.rule}.`;
+    FitCharts.timeline($("timeline-chart"), r.timeline, {
+      usable: plan.usable_bytes_per_gpu, capacity: c.memory_bytes_per_gpu, margin: r.risk.limit_bytes });
   }
 
   function renderSweep(sweep, plan, gpus) {
@@ -449,6 +468,7 @@
       renderTable("table-disturbance", dist.data, "disturbance");
       renderTable("table-throughput", thr.data, "throughput");
       renderSweep(sweep, dist.data, base.gpus);
+      renderTimeline(dist.data);
 
       const seen = new Map();
       for (const [tag, plan] of [["D", dist.data], ["T", thr.data]]) {

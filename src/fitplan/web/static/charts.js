@@ -1,7 +1,8 @@
 /* fitplan's two charts, drawn as SVG by hand: no library, nothing fetched.
    FitCharts.useParts(parts)  the terms' labels and colours, from GET /api/presets (fitplan.parts)
    FitCharts.memoryBars(el, rows, {usable, capacity})  stacked per-GPU bytes by term
-   FitCharts.sweep(el, points, {usable, capacity, current, smallest})  per-GPU bytes against GPU count */
+   FitCharts.sweep(el, points, {usable, capacity, current, smallest})  per-GPU bytes against GPU count
+   FitCharts.timeline(el, events, {usable, capacity, margin})  one GPU's bytes over the step, by group */
 "use strict";
 (function () {
   const NS = "http://www.w3.org/2000/svg";
@@ -12,7 +13,7 @@
   let RESERVE = { label: "reserve", color: "#cfcfcf" };
 
   function useParts(parts) {
-    TERMS = parts.filter(p => p.group === "states" || p.group === "activations").map(p => [p.key, p.label, p.color]);
+    TERMS = parts.filter(p => ["states", "activations", "runtime"].includes(p.group)).map(p => [p.key, p.label, p.color]);
     RESERVE = parts.find(p => p.group === "reserve") || RESERVE;
   }
 
@@ -233,5 +234,75 @@
     return svg;
   }
 
-  window.FitCharts = { useParts, memoryBars, sweep, shareBar, gib };
+  /* One GPU's memory over the step (fitplan.memory.timeline): a stacked column per event (states,
+     runtime buffers, activations), the steady state's pair once with its count, the usable,
+     80%-of-capacity and capacity lines, the peak marked. */
+  const GROUP_COLORS = { states: "#3182bd", runtime: "#31a354", activations: "#e6550d" };
+
+  function timeline(container, events, opts) {
+    container.replaceChildren();
+    if (!events || !events.length) {
+      const p = document.createElement("p");
+      p.className = "empty";
+      p.textContent = opts.empty || "nothing to draw";
+      container.append(p);
+      return;
+    }
+    const W = 960, L = 64, R = 16, T = 26, B = 96;
+    const H = 320;
+    const n = events.length;
+    const colW = (W - L - R) / n;
+    const maxBytes = Math.max(opts.capacity || 0, ...events.map(e => e.bytes)) * 1.08;
+    const y = b => T + (1 - b / maxBytes) * (H - T - B);
+    const svg = svgRoot(W, H, "memory of the busiest GPU over the step, event by event, against the usable memory");
+    const axis = el("g", { class: "axis" });
+    const step = niceStep(maxBytes / GiB, 6);
+    for (let v = 0; v * GiB <= maxBytes; v += step) {
+      axis.append(el("line", { x1: L, y1: y(v * GiB), x2: W - R, y2: y(v * GiB), class: "grid" }));
+      axis.append(el("text", { x: L - 6, y: y(v * GiB) + 4, "text-anchor": "end" }, `${+v.toFixed(2)}`));
+    }
+    axis.append(el("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", class: "axis-title",
+                             transform: `rotate(-90 14 ${(T + H - B) / 2})` }, "GiB on this GPU"));
+    svg.append(axis);
+    let top = 0;
+    events.forEach((e, i) => { if (e.bytes > events[top].bytes) top = i; });
+    events.forEach((e, i) => {
+      const g = el("g", { class: "tl-event", "data-phase": e.phase, "data-bytes": e.bytes });
+      let acc = 0;
+      for (const group of ["states", "runtime", "activations"]) {
+        const b = e.by_group[group] || 0;
+        if (b <= 0) continue;
+        const r = el("rect", { x: L + i * colW + 1, y: y(acc + b), width: Math.max(1, colW - 2),
+                               height: Math.max(0.5, y(acc) - y(acc + b)), fill: GROUP_COLORS[group] });
+        r.append(el("title", {}, `${e.phase}${e.repeat > 1 ? ` (x ${e.repeat})` : ""}: ${group} ${gib(b)} GiB`));
+        g.append(r);
+        acc += b;
+      }
+      if (n <= 40 || i === top || i === n - 1) {
+        const x = L + (i + 0.5) * colW, ty = H - B + 8;
+        const short = e.phase.replace("micro-batch ", "mb ").replace("forward of", "F").replace("backward of", "B")
+          + (e.repeat > 1 ? ` x${e.repeat}` : "");
+        g.append(el("text", { x, y: ty, "text-anchor": "end", class: "tl-label",
+                              transform: `rotate(-60 ${x} ${ty})` }, short));
+      }
+      svg.append(g);
+    });
+    // the three lines' labels sit apart: capacity at the right, usable at the left, the margin in the middle
+    for (const [value, cls, text, x, anchor] of [
+      [opts.capacity, "capacity-line", "capacity", W - R - 4, "end"], [opts.usable, "usable-line", "usable", L + 4, "start"],
+      [opts.margin, "margin-line", "80% of capacity", (L + W - R) / 2, "middle"]]) {
+      if (!value) continue;
+      svg.append(el("line", { x1: L, y1: y(value), x2: W - R, y2: y(value), class: cls }));
+      svg.append(el("text", { x, y: y(value) - 4, "text-anchor": anchor, class: cls.replace("line", "label") },
+                   `${text} ${gib(value)} GiB`));
+    }
+    const px = L + (top + 0.5) * colW;
+    svg.append(el("text", { x: px, y: y(events[top].bytes) - 6, "text-anchor": "middle", class: "tl-peak",
+                            id: "timeline-peak" }, `peak ${gib(events[top].bytes)} GiB`));
+    container.append(svg);
+    container.append(legend([["", "states", GROUP_COLORS.states], ["", "runtime buffers", GROUP_COLORS.runtime],
+                             ["", "activations", GROUP_COLORS.activations]]));
+  }
+
+  window.FitCharts = { useParts, memoryBars, sweep, shareBar, timeline, gib };
 })();

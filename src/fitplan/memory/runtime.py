@@ -1,0 +1,238 @@
+"""What the GPU holds beyond the model states and the stored activations: the runtime's
+buffers, each a formula with its source and a default a declared flag changes.
+
+Symbols as in fitplan.memory.activations (s, b, h, a, q, kv, f, n, e, t, c, V) and
+fitplan.memory.states (psi, N_d, w, g, m). Per GPU:
+
+  cuda_context    X_ctx                       the CUDA context and loaded kernels (outside the allocator)
+  blas_workspace  W_blas * streams            PyTorch's cuBLAS workspace per (handle, stream)
+  nccl            C * B_conn * sum(peers)     NCCL buffers of every communicator the layout creates
+  grad_buckets    g*psi (no bucket views) or 2*min(B_bucket, g*psi) (ZeRO-2 reduce-scatter)
+  fsdp_buffers    (1 + k)*w*P_layer + g*P_layer  ZeRO-3's gathered layers and unsharded gradients
+  layer_backward  the gradients one layer's backward holds at once (an upper bound)
+  logits_grad     the loss's logit gradients beyond the saved fp32 logits
+  p2p             pipeline gradient send and receive buffers
+  optimizer_step  the optimizer step's temporaries (foreach scratch, fp32 gradient casts)
+  allocator       the caching allocator's rounding and fragmentation
+
+Each works on ints (one configuration, explained) and NumPy arrays (the search).
+"""
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
+from fitplan.explain import formula
+from fitplan.sources import Cite
+
+MiB = 2**20
+# NCCL's per-connection buffers besides NCCL_BUFFSIZE's Simple one (src/init.cc, src/include/device.h):
+# LL = NCCL_LL_LINES_PER_THREAD * NCCL_LL_MAX_NTHREADS * NCCL_STEPS * 16 B = 8*512*8*16,
+# LL128 = NCCL_LL128_ELEMS_PER_THREAD * NCCL_LL128_MAX_NTHREADS * NCCL_STEPS * 8 B = 120*640*8*8.
+NCCL_LL_BYTES = 8 * 512 * 8 * 16            # 524,288
+NCCL_LL128_BYTES = 120 * 640 * 8 * 8        # 4,915,200
+# With expandable segments the allocator maps 20 MiB pages (large pool) and 2 MiB pages (small pool)
+# into one range per stream (c10/cuda/CUDACachingAllocator.cpp): at most a page of each unused at the top.
+PAGE_BYTES = 20 * MiB + 2 * MiB
+
+
+@formula("runtime/cuda_context", "X_ctx  (the CUDA context and loaded kernels, outside PyTorch's allocator)",
+         Cite("pytorch-runtime", "pytorch#109888 (~400 MB with lazy loading); PR #86509 (287,047,680 B after one "
+                                 "small tensor, CUDA_MODULE_LOADING=LAZY)"),
+         assumes=("the CUDA context is a per-process constant (--cuda-context); it is outside "
+                  "torch.cuda.max_memory_reserved",))
+def cuda_context_bytes(*, X_ctx):
+    return X_ctx
+
+
+@formula("runtime/blas_workspace", "W_blas*streams  (one cuBLAS workspace per handle and stream that runs GEMMs)",
+         Cite("pytorch-runtime", "aten/src/ATen/cuda/CublasHandlePool.cpp parseChosenWorkspaceSize "
+                                 "(CUBLAS_WORKSPACE_CONFIG :4096:2:16:8; 32 MiB on Hopper and Blackwell)"))
+def blas_workspace_bytes(*, W_blas, streams=1):
+    return W_blas * streams
+
+
+def _nccl_text(**_):
+    return "C*B_conn*(peers_tp + peers_cp + peers_pp + peers_dp + peers_ep + peers_world), B_conn = NCCL_BUFFSIZE + LL + LL128"
+
+
+@formula("runtime/nccl", _nccl_text,
+         Cite("nccl", "src/init.cc DEFAULT_BUFFSIZE, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE; buffers per "
+                      "channel and connection (nccl#864, nccl#1685)"),
+         assumes=("each communicator holds, per channel, one set of Simple, LL and LL128 buffers for each peer it "
+                  "exchanges with: 2 for ring collectives and pipeline send/receive; an all-to-all its intra-node "
+                  "peers and one shared pool for remote ones (NCCL_NET_SHARED_BUFFERS=1)",
+                  "communicators: tp, cp, pp, the data-parallel reduction group (dp x cp) and ep when their degree "
+                  "is above 1, and the world group when it is larger than all of them; NCCL memory is outside "
+                  "torch.cuda.max_memory_reserved"))
+def nccl_bytes(*, C, buffsize, tp, cp, pp, dp, ep, world, node):
+    """NCCL's per-communicator buffers: channels x connections x (Simple + LL + LL128)."""
+    a2a = 2 * (ep > 1) * (minimum(ep, node) - 1 + (ep > node))
+    largest = maximum(maximum(maximum(tp, cp), maximum(pp, dp)), ep)
+    rings = 1 * (tp > 1) + 1 * (cp > 1) + 1 * (pp > 1) + 1 * (dp > 1) + 1 * (world > largest)   # 1 *: NumPy's
+    peers = 2 * rings + a2a                                                                   # bools add as "or"
+    return C * (buffsize + NCCL_LL_BYTES + NCCL_LL128_BYTES) * peers
+
+
+@formula("runtime/grad_buckets",
+         lambda *, zero, view, **_: ("2*min(B_bucket, g*psi)  (ZeRO-2: a bucket reduce-scattering while the next "
+                                     "fills)" if zero == 2 else "0  (ZeRO-3: fsdp_buffers)" if zero >= 3 else
+                                     "0  (gradients are the buckets' views)" if view else
+                                     "g*psi  (DDP's buckets beside the gradients)"),
+         Cite("pytorch-ddp", "torch/csrc/distributed/c10d/reducer.hpp kDefaultBucketBytesCap 25 MiB; "
+                             "gradient_as_bucket_view (distributed.py)"))
+def grad_buckets_bytes(*, psi, g, zero, view, bucket):
+    """Gradient buckets beyond the gradients themselves. ZeRO-0/1: none when the gradients are
+    views into the buckets (Megatron-LM's contiguous grad buffer, DDP gradient_as_bucket_view),
+    else a second copy of every gradient (PyTorch DDP's default). ZeRO-2: the unsharded grads of
+    the bucket being reduce-scattered and of the one filling. ZeRO-3: counted in fsdp_buffers."""
+    full = ceil_div(g * psi, 1)
+    if zero >= 3:
+        return 0 * full
+    if zero == 2:
+        return 2 * minimum(bucket, full)
+    return 0 * full if view else full
+
+
+def _fsdp_text(*, keep, moment="layer", **_):
+    if moment == "loss":
+        return ("g*P_head  (the output unit's unsharded gradients; its weights stay gathered: gathered_weights)"
+                if keep else "(w + g)*P_head + k*w*P_layer  (the output unit kept gathered from its forward, its "
+                             "unsharded gradients, k layers prefetched)")
+    if moment == "forward":
+        return "0  (every layer stays gathered: gathered_weights)" if keep else \
+            "(1 + k)*w*P_layer  (the computing layer and k prefetched)"
+    return ("g*P_layer  (the layer's unsharded gradients; its weights stay gathered: gathered_weights)" if keep else
+            "(1 + k)*w*P_layer + g*P_layer  (the computing and k prefetched layers gathered, the layer's unsharded "
+            "gradients)")
+
+
+@formula("runtime/fsdp_buffers", _fsdp_text,
+         Cite("torchtitan", "apply_fsdp: fully_shard on the embedding, each block and [norm, output], the last kept "
+                            "gathered after forward; FSDP2's implicit forward and explicit backward prefetch"),
+         assumes=("ZeRO-3 gathers one unit per layer, one for the embedding and one for the final norm and output "
+                  "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",))
+def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer"):
+    """ZeRO-3/FSDP all-gather and reduce-scatter buffers at one moment of the step. forward: the
+    layer computing and k prefetched, at w bytes per parameter. layer (a layer's backward): those
+    and the layer's unsharded gradients before their reduce-scatter. loss (the output layer's
+    backward): the output unit, kept gathered since its forward, its unsharded gradients and k
+    layers prefetched. keep: reshard_after_forward off, every unit already gathered
+    (runtime/gathered_weights): only the unsharded gradients remain."""
+    if moment == "forward":
+        return 0 * P_layer if keep else ceil_div((1 + k) * w * P_layer, 1)
+    if moment == "loss":
+        grads = ceil_div(g * P_head, 1)
+        return grads if keep else grads + ceil_div(w * P_head + k * w * P_layer, 1)
+    grads = ceil_div(g * P_layer, 1)
+    return grads if keep else grads + ceil_div((1 + k) * w * P_layer, 1)
+
+
+def _layer_backward_text(*, kernel="eager", tied=0, **_):
+    attn = ("2*e*a*s^2*b/(t*c)  (the probabilities' and scores' gradients)" if kernel == "eager" else
+            "s*b*(e*(q + 2kv) + 4q)/(t*c)  (dQ, dK, dV and the fp32 dQ accumulator)")
+    tied = " + w*V*h/t  (the tied output layer's weight gradient, waiting for the embedding's)" if tied else ""
+    return f"2*e*s*b*h/([t if SP]*c) + max({attn}, 2n*e*s*b*f_w/(t*c)) + w*h*f_w/t{tied}"
+
+
+@formula("runtime/layer_backward", _layer_backward_text,
+         Cite("fitplan", "formulas.md#runtime (measured on CPU: tests/torch/test_runtime.py)"),
+         assumes=("one layer's backward holds its input and output gradients and the wider of the attention's and "
+                  "the MLP's gradients (2n f-wide tensors: the activation's gradients and an unfused elementwise "
+                  "backward's temporaries); an upper bound on CPU measurements (fitplan validate)",))
+def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="eager", k=0, rho=1, f_e=0, f_s=0,
+                         V=0, tied=0):
+    """The gradients one layer's backward holds at once, on top of what it stores: the layer's
+    input and output gradients, and the wider of the attention's (eager: the probabilities' and
+    the scores' gradients, a*s^2*b each; flash: dQ, dK, dV and FlashAttention-2's fp32 dQ
+    accumulator) and the MLP's (2n f-wide tensors: the n gradients and as many temporaries of an
+    unfused elementwise backward, as PyTorch's SiLU-times-up runs; MoE: the shared experts' and the
+    routed copies'), and one weight's gradient before autograd adds it into .grad (w bytes, the
+    layer's widest matrix, h*f/t). tied: a rank that holds both ends of tied embeddings keeps the
+    output layer's weight gradient from the loss's backward until the embedding's adds to it
+    (autograd accumulates a parameter's gradients before AccumulateGrad)."""
+    edges = 2 * ceil_div(e * s * b * h, select(sp, t, 1) * c)
+    if kernel == "flash":
+        attn = ceil_div(s * b * (e * (q + 2 * kv) + 4 * q), t * c)
+    else:
+        attn = ceil_div(2 * e * a * s * s * b, t * c)
+    width = f if k == 0 else f_s + k * rho * f_e
+    mlp = ceil_div(2 * n * e * s * b * width, t * c)
+    weight_grad = ceil_div(w * h * maximum(f if k == 0 else maximum(f_s, f_e), q), t)
+    return edges + maximum(attn, mlp) + weight_grad + tied * ceil_div(w * V * h, t)
+
+
+def _logits_text(*, kernel, **_):
+    first = ("8*s*b*V/(t*c)  (F.cross_entropy: nll_loss's and log_softmax's fp32 gradients beside the saved fp32 "
+             "log-probabilities)" if kernel == "pytorch" else
+             "[e < 4]*e*s*b*V/(t*c)  (Megatron-LM: the gradient in place of the saved softmax, cast to e bytes)")
+    return (f"max({first}, w*V*h/t + e*s*b*h/c - (4 - e)*s*b*V/(t*c)  (then the output layer's weight and input "
+            f"gradients beside the e-byte logits' gradient, the fp32 one freed))")
+
+
+@formula("runtime/logits_grad", _logits_text,
+         Cite("megatron-loss", "megatron/core/tensor_parallel/cross_entropy.py (in-place softmax and gradient); "
+                               "torch log_softmax/nll_loss backward (derivatives.yaml)"),
+         assumes=("the loss's fp32 logits (activations/output) are held; this is what its backward adds on the "
+                  "stage with the output layer, once per micro-batch",))
+def logits_grad_bytes(*, s, b, V, e, t, c, kernel, h=0, w=0):
+    """What the loss's backward adds to the saved fp32 logits (activations/output), at the larger
+    of its two moments. First the log-softmax: pytorch's F.cross_entropy on fp32 logits makes
+    nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c); Megatron-LM's fused loss computes
+    the gradient in place of the saved softmax and autograd casts it to the e-byte logits' dtype,
+    e*s*b*V/(t*c) (none in fp32). Then the output layer's backward: its weight's gradient (w*V*h/t,
+    before autograd adds it into .grad) and its input's, beside the e-byte logits' gradient, the
+    fp32 logits and their gradient freed: (e - 4)*s*b*V/(t*c) against the saved fp32 logits."""
+    head = ceil_div(w * V * h, t) + ceil_div(e * s * b * h, c) + ceil_div((e - 4) * s * b * V, t * c)
+    if kernel == "pytorch":
+        return maximum(ceil_div(8 * s * b * V, t * c), head)
+    return maximum(select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s), head)
+
+
+@formula("runtime/p2p", "2*e*s*b*h/([t if SP]*c)  (the received and the sent activation gradient)",
+         Cite("narayanan", "Sec. 4.1 (scatter/gather: b*s*h/t per send)"))
+def p2p_bytes(*, e, s, b, h, t, c, sp, pp):
+    """Pipeline ranks receive the gradient of their output and send the gradient of their input
+    during a backward (the forward's received input is the stored layer input)."""
+    return select(pp > 1, 2 * ceil_div(e * s * b * h, select(sp, t, 1) * c), 0 * b)
+
+
+@formula("runtime/optimizer_step",
+         lambda *, impl, **_: ("v*psi_opt + [g < m]*m*psi_opt  (foreach's sqrt of the second moment; the "
+                               "gradients cast to the master's dtype)" if impl == "foreach" else
+                               "0  (fused: the multi-tensor kernel reads the gradients as they are)"),
+         Cite("pytorch-runtime", "torch/optim/adam.py _multi_tensor_adam (exp_avg_sq_sqrt = _foreach_sqrt: a "
+                                 "tensor list the size of the second moment); torch.optim docs (foreach: ~sizeof(params) "
+                                 "more peak memory than for-loop)"),
+         assumes=("the gradient-norm clip keeps one scalar per tensor (negligible)",
+                  "fused optimizers (apex/Transformer Engine FusedAdam, torch fused=True) keep no temporaries and "
+                  "read 16-bit gradients for fp32 master weights directly"))
+def optimizer_step_bytes(*, psi_opt, v, g, m, impl):
+    """The optimizer step's temporaries over the parameters this rank updates (psi_opt, the
+    shard under ZeRO). foreach: a list shaped like the second moment (v bytes per parameter,
+    torch's exp_avg_sq_sqrt), and, where the master weights are wider than the gradients, the
+    gradients cast to the master's dtype (torch.optim needs them in the parameters' dtype).
+    fused: none."""
+    if impl != "foreach":
+        return 0 * psi_opt
+    return ceil_div(v * psi_opt, 1) + select(g < m, ceil_div(m * psi_opt, 1), 0 * psi_opt)
+
+
+@formula("runtime/allocator", "ceil(phi*D) + streams*22 MiB  (D: the moment's activations and buffers)",
+         Cite("pytorch-runtime", "c10/cuda/CUDACachingAllocator.cpp (expandable segments: 20 MiB large and 2 MiB "
+                                 "small pages per stream); phi: GMLake, Guo et al. 2024 (15% average fragmentation "
+                                 "of the default allocator over eight LLMs)"),
+         assumes=("phi = 0 (--fragmentation) models expandable_segments, as torchtitan launches "
+                  "(PYTORCH_ALLOC_CONF=expandable_segments:True); PyTorch's default allocator fragments more",))
+def allocator_bytes(*, phi, D, streams):
+    """The caching allocator holds more than the live tensors: at most a page of each pool per
+    stream at the top of its expandable segment, and phi of the moment's transient bytes when
+    segments do not expand (freed blocks too small for the next request)."""
+    frag = ceil_div(phi * D, 1)
+    return (frag if is_array(frag) else int(frag)) + streams * PAGE_BYTES
+
+
+def loss_forward_bytes(*, s, b, V, e, t, c, kernel):
+    """The loss forward's logits beyond the fp32 logits activations/output counts (the timeline's
+    forward events only; the backward's logits_grad is never smaller). pytorch: the e-byte logits
+    and, when e < 4, their fp32 copy while log_softmax writes its output; fused: the e-byte logits
+    while their fp32 copy becomes the softmax in place (none in fp32)."""
+    if kernel == "pytorch":
+        return ceil_div((e + select(e < 4, 4, 0)) * s * b * V, t * c)
+    return select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s)

@@ -1,0 +1,229 @@
+"""The peak over one training step, and the memory timeline of one pipeline rank.
+
+A GPU does not hold every term at once. Over a step, each term lives for a phase
+(docs/formulas.md#peak):
+
+  always    model states, the CUDA context, the cuBLAS workspace, NCCL buffers, gradient
+            buckets, Transformer Engine's fp8 weight copies
+  train     the ZeRO-3 weights kept from forward to backward (freed for the optimizer step)
+  stored    the activations stored for backward; they grow with each forward of a micro-batch
+            in flight and shrink with each backward
+  loss      the loss's logit gradients and FSDP's output unit: the backward's first moment on
+            the rank with the output layer
+  layer     one layer's backward: its gradients, the recompute workspace, MoE all-to-all and
+            pipeline buffers, FSDP's gathered units and unsharded gradients, a quantized base's
+            dequantized weight (QLoRA); the micro-batch's logits are freed by then
+  step      the optimizer step's temporaries; every activation is freed
+
+The stored activations are largest at a rank's first backward (its most micro-batches in
+flight: fitplan.memory.activations.chunks_in_flight), so the peak is the largest of three
+moments: that backward's loss, that backward's layers, and the optimizer step. Each moment's
+bytes add the caching allocator's share (runtime/allocator). `moments` is that closed form
+(ints or the search's arrays); `timeline` lays out every forward and backward of the schedule
+for the one configuration a report explains.
+"""
+from dataclasses import dataclass
+
+from fitplan.arith import is_array, maximum
+from fitplan.memory import runtime as RT
+
+STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
+ALWAYS = STATE_KEYS + ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/grad_buckets",
+                       "runtime/fp8_weight_cache")
+TRAIN = ("runtime/gathered_weights",)
+STORED = ("activations/layers", "activations/pipeline_in_flight", "activations/embedding", "activations/output")
+LOSS = ("runtime/logits_grad",)
+LAYER = ("activations/recompute_workspace", "runtime/layer_backward", "activations/moe_buffers", "runtime/p2p",
+         "runtime/fsdp_buffers", "runtime/dequant_workspace")
+STEP = ("runtime/optimizer_step",)
+OUTSIDE_ALLOCATOR = ("runtime/cuda_context", "runtime/nccl")   # not in torch.cuda.max_memory_reserved
+# the moments of the closed form, in the order they happen
+LOSS_MOMENT, LAYER_MOMENT, STEP_MOMENT = "loss", "layer", "step"
+MOMENTS = (LOSS_MOMENT, LAYER_MOMENT, STEP_MOMENT)
+# the aux values stage_memory passes beside the parts (fitplan.memory.breakdown)
+OUTPUT_ONE = "aux/output_one"           # one micro-batch's activations/output, freed after its loss backward
+FSDP_FORWARD = "aux/fsdp_forward"       # runtime/fsdp_buffers in a forward (no gradients yet)
+FSDP_LOSS = "aux/fsdp_loss"             # runtime/fsdp_buffers in the output layer's backward
+LOSS_FORWARD = "aux/loss_forward"       # the loss forward's logits beyond activations/output
+STREAMS = "aux/streams"                 # CUDA streams that allocate (the allocator's pages)
+
+
+def _held(parts: dict, moment: str) -> dict:
+    """The terms a moment holds, by key (without the allocator)."""
+    held = {k: parts[k] for k in ALWAYS}
+    if moment == STEP_MOMENT:
+        held.update({k: parts[k] for k in STEP})
+        return held
+    held.update({k: parts[k] for k in TRAIN + STORED})
+    if moment == LOSS_MOMENT:
+        held.update({k: parts[k] for k in LOSS})
+        held["runtime/fsdp_buffers"] = parts[FSDP_LOSS]
+    else:
+        held["activations/output"] = parts["activations/output"] - parts[OUTPUT_ONE]
+        held.update({k: parts[k] for k in LAYER})
+    return held
+
+
+def transient_bytes(held: dict):
+    """What the allocator churns at a moment: everything but the persistent terms (states,
+    buffers allocated once) and the memory outside the allocator."""
+    return sum(v for k, v in held.items() if k not in ALWAYS)
+
+
+def moments(parts: dict, *, phi) -> dict:
+    """Moment -> {key: bytes}, the allocator included; ints or arrays."""
+    out = {}
+    for moment in MOMENTS:
+        held = _held(parts, moment)
+        held["runtime/allocator"] = RT.allocator_bytes(phi=phi, D=transient_bytes(held), streams=parts[STREAMS])
+        out[moment] = held
+    return out
+
+
+def peak_bytes(parts: dict, *, phi):
+    """The step's peak on this rank: the largest moment's bytes (the search's path). The same sums
+    as `moments`, shared between the moments: each moment's transient bytes D (all but ALWAYS) and
+    the allocator's share of them."""
+    train = sum(parts[k] for k in TRAIN + STORED)
+    loss = train + parts["runtime/logits_grad"] + parts[FSDP_LOSS]
+    layer = train - parts[OUTPUT_ONE] + sum(parts[k] for k in LAYER)
+    step = parts["runtime/optimizer_step"]
+    streams = parts[STREAMS]
+    worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
+                            layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
+                    step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
+    return sum(parts[k] for k in ALWAYS) + worst
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    bytes: int
+    moment: str          # LOSS_MOMENT, LAYER_MOMENT or STEP_MOMENT
+    phase: str           # "backward of micro-batch 1 (loss)", "backward of micro-batch 1", "optimizer step"
+    held: dict           # key -> bytes at that moment (sums to bytes)
+
+
+PHASES = {LOSS_MOMENT: "backward of micro-batch 1 (loss)", LAYER_MOMENT: "backward of micro-batch 1",
+          STEP_MOMENT: "optimizer step"}
+
+
+def peak(parts: dict, *, phi) -> Peak:
+    """The peak of one configuration's rank (ints), with the moment and what it holds; the
+    first of equal moments in step order."""
+    assert not any(is_array(v) for v in parts.values())
+    best = None
+    for moment, held in moments(parts, phi=phi).items():
+        total = int(sum(held.values()))
+        if best is None or total > best.bytes:
+            best = Peak(total, moment, PHASES[moment], {k: int(v) for k, v in held.items()})
+    return best
+
+
+# ---------------------------------------------------------------- the schedule, event by event
+
+GROUPS = ("states", "runtime", "activations")
+
+
+def group_of(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    phase: str           # "forward of micro-batch 3", "backward of micro-batch 1 (loss)", "optimizer step"
+    bytes: int
+    held: dict           # key -> bytes
+    repeat: int = 1      # a steady-state pair shown once stands for this many
+
+    def by_group(self) -> dict:
+        out = dict.fromkeys(GROUPS, 0)
+        for k, v in self.held.items():
+            out[group_of(k)] += v
+        return out
+
+
+def _label(kind: str, i: int, *, p: int, v: int, schedule: str) -> str:
+    """The micro-batch (and model chunk, interleaved) of the i-th forward or backward chunk of
+    a rank (0-based): Megatron-LM's order, groups of p micro-batches per model chunk."""
+    if v == 1 or schedule in ("gpipe", "dualpipe"):
+        return f"{kind} of micro-batch {i + 1}"
+    mb = (i // (p * v)) * p + i % p
+    chunk = (i % (p * v)) // p
+    if kind == "backward":
+        chunk = v - 1 - chunk
+    return f"{kind} of micro-batch {mb + 1} (chunk {chunk + 1})"
+
+
+def timeline(parts: dict, *, phi, chunks: int, m: int, v: int, p: int, schedule: str, head: bool) -> tuple:
+    """Every forward and backward of the rank's schedule, then the optimizer step, each at its
+    highest moment. chunks: the model chunks held at the first backward (the closed form's
+    `chunks_in_flight`); each forward stores one chunk's share of the stored activations and each
+    backward frees one. The steady state's identical forward/backward pairs are shown once with
+    their count. The largest event is the closed form's peak (tests/unit/test_timeline.py)."""
+    total = m * v
+    stored_all = {k: parts[k] for k in STORED}
+    base = {k: parts[k] for k in ALWAYS + TRAIN}
+
+    def at(held):
+        held = dict(held)
+        held["runtime/allocator"] = int(RT.allocator_bytes(phi=phi, D=transient_bytes(held), streams=parts[STREAMS]))
+        return {k: int(x) for k, x in held.items()}
+
+    def stored(k):
+        return {key: -(-value * k // chunks) for key, value in stored_all.items()}
+
+    def forward(k, i, last_chunk):
+        held = {**base, **stored(k), "runtime/fsdp_buffers": parts[FSDP_FORWARD],
+                "activations/moe_buffers": parts["activations/moe_buffers"],
+                "runtime/dequant_workspace": parts["runtime/dequant_workspace"]}
+        if head and last_chunk:
+            held["runtime/logits_grad"] = parts[LOSS_FORWARD]
+        return _event(_label("forward", i, p=p, v=v, schedule=schedule), at(held))
+
+    def backward(k, i, last_chunk):
+        held = {**base, **stored(k)}
+        out = []
+        if head and last_chunk:
+            out.append(_event(_label("backward", i, p=p, v=v, schedule=schedule) + " (loss)",
+                              at({**held, **{key: parts[key] for key in LOSS}, "runtime/fsdp_buffers": parts[FSDP_LOSS]})))
+        held.update({key: parts[key] for key in LAYER})
+        if head and last_chunk:
+            held["activations/output"] = max(0, held["activations/output"] - parts[OUTPUT_ONE])
+        out.append(_event(_label("backward", i, p=p, v=v, schedule=schedule), at(held)))
+        return out
+
+    def is_last_chunk(i, kind):
+        if v == 1 or schedule in ("gpipe", "dualpipe"):
+            return True
+        chunk = (i % (p * v)) // p
+        return (chunk == v - 1) if kind == "forward" else (chunk == 0)
+
+    warm = chunks - 1
+    events, k, f, b = [], 0, 0, 0
+    for _ in range(warm):
+        k += 1
+        events.append(forward(k, f, is_last_chunk(f, "forward")))
+        f += 1
+    steady = total - warm
+    for j in range(min(steady, 1)):
+        k += 1
+        events.append(forward(k, f, is_last_chunk(f, "forward")))
+        pair = backward(k, b, is_last_chunk(b, "backward"))
+        events += pair
+        k -= 1
+        f += steady
+        b += steady
+    if steady > 1:
+        first_of_pair = len(events) - len(pair) - 1
+        events[first_of_pair:] = [Event(e.phase, e.bytes, e.held, steady) for e in events[first_of_pair:]]
+    for _ in range(warm):
+        events += backward(k, b, is_last_chunk(b, "backward"))
+        k -= 1
+        b += 1
+    events.append(_event("optimizer step", at({**{key: parts[key] for key in ALWAYS},
+                                               **{key: parts[key] for key in STEP}})))
+    return tuple(events)
+
+
+def _event(phase: str, held: dict) -> Event:
+    return Event(phase, sum(held.values()), held)
