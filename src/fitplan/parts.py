@@ -31,6 +31,8 @@ TABLE = (
     Part("activations/recompute_workspace", "recompute workspace", "#969696", ACTIVATIONS),
     Part("activations/moe_buffers", "MoE all-to-all buffers", "#54278f", ACTIVATIONS),
     Part("runtime/gathered_weights", "ZeRO-3 weights kept from forward to backward", "#74a9cf", RUNTIME),
+    Part("runtime/accumulated_grads", "ZeRO-2/3 gradients accumulated unsharded over micro-batches", "#a6bddb",
+         RUNTIME),
     Part("runtime/fp8_weight_cache", "fp8 weight copies and transposes (Transformer Engine)", "#2b8cbe", RUNTIME),
     Part("runtime/dequant_workspace", "dequantized weight matrix (QLoRA/int8 base)", "#6a51a3", RUNTIME),
     Part("runtime/cuda_context", "CUDA context (outside PyTorch's allocator)", "#3b3b3b", RUNTIME),

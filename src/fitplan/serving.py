@@ -14,7 +14,7 @@ parallel over the tensor-parallel group; slicing each expert by t holds the same
 """
 from dataclasses import dataclass, replace
 
-from fitplan.arith import ceil_div
+from fitplan.arith import ceil_div, minimum
 from fitplan.counts import params as P
 from fitplan.errors import SpecError
 from fitplan.explain import BYTES, COUNT, SECONDS, Term, Trace, formula
@@ -126,6 +126,19 @@ def weights_read_bytes(*, W, W_e, E, b, k):
 
 
 # ---------------------------------------------------------------- what fits, how fast
+
+# vLLM's EngineArgs.gpu_memory_utilization default: the engine's weights, KV cache and activations take at
+# most this share of the GPU; the rest is the CUDA context, NCCL, cuBLAS and the sampler's workspace.
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+@formula("serving/usable_per_gpu", "min(capacity - reserve, 0.9*capacity)",
+         Cite("vllm", "vllm/engine/arg_utils.py EngineArgs.gpu_memory_utilization = 0.9"), BYTES,
+         ("the serving engine takes 90% of the GPU for weights, KV cache and activations (vLLM's default); "
+          "--reserve lowers it further",))
+def serving_usable_bytes(*, usable, capacity):
+    return minimum(usable, int(capacity * GPU_MEMORY_UTILIZATION))
+
 
 @formula("serving/largest", "floor((M - W)/KV_1)  (KV_1: the per-GPU cache of one more unit; 0 when the weights "
                             "do not fit)", SERVING, COUNT)
@@ -247,7 +260,8 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
     kv_gpu = _kv(model, s=context, b=batch, per_gpu=True, ev=ev, **kv_args)
     kv_token = _kv(model, s=1, b=1, per_gpu=False, ev=ev, key="serving/kv_cache_per_token", **kv_args)
 
-    M = cluster.usable_bytes
+    M = ev(serving_usable_bytes, key="serving/usable_per_gpu", usable=cluster.usable_bytes,
+           capacity=cluster.gpu.memory_bytes)
     one_sequence = _kv(model, s=context, b=1, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_sequence", **kv_args)
     one_token = _kv(model, s=1, b=batch, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_token", **kv_args)
     max_batch = ev(largest_fitting, key="serving/max_batch", M=M, W=W, KV_1=one_sequence)
@@ -281,8 +295,8 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
 def _assumptions(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[str, ...]:
     out = ["every parameter is stored at the weight precision, the embedding and output head included (checkpoints "
            "that keep those in bf16 hold more)" + (f"; {fmt.note}" if fmt.note else ""),
-           "memory per GPU is weights + KV cache; activations, the sampler's logits and the engine's workspace "
-           "come out of the reserve (--reserve)",
+           "memory per GPU is weights + KV cache within 90% of the GPU (vLLM's gpu_memory_utilization); "
+           "activations, the sampler's logits and the engine's workspace come out of the other 10% and --reserve",
            "decode reads every weight the GPU holds (the input embedding's table counted in full, though a step "
            "gathers only b rows) and the whole cache at the full context: a lower bound at peak HBM bandwidth"]
     if model.moe is not None:

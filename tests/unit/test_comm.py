@@ -179,6 +179,13 @@ def test_zero_volumes_sec7():
     assert T.dp_grad_reduce_scatters(zero=ZeroStage.OS_G, m=8) == 8
     assert T.dp_grad_reduce_scatters(zero=ZeroStage.OS, m=8) == 1
     assert T.dp_param_all_gathers(zero=ZeroStage.OS_G_P, m=8) == 16
+    # with pipeline stages (torch.distributed.pipelining) ZeRO-2/3 reduce once, after the last micro-batch;
+    # ZeRO-3 gathers in the first forward and in every backward (forward resharded), or only once (kept)
+    assert T.dp_grad_reduce_scatters(zero=ZeroStage.OS_G, m=8, piped=1) == 1
+    assert T.dp_grad_reduce_scatters(zero=ZeroStage.OS, m=8, piped=1) == 1
+    assert T.dp_param_all_gathers(zero=ZeroStage.OS_G_P, m=8, piped=1) == 9
+    assert T.dp_param_all_gathers(zero=ZeroStage.OS_G_P, m=8, reshard=False, piped=1) == 1
+    assert T.dp_param_all_gathers(zero=ZeroStage.OS_G, m=8, piped=1) == 1
 
 
 def test_pipeline_and_context_traffic_counts():

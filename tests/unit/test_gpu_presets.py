@@ -28,7 +28,7 @@ def test_h800():
     assert g.hbm_bytes_per_s == 3.35e12                # H100 SXM5: 3.35 TB/s
     assert g.intra_node.bytes_per_s == 200e9           # NVLink 400 GB/s both directions / 2 (not published)
     assert g.inter_node.bytes_per_s == 50e9            # ConnectX-7 400 Gb/s / 8 bits (DeepEP docs/legacy.md)
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_a800():
@@ -39,7 +39,7 @@ def test_a800():
     assert g.hbm_bytes_per_s == 2039e9                 # A100 80GB SXM: 2,039 GB/s
     assert g.intra_node.bytes_per_s == 200e9           # NVLink 400 GB/s both directions / 2 (NVIDIA via Reuters)
     assert g.inter_node.bytes_per_s == 25e9            # HDR 200 Gb/s / 8 bits (24 GB/s measured, nccl#412)
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_h100_pcie():
@@ -50,7 +50,7 @@ def test_h100_pcie():
     assert g.hbm_bytes_per_s == 2.0e12                 # H100 PCIe: 2 TB/s
     assert g.intra_node.bytes_per_s == 63e9            # PCIe Gen5 x16: 128 GB/s both directions, 63 each after encoding
     assert g.inter_node.bytes_per_s == 50e9            # 400 Gb/s NDR per GPU, assumed
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 5 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_h20():
@@ -61,7 +61,7 @@ def test_h20():
     assert g.hbm_bytes_per_s == 4.0e12                 # reported spec sheet: 4.0 TB/s
     assert g.intra_node.bytes_per_s == 450e9           # full NVLink 4: 900 GB/s both directions / 2
     assert g.inter_node.bytes_per_s == 50e9            # ConnectX-7 400 Gb/s / 8 bits
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_gh200():
@@ -72,7 +72,7 @@ def test_gh200():
     assert g.hbm_bytes_per_s == 4.0e12                 # GH200 96GB HBM3: 4 TB/s (JUPITER: "96 GB HBM3 at 4 TB/s")
     assert g.intra_node.bytes_per_s == 3 * 150e9       # JUPITER node: NVLink 4, 150 GB/s per direction to 3 peers
     assert g.inter_node.bytes_per_s == 25e9            # JUPITER node: one NDR200 NIC per GPU, 200 Gb/s / 8 bits
-    assert g.gpus_per_node == 4 and g.default_reserve_bytes == 10 * GiB   # 4 superchips per node
+    assert g.gpus_per_node == 4 and g.default_reserve_bytes == 0   # 4 superchips per node
 
 
 def test_gb200():
@@ -84,7 +84,7 @@ def test_gb200():
     assert g.intra_node.bytes_per_s == 900e9           # NVLink 5: 1.8 TB/s both directions / 2
     assert g.inter_node.bytes_per_s == 50e9            # DGX GB200: one 400 Gb/s ConnectX-7 per GPU
     assert g.gpus_per_node == 72                       # the NVL72 NVLink domain as one node
-    assert g.default_reserve_bytes == 10 * GiB
+    assert g.default_reserve_bytes == 0
 
 
 def test_mi325x():
@@ -94,7 +94,7 @@ def test_mi325x():
     assert g.peak_fp8_flops_per_s == 2614.9e12         # AMD MI325X: 2614.9 dense
     assert g.hbm_bytes_per_s == 6.0e12                 # AMD MI325X: 6 TB/s
     assert g.intra_node.bytes_per_s == 448e9           # Infinity Fabric 7 x 128 GB/s = 896 aggregate / 2
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_mi355x():
@@ -104,7 +104,7 @@ def test_mi355x():
     assert g.peak_fp8_flops_per_s == 5000e12           # AMD MI355X: 5 PFLOP/s dense (10.1 with sparsity)
     assert g.hbm_bytes_per_s == 8e12                   # AMD MI355X: 8 TB/s
     assert g.intra_node.bytes_per_s == 7 * 153e9 / 2   # 7 links x 153 GB/s, read as both directions = 535.5
-    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 10 * GiB
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0
 
 
 def test_the_existing_presets_hbm_bandwidth():

@@ -26,7 +26,8 @@ S_LAYER = H * (H + 2 * G * D) + H * H + 3 * H * F
 R_LAYER = 2 * H
 # At tp = 8, pp = 1 a GPU holds L*(S/8 + R) + V*h/8 (embedding) + V*h/8 (head) + h (final norm).
 PSI_TP8 = L * (S_LAYER // 8 + R_LAYER) + 2 * (V * H // 8) + H
-H100_USABLE = 80 * GiB - 5 * GiB   # h100-80gb preset, 5 GiB reserved by default
+H100_BYTES = 81_559 * 2**20        # h100-80gb preset: what nvidia-smi reports
+H100_USABLE = int(H100_BYTES * 0.9)   # vLLM's gpu_memory_utilization 0.9 (no reserve by default)
 
 
 def run(argv):
@@ -89,23 +90,25 @@ def test_mla_caches_the_latent_and_the_rotary_key_on_every_tp_rank():
 
 
 def test_largest_batch_and_context_are_the_boundary():
-    """Llama 3.1 70B, tp 8, H100 (75 GiB usable): free = 80,530,636,800 - 17,640,734,720 B; one 128K
-    sequence holds 5,368,709,120 B per GPU, so floor(62,889,902,080/5,368,709,120) = 11 sequences. At
-    batch 1 one token holds 2*80*1*128*2 = 40,960 B per GPU: floor(62,889,902,080/40,960) = 1,535,398.
+    """Llama 3.1 70B, tp 8, H100 (90% of 85,520,809,984 B usable, vLLM's default): free = 76,968,728,985 -
+    17,640,734,720 B; one 128K sequence holds 5,368,709,120 B per GPU, so floor(59,327,994,265/5,368,709,120)
+    = 11 sequences. At batch 1 one token holds 2*80*1*128*2 = 40,960 B per GPU: floor(59,327,994,265/40,960)
+    = 1,448,437.
     One more of either does not fit: checked with the cache formula and through the CLI's exit code."""
     a = llama70b(batch=1, context=131072)
     W, M = a.weights_bytes_per_gpu, a.usable_bytes_per_gpu
     assert (W, M) == (2 * PSI_TP8, H100_USABLE)
     assert a.max_batch == (H100_USABLE - W) // 5_368_709_120 == 11
-    assert a.max_context == (H100_USABLE - W) // 40_960 == 1_535_398
+    assert H100_USABLE == 76_968_728_985
+    assert a.max_context == (H100_USABLE - W) // 40_960 == 1_448_437
     kv = lambda s, b: gqa_kv_per_gpu_bytes(L=L, p=1, g=G, t=8, d=D, s=s, b=b, e=2)
     assert W + kv(131072, a.max_batch) <= M < W + kv(131072, a.max_batch + 1)
     assert W + kv(a.max_context, 1) <= M < W + kv(a.max_context + 1, 1)
     base = ["--preset", "llama3.1-70b", "--gpus", "8"]
     assert run([*base, "--context", "131072", "--batch", "11"])[0] == 0
     assert run([*base, "--context", "131072", "--batch", "12"])[0] == 1
-    assert run([*base, "--context", "1535398"])[0] == 0
-    assert run([*base, "--context", "1535399"])[0] == 1
+    assert run([*base, "--context", "1448437"])[0] == 0
+    assert run([*base, "--context", "1448438"])[0] == 1
 
 
 def test_decode_step_bound_is_bytes_read_over_hbm_bandwidth():
@@ -200,10 +203,11 @@ def test_json_carries_the_contract_keys_and_the_api_answers_the_same():
 
 
 def test_reserve_is_the_serving_margin():
-    """--reserve 20 GiB leaves 60 GiB: floor((60 GiB - W)/5,368,709,120) = 8 sequences at 128K."""
+    """--reserve 20 GiB leaves 85,520,809,984 - 20 GiB = 64,045,973,504 B (below vLLM's 90%):
+    floor((64,045,973,504 - W)/5,368,709,120) = 8 sequences at 128K."""
     _, j = run_json(["--preset", "llama3.1-70b", "--gpus", "8", "--context", "131072", "--reserve", "20 GiB"])
-    assert j["usable_bytes_per_gpu"] == 60 * GiB
-    assert j["max_batch"] == (60 * GiB - 2 * PSI_TP8) // 5_368_709_120 == 8
+    assert j["usable_bytes_per_gpu"] == H100_BYTES - 20 * GiB == 64_045_973_504
+    assert j["max_batch"] == (H100_BYTES - 20 * GiB - 2 * PSI_TP8) // 5_368_709_120 == 8
 
 
 def test_core_refuses_a_layout_that_is_not_the_gpu_count():

@@ -56,12 +56,12 @@ def test_one_file_with_every_table_round_trips(tmp_path):
 def test_dump_is_toml_with_units_in_values():
     text = dump_toml(GPUS["h100-80gb"])
     data = tomllib.loads(text)["gpu"]
-    assert data["memory"] == "80 GiB"              # 85,899,345,920 B: binary, as the preset states it
-    assert data["default_reserve"] == "5 GiB"
+    assert data["memory"] == "81559 MiB"           # 85,520,809,984 B: what nvidia-smi reports, as the preset states it
+    assert data.get("default_reserve", "0 B") == "0 B"   # no reserve: the runtime buffers are terms of the peak
     assert data["peak_bf16_flops_per_s"] == 989e12
     assert data["intra_node"] == {"name": "NVLink 4", "bandwidth": "450 GB/s", "latency": "3.4 us",
                                   "bus_efficiency": 0.82}
-    assert 'memory = "141 GB"' in dump_toml(GPUS["h200-141gb"])   # decimal: 141e9 is no whole number of GiB
+    assert 'memory = "143771 MiB"' in dump_toml(GPUS["h200-141gb"])   # no whole number of GiB: MiB
 
 
 @pytest.mark.parametrize(("value", "text"), [(80 * GiB, "80 GiB"), (141 * GB, "141 GB"), (2**40, "1 TiB"),
@@ -140,7 +140,7 @@ def test_training_recipe_by_preset_name(tmp_path):
 
 def test_cluster_from_a_gpu_preset(tmp_path):
     c = load_cluster(write(tmp_path, '[cluster]\ngpu = "a100-80gb"\nnum_gpus = 16\n'))
-    assert c.gpu == GPUS["a100-80gb"] and c.gpus_per_node == 8 and c.reserve_bytes == 5 * GiB   # the GPU's defaults
+    assert c.gpu == GPUS["a100-80gb"] and c.gpus_per_node == 8 and c.reserve_bytes == 0   # the GPU's defaults
     c = load_cluster(write(tmp_path, '[cluster]\ngpu = "a100-80gb"\nnum_gpus = 16\nreserve = "2.5 GiB"\n'))
     assert c.reserve_bytes == 2_684_354_560                    # 2.5 * 2**30, exact
 
@@ -216,4 +216,4 @@ def test_the_shipped_example_spec_file():
     assert (specs.training.seq_len, specs.training.global_batch, specs.training.recipe) == (8192, 512,
                                                                                           RECIPES["mixed-adam"])
     assert specs.cluster.gpu == GPUS["h100-80gb"] and specs.cluster.num_gpus == 64
-    assert specs.cluster.usable_bytes == 75 * GiB            # 80 GiB less the 5 GiB default reserve
+    assert specs.cluster.usable_bytes == 85_520_809_984       # 81,559 MiB, no reserve (the preset's default)

@@ -217,7 +217,7 @@ def test_a_moe_bar_draws_every_term(browser, server):
     # the bar is the recommended configuration's own breakdown, expert parallelism included: its
     # total is the suggestion's per_gpu_bytes (the page once dropped ep and drew 367 GiB for 73 GiB)
     assert int(float(first.get_attribute("data-total"))) == plan["minimum_viable"]["per_gpu_bytes"]
-    assert plan["minimum_viable"]["ep"] > 1
+    assert max(s["ep"] for s in plan["suggestions"]) > 1   # the ep column below shows degrees above 1
     # the suggestion tables have an ep column, each row its suggestion's expert-parallel degree
     table = page.locator("#table-disturbance table")
     head = [table.locator("thead th").nth(i).inner_text() for i in range(table.locator("thead th").count())]

@@ -225,13 +225,40 @@ def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
     return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), c8 * psi_lin)
 
 
-@formula("runtime/gathered_weights", "w*(psi + psi_e)*(1 - 1/N_d)  (the stage's weights gathered at the forward's end)",
-         Cite("fitplan", "formulas.md#hybrid-sharding (FSDP2 reshard_after_forward=False)"),
-         assumes=("with reshard_after_forward off every gathered layer stays until its backward",))
+@formula("runtime/gathered_weights", "w*(psi + psi_e)*(1 - 1/N_d)  (the stage's weights, gathered)",
+         Cite("fitplan", "formulas.md#hybrid-sharding (FSDP2 reshard_after_forward=False; with pipeline stages, "
+                         "torch.distributed.pipelining's stage.py sets reshard_after_backward False until the last "
+                         "micro-batch)"),
+         assumes=("with reshard_after_forward off every gathered layer stays until its backward; with pipeline "
+                  "stages every layer stays gathered from its first backward to the step's last",))
 def gathered_weights_bytes(*, psi, psi_e, w, n_d, n_ed, keep):
-    """ZeRO-3/FSDP without resharding after forward: the rest of each layer's weights, beyond
-    this rank's shard, is held from the forward to the backward; at the turn all of them."""
+    """ZeRO-3/FSDP without resharding after forward, or under pipeline parallelism: the rest of
+    each layer's weights, beyond this rank's shard, is held through the step's backwards; at the
+    turn all of them. keep: 1 where that holds (ints or arrays)."""
     return keep * (ceil_div(psi * w * (n_d - 1), n_d) + ceil_div(psi_e * w * (n_ed - 1), n_ed))
+
+
+def kept_gathered(c):
+    """1 where ZeRO-3's gathered weights stay through the backwards (ints or arrays): with
+    reshard_after_forward off, or with pipeline stages, where torch.distributed.pipelining's
+    stage (backward_maybe_with_nosync) turns off resharding after backward and gradient sync
+    until the last micro-batch."""
+    return maximum(int(not c.reshard_after_forward), select(c.pp > 1, 1, 0))
+
+
+@formula("runtime/accumulated_grads", "g*(psi + psi_e)*(1 - 1/N_d)  (the stage's gradients, unsharded until the "
+                                      "last micro-batch's reduce-scatter)",
+         Cite("fitplan", "formulas.md#runtime (torch.distributed.pipelining stage.py backward_maybe_with_nosync: "
+                         "set_requires_gradient_sync(False); FSDP2 _fsdp_param.py to_accumulated_grad_if_needed)"),
+         assumes=("ZeRO-2/3 with pipeline stages accumulates each micro-batch's gradients unsharded, at the "
+                  "recipe's gradient precision, and reduce-scatters them once after the last backward "
+                  "(torchtitan's FSDP2 with torch.distributed.pipelining; neither Megatron-LM nor DeepSpeed runs "
+                  "ZeRO-2/3 with pipeline stages)",))
+def accumulated_grads_bytes(*, psi, psi_e, g, n_d, n_ed, pipelined):
+    """Beyond the gradient shard (states/grads), the rest of the stage's unsharded gradients,
+    held from the first backward until the last micro-batch's reduce-scatter. pipelined: 1 where
+    pp > 1 (ints or arrays)."""
+    return pipelined * (ceil_div(psi * g * (n_d - 1), n_d) + ceil_div(psi_e * g * (n_ed - 1), n_ed))
 
 
 def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage | None = None) -> dict:
@@ -265,9 +292,10 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         }
         trained = dict(psi=psi, n_d=n_d, zero=zero, **experts)
     OF.place_states(ev, out, OF.offload_of(c), trained=dict(trained, g_h=OF.gradient_precision(recipe)))
-    if zero == 3 and not c.reshard_after_forward:
+    keep = kept_gathered(c)
+    if zero == 3 and (is_array(keep) or keep):
         out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
-                                            w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=1)
+                                            w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
     if recipe.compute == "fp8":
@@ -347,6 +375,12 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                               node=cluster.gpus_per_node),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
+    pipelined = select(pp > 1, 1, 0)
+    if zero >= 2 and (is_array(pipelined) or pipelined):
+        out["runtime/accumulated_grads"] = ev(accumulated_grads_bytes, psi=psi_t, psi_e=psi_e, g=recipe.grads_bytes,
+                                              n_d=n_d, n_ed=n_ed, pipelined=pipelined)
+    else:
+        out["runtime/accumulated_grads"] = 0 * a_layer
     zero3 = zero == 3
     if zero3:
         w_kw = dict(S=P.layer_sharded_params(model), R=P.layer_replicated_params(model), Vh=P.embedding_params(model),
@@ -360,7 +394,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                                     R_moe=P.moe_layer_replicated_params(model), **w_kw)
                            + ceil_div(P.expert_params(model), c.ep))
         fsdp = dict(w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head, k=training.fsdp_prefetch,
-                    keep=int(not c.reshard_after_forward))
+                    keep=kept_gathered(c))
         out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
         out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")

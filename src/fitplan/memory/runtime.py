@@ -115,13 +115,12 @@ def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer"):
     backward): the output unit, kept gathered since its forward, its unsharded gradients and k
     layers prefetched. keep: reshard_after_forward off, every unit already gathered
     (runtime/gathered_weights): only the unsharded gradients remain."""
+    gather = 1 - keep   # keep: 1 or 0 (ints or the search's arrays)
     if moment == "forward":
-        return 0 * P_layer if keep else ceil_div((1 + k) * w * P_layer, 1)
+        return gather * ceil_div((1 + k) * w * P_layer, 1)
     if moment == "loss":
-        grads = ceil_div(g * P_head, 1)
-        return grads if keep else grads + ceil_div(w * P_head + k * w * P_layer, 1)
-    grads = ceil_div(g * P_layer, 1)
-    return grads if keep else grads + ceil_div((1 + k) * w * P_layer, 1)
+        return ceil_div(g * P_head, 1) + gather * ceil_div(w * P_head + k * w * P_layer, 1)
+    return ceil_div(g * P_layer, 1) + gather * ceil_div((1 + k) * w * P_layer, 1)
 
 
 def _layer_backward_text(*, kernel="eager", tied=0, **_):

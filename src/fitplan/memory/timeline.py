@@ -5,7 +5,8 @@ A GPU does not hold every term at once. Over a step, each term lives for a phase
 
   always    model states, the CUDA context, the cuBLAS workspace, NCCL buffers, gradient
             buckets, Transformer Engine's fp8 weight copies
-  train     the ZeRO-3 weights kept from forward to backward (freed for the optimizer step)
+  train     the ZeRO-3 weights kept from forward to backward, and ZeRO-2/3's unsharded gradients
+            accumulated over a pipeline's micro-batches (freed for the optimizer step)
   stored    the activations stored for backward; they grow with each forward of a micro-batch
             in flight and shrink with each backward
   loss      the loss's logit gradients and FSDP's output unit: the backward's first moment on
@@ -30,7 +31,7 @@ from fitplan.memory import runtime as RT
 STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
 ALWAYS = STATE_KEYS + ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/grad_buckets",
                        "runtime/fp8_weight_cache")
-TRAIN = ("runtime/gathered_weights",)
+TRAIN = ("runtime/gathered_weights", "runtime/accumulated_grads")
 STORED = ("activations/layers", "activations/pipeline_in_flight", "activations/embedding", "activations/output")
 LOSS = ("runtime/logits_grad",)
 LAYER = ("activations/recompute_workspace", "runtime/layer_backward", "activations/moe_buffers", "runtime/p2p",

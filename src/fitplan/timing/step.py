@@ -21,7 +21,7 @@ Micro-batches per step: global_batch // (dp*b), or 4*p when no global batch is g
 """
 from dataclasses import dataclass
 
-from fitplan.arith import ceil_div, maximum, minimum, select
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.counts import stages as ST
 from fitplan.counts import flops as F
 from fitplan.explain import RAW, SECONDS, Term, Trace, formula
@@ -480,9 +480,10 @@ def _dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buc
     hybrid = c.shard_degree is not None
     n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
     intra, nodes = place["dp_shard"] if hybrid else place["dp"]
-    rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m)
+    piped = select(p > 1, 1, 0)   # pipeline stages sync ZeRO-2/3 gradients once, after the last micro-batch
+    rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m, piped=piped)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
-    ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward)
+    ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward, piped=piped)
     groups = [("", S_g, S_w, n_dp, nodes)]
     if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
         psi_e = maximum(*(stage_expert_psi(ev, model, c, stage=st, key=f"params/stage_{name}_experts")
@@ -543,7 +544,7 @@ def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket
             ag = ag + _collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
                                   S=Sw / nb_w)
             buckets_w = maximum(buckets_w, nb_w)
-    reductions = m if zero == 2 else 1
+    reductions = (m - select(c.pp > 1, 1, 0) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
     per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
                        overlap=og)
     rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
@@ -572,12 +573,21 @@ def _zero3_time(ev, setup, c, *, m, L, held, groups, lay: LayerTimes, og, op, re
     bwd = ev(T.layer_pipeline_exposed_s, key="time/dp_backward_exposed", L=L,
              x=(0 * g if op else g) + (0 * t_rs if og else t_rs), h_first=g if op else 0 * g,
              h_last=t_rs if og else 0 * t_rs, W=lay.backward + lay.recompute)
+    # with pipeline stages (torch.distributed.pipelining) only the first forward gathers and only the last
+    # backward reduce-scatters; the other backwards still gather when forward resharded (g)
+    piped = select(c.pp > 1, 1, 0)
+    n_sync = m - piped * (m - 1)
+    bwd_gather = 0 * bwd if not is_array(piped) and not piped else ev(
+        T.layer_pipeline_exposed_s, key="time/dp_backward_gather_exposed", L=L, x=0 * g if op else g,
+        h_first=g if op else 0 * g, h_last=0 * g, W=lay.backward + lay.recompute)
     rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b,
              buckets=maximum(L, 1), overlap=og)
-    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=m * (fwd + bwd) + rep, T_window=0, T_tail=0)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=n_sync * (fwd + bwd) + (m - n_sync) * bwd_gather + rep,
+                 T_window=0, T_tail=0)
     per_layer = t_ag + g + t_rs
-    busy = m * L * per_layer + replica
-    return exposed, 0 * exposed, busy, per_layer, (fwd + bwd) / maximum(L, 1)
+    busy = L * (n_sync * (t_ag + t_rs) + m * g) + replica
+    return exposed, 0 * exposed, busy, per_layer, (n_sync * (fwd + bwd) + (m - n_sync) * bwd_gather) / (
+        maximum(L, 1) * m)
 
 
 def _rates(ev, setup: Setup, c, *, m, T_step, peak) -> dict:

@@ -108,10 +108,20 @@ def cp_window_flops(*, m, L, passes, F_core):
 _ZT = {0: "no ZeRO", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
 
-@formula("comm/dp_grad_rs", lambda *, zero, **_: f"{'m' if zero >= 2 else '1'}  ({_ZT[int(zero)]})", ZERO7, COUNT)
-def dp_grad_reduce_scatters(*, zero, m):
-    """Reduce-scatters of psi*g gradients per step (an all-reduce's first half without ZeRO)."""
-    return select(zero >= 2, m, 1 + 0 * m)
+PIPELINED_SYNC = Cite("fitplan", "formulas.md#runtime (torch.distributed.pipelining stage.py "
+                                 "backward_maybe_with_nosync: gradient sync and resharding only after the last "
+                                 "micro-batch)")
+
+
+@formula("comm/dp_grad_rs", lambda *, zero, piped=0, **_: (
+    f"{'1  (pipelined: once, after the last micro-batch)' if piped else 'm'}" if zero >= 2 else "1")
+    + f"  ({_ZT[int(zero)]})", ZERO7, COUNT)
+def dp_grad_reduce_scatters(*, zero, m, piped=0):
+    """Reduce-scatters of psi*g gradients per step (an all-reduce's first half without ZeRO):
+    ZeRO-2/3 once per micro-batch, or once per step with pipeline stages (piped = 1), whose
+    stages accumulate unsharded gradients (runtime/accumulated_grads)."""
+    per_mb = m - piped * (m - 1)
+    return select(zero >= 2, per_mb, 1 + 0 * m)
 
 
 @formula("comm/dp_grad_ag", lambda *, zero, **_: "1" if zero == 0 else "0", ZERO7, COUNT)
@@ -120,12 +130,22 @@ def dp_grad_all_gathers(*, zero):
     return select(zero == 0, 1, 0)
 
 
-@formula("comm/dp_param_ag", lambda *, zero, reshard=True, **_: {0: "0", 1: "1", 2: "1",
-                                                                  3: "2*m" if reshard else "m"}[int(zero)],
-         ZERO7, COUNT, ("ZeRO-3 gathers each layer's weights in forward and again in backward; without "
-                        "resharding after forward (FSDP reshard_after_forward=False) only in forward",))
-def dp_param_all_gathers(*, zero, m, reshard=True):
-    return select(zero == 3, (2 if reshard else 1) * m, select(zero >= 1, 1 + 0 * m, 0 * m))
+def _param_ag_text(*, zero, reshard=True, piped=0, **_):
+    if int(zero) != 3:
+        return {0: "0", 1: "1", 2: "1"}[int(zero)]
+    if piped:
+        return "1 + m  (pipelined: the first forward, then each backward)" if reshard else "1  (pipelined: kept)"
+    return "2*m" if reshard else "m"
+
+
+@formula("comm/dp_param_ag", _param_ag_text, ZERO7, COUNT,
+         ("ZeRO-3 gathers each layer's weights in forward and again in backward; without resharding after forward "
+          "(FSDP reshard_after_forward=False) only in forward; with pipeline stages the weights stay gathered after "
+          "each backward until the step's last, so forwards after the first gather nothing",))
+def dp_param_all_gathers(*, zero, m, reshard=True, piped=0):
+    plain = (2 if reshard else 1) * m
+    pipelined = (1 + m) if reshard else 1 + 0 * m
+    return select(zero == 3, plain + piped * (pipelined - plain), select(zero >= 1, 1 + 0 * m, 0 * m))
 
 
 @formula("time/exposed", "max(T_comm - T_window, min(T_tail, T_comm))", OVERLAP, SECONDS,
