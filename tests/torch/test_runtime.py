@@ -52,13 +52,19 @@ def records():
 @pytest.mark.parametrize("spec", [TINY_GPT, TINY_LLAMA], ids=lambda m: m.name)
 def test_ddp_buckets_and_fsdp2_buffers(spec, records):
     rows = D.runtime_rows(spec, records, seq_len=S, micro_batch=B, world=2)
-    assert len(rows) == 4 and all(r.ok for r in rows), [(r.quantity, r.predicted, r.measured) for r in rows]
+    assert len(rows) == 6 and all(r.ok for r in rows), [(r.quantity, r.predicted, r.measured) for r in rows]
     view, copy = rows[0], rows[1]
     grads = 4 * sum(p.numel() for p in D.build(spec, device="meta").parameters())
     assert view.planner == grads and copy.planner == 2 * grads   # PyTorch DDP's default: a second copy
     forward, backward = rows[2], rows[3]
     assert forward.exact and forward.measured == forward.predicted
     assert backward.relation == "<=" and backward.measured <= backward.predicted
+    # a backward as torch.distributed.pipelining runs every micro-batch but the last (sync and resharding
+    # off): the gathered weights are a whole fp32 copy, 4*psi, and the unsharded gradients 4*psi, to the byte
+    psi = sum(p.numel() for p in D.build(spec, device="meta").parameters())
+    kept, accumulated = rows[4], rows[5]
+    assert kept.exact and kept.measured == kept.planner == 4 * psi
+    assert accumulated.exact and accumulated.measured == accumulated.planner == 4 * psi
 
 
 def test_judging_a_gpu_step():

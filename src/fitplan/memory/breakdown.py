@@ -225,17 +225,19 @@ def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
     return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), c8 * psi_lin)
 
 
-@formula("runtime/gathered_weights", "w*(psi + psi_e)*(1 - 1/N_d)  (the stage's weights, gathered)",
+@formula("runtime/gathered_weights", "w*(psi + psi_e)  (the stage's weights, gathered beside their shards)",
          Cite("fitplan", "formulas.md#hybrid-sharding (FSDP2 reshard_after_forward=False; with pipeline stages, "
                          "torch.distributed.pipelining's stage.py sets reshard_after_backward False until the last "
                          "micro-batch)"),
          assumes=("with reshard_after_forward off every gathered layer stays until its backward; with pipeline "
                   "stages every layer stays gathered from its first backward to the step's last",))
 def gathered_weights_bytes(*, psi, psi_e, w, n_d, n_ed, keep):
-    """ZeRO-3/FSDP without resharding after forward, or under pipeline parallelism: the rest of
-    each layer's weights, beyond this rank's shard, is held through the step's backwards; at the
-    turn all of them. keep: 1 where that holds (ints or arrays)."""
-    return keep * (ceil_div(psi * w * (n_d - 1), n_d) + ceil_div(psi_e * w * (n_ed - 1), n_ed))
+    """ZeRO-3/FSDP without resharding after forward, or under pipeline parallelism: each layer's
+    gathered weights are held through the step's backwards; at the turn all of them. The gather
+    fills a buffer of its own, the whole layer, beside the rank's shard (FSDP2's all-gather
+    outputs; measured on CPU: fitplan validate's fsdp2-nosync rows). n_d, n_ed: unused (the copy
+    is whole whatever the sharding). keep: 1 where that holds (ints or arrays)."""
+    return keep * (psi * w + psi_e * w) + 0 * (n_d + n_ed)
 
 
 def kept_gathered(c):
@@ -256,8 +258,9 @@ def kept_gathered(c):
                   "ZeRO-2/3 with pipeline stages)",))
 def accumulated_grads_bytes(*, psi, psi_e, g, n_d, n_ed, pipelined):
     """Beyond the gradient shard (states/grads), the rest of the stage's unsharded gradients,
-    held from the first backward until the last micro-batch's reduce-scatter. pipelined: 1 where
-    pp > 1 (ints or arrays)."""
+    held from the first backward until the last micro-batch's reduce-scatter: g*psi in all, the
+    shard itself not yet made (the optimizer's zero_grad set it to None; measured on CPU: fitplan
+    validate's fsdp2-nosync rows). pipelined: 1 where pp > 1 (ints or arrays)."""
     return pipelined * (ceil_div(psi * g * (n_d - 1), n_d) + ceil_div(psi_e * g * (n_ed - 1), n_ed))
 
 

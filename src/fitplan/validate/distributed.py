@@ -28,6 +28,9 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
                wrapping (the embedding, each block, [norm, head], the root); the difference of
                live bytes at each layer's forward and over the layers' backward is FSDP's
                gathered units and unsharded gradients
+  fsdp2-nosync  one backward with FSDP2's gradient sync and resharding after backward off, as
+               torch.distributed.pipelining runs every micro-batch but the last: the unsharded
+               parameters kept and the unsharded gradients accumulated, by storage
 
 The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
 the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
@@ -57,7 +60,7 @@ from fitplan.validate.reference_model import (DEFAULT_DROPOUT, IMPLEMENTED_RECOM
 from fitplan.validate.report import Extra, Row
 
 STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
-RUNTIME_CHECKS = ("ddp-buckets", "fsdp2-buffers")
+RUNTIME_CHECKS = ("ddp-buckets", "fsdp2-buffers", "fsdp2-nosync")
 CHECKS = STATE_CHECKS + ("tp-act", "pp-act") + RUNTIME_CHECKS
 ACT_BYTES = 2     # tp-act runs in bf16
 LR = 1e-3
@@ -519,8 +522,38 @@ def _step_trace(spec, world, *, seq_len, b):
     return {"layer_forward": at, "layers_backward": live.peaks["layers backward"]}
 
 
+def _fsdp2_nosync(spec, *, rank, world, seq_len, b):
+    """One backward as torch.distributed.pipelining's stage runs every micro-batch but the last
+    (stage.py backward_maybe_with_nosync): FSDP2 with gradient sync and resharding after backward
+    off. Afterwards, the bytes of the unsharded parameters (the all-gather outputs, kept) and of
+    the unsharded gradients accumulated on them, beside the sharded parameters."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    net = build(spec)
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in net.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)   # the embedding, final norm and head: the root unit
+    net.set_requires_gradient_sync(False)
+    net.set_reshard_after_backward(False)
+    net.set_is_last_backward(False)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(net(ids), targets).backward()
+    params = grads = sharded = 0
+    for module in [*net.layers, net]:
+        group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
+        for fp in (group.fsdp_params if group is not None else ()):
+            unsharded = fp._unsharded_param
+            params += unsharded.untyped_storage().nbytes()
+            grad = fp.unsharded_accumulated_grad if fp.unsharded_accumulated_grad is not None else unsharded.grad
+            grads += 0 if grad is None else grad.untyped_storage().nbytes()
+            sharded += fp._sharded_param_data.untyped_storage().nbytes()
+    return {"unsharded_params": params, "unsharded_grads": grads, "sharded_params": sharded}
+
+
 _CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act, "pp-act": _pp_act,
-           "ddp-buckets": _ddp_buckets, "fsdp2-buffers": _fsdp2_buffers,
+           "ddp-buckets": _ddp_buckets, "fsdp2-buffers": _fsdp2_buffers, "fsdp2-nosync": _fsdp2_nosync,
            "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
            "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
 
@@ -711,6 +744,30 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
                         per_rank_measured=tuple(bwd),
                         note="(1 + k)*w*P_layer + g*P_layer: the layer and one prefetched, and the layer's unsharded "
                              "gradients before their reduce-scatter"))
+    recs = sorted((r for r in records if r["check"] == "fsdp2-nosync" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    if recs:
+        from fitplan.memory import states as S
+        from fitplan.explain import RAW
+        from fitplan.memory.breakdown import accumulated_grads_bytes, gathered_weights_bytes, stage_at, stage_psi
+        config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
+        psi = int(stage_psi(RAW, spec, config, stage=stage_at(RAW, spec, config, 0)))
+        kw = dict(psi=psi, psi_e=0, n_d=world, n_ed=1)
+        weights = gathered_weights_bytes(**kw, w=4, keep=1)
+        grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P)) + accumulated_grads_bytes(
+            **kw, g=4, pipelined=1)
+        note = ("after a backward with gradient sync and resharding after backward off, as torch.distributed."
+                "pipelining runs every micro-batch but the last")
+        rows.append(Row(section=section, quantity="fsdp2 no-sync: gathered weights kept", planner=weights,
+                        measured=max(r["unsharded_params"] for r in recs),
+                        per_rank_measured=tuple(r["unsharded_params"] for r in recs),
+                        per_rank_predicted=(weights,) * len(recs),
+                        note="runtime/gathered_weights = w*psi, the whole stage beside its shards; " + note))
+        rows.append(Row(section=section, quantity="fsdp2 no-sync: unsharded gradients", planner=grads,
+                        measured=max(r["unsharded_grads"] for r in recs),
+                        per_rank_measured=tuple(r["unsharded_grads"] for r in recs),
+                        per_rank_predicted=(grads,) * len(recs),
+                        note="states/grads + runtime/accumulated_grads = g*psi/N + g*psi*(1 - 1/N); " + note))
     return rows
 
 
