@@ -1,8 +1,5 @@
 """The GEMM curves in the presets are what bench/calibrate.py fits from bench/gemm_points.csv,
 and the fitting code (fitplan.calibrate.fit) recovers a curve it is given."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,14 +7,11 @@ from fitplan import presets
 from fitplan.calibrate import fit
 from fitplan.timing import gemm as G
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import ROOT, load
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_calibrate", ROOT / "bench" / "calibrate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("bench/calibrate.py")
 
 
 def test_every_point_names_its_source_and_none_is_end_to_end():
