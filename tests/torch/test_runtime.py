@@ -87,3 +87,46 @@ def test_the_cpu_stand_in_runs_the_gpu_harness():
     allocated = rows[0]
     assert allocated.quantity.startswith("max_memory_allocated") and allocated.relation == "~="
     assert allocated.ok, (allocated.predicted, allocated.measured)
+
+
+def test_loss_parallel_backward_holds_three_logit_sized_tensors():
+    """torch's loss_parallel (vocab-sharded logits, t > 1; torchtitan's loss under tensor parallelism) runs its
+    backward as _nll_loss_and_log_softmax_backward on each rank's shard: zeros_like(x), exp(x) and their sum
+    live at once beside the saved fp32 log-probabilities x. Measured here on one rank's shard (a one-rank
+    mesh: the handler's all-reduces are then trivial): the peak is 4 x 4*N*V bytes, so the backward adds
+    12*N*V, the planner's runtime/logits_grad for t > 1 (against 8*N*V for F.cross_entropy at t = 1)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss as L
+
+    from fitplan.memory import runtime as RT
+    from fitplan.validate.peak import LiveBytes
+    N, V = 512, 1024
+    created = not dist.is_initialized()
+    if created:
+        import tempfile
+        store = tempfile.NamedTemporaryFile(delete=False)
+        dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        x = torch.log_softmax(torch.randn(N, V), -1)
+        target = torch.randint(0, V, (N,))
+        live = LiveBytes()
+        live.add_all([target])
+        live.base = live.now()
+        live.add(x)
+        with live:
+            live.mark("backward")
+            L._nll_loss_and_log_softmax_backward(torch.tensor(1.0), x, target, None, 1, -100, torch.tensor(float(N)),
+                                                 x.shape, 1, mesh, 0)
+        beyond_saved = live.peaks["backward"] - 4 * N * V
+        # N*V elements is one rank's shard: s*b*V/t with t = 2 over V = 2048 (no output layer: h = w = 0)
+        planner = RT.logits_grad_bytes(s=N, b=1, V=2 * V, e=2, t=2, c=1, kernel="pytorch")
+        # exact but for the handler's N-sized index and mask tensors (a few KiB)
+        assert 12 * N * V <= beyond_saved < 12 * N * V + 64 * N
+        assert planner == 12 * N * V
+    finally:
+        if created:
+            dist.destroy_process_group()

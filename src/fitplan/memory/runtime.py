@@ -157,30 +157,38 @@ def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="e
     return edges + maximum(attn, mlp) + weight_grad + tied * ceil_div(w * V * h, t)
 
 
-def _logits_text(*, kernel, **_):
-    first = ("8*s*b*V/(t*c)  (F.cross_entropy: nll_loss's and log_softmax's fp32 gradients beside the saved fp32 "
-             "log-probabilities)" if kernel == "pytorch" else
-             "[e < 4]*e*s*b*V/(t*c)  (Megatron-LM: the gradient in place of the saved softmax, cast to e bytes)")
+def _logits_text(*, kernel, t=1, **_):
+    if kernel == "pytorch" and t > 1:
+        first = ("12*s*b*V/(t*c)  (torch's loss_parallel on vocab-sharded logits: its backward's zeros, exp and "
+                 "their sum beside the saved fp32 log-probabilities)")
+    elif kernel == "pytorch":
+        first = ("8*s*b*V/(t*c)  (F.cross_entropy: nll_loss's and log_softmax's fp32 gradients beside the saved "
+                 "fp32 log-probabilities)")
+    else:
+        first = "[e < 4]*e*s*b*V/(t*c)  (Megatron-LM: the gradient in place of the saved softmax, cast to e bytes)"
     return (f"max({first}, w*V*h/t + e*s*b*h/c - (4 - e)*s*b*V/(t*c)  (then the output layer's weight and input "
             f"gradients beside the e-byte logits' gradient, the fp32 one freed))")
 
 
 @formula("runtime/logits_grad", _logits_text,
          Cite("megatron-loss", "megatron/core/tensor_parallel/cross_entropy.py (in-place softmax and gradient); "
-                               "torch log_softmax/nll_loss backward (derivatives.yaml)"),
+                               "torch log_softmax/nll_loss backward (derivatives.yaml); torch "
+                               "distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward"),
          assumes=("the loss's fp32 logits (activations/output) are held; this is what its backward adds on the "
                   "stage with the output layer, once per micro-batch",))
 def logits_grad_bytes(*, s, b, V, e, t, c, kernel, h=0, w=0):
     """What the loss's backward adds to the saved fp32 logits (activations/output), at the larger
     of its two moments. First the log-softmax: pytorch's F.cross_entropy on fp32 logits makes
-    nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c); Megatron-LM's fused loss computes
+    nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c); on vocab-sharded logits (t > 1) it
+    runs as torch's loss_parallel, whose backward holds zeros_like(x), exp(x) and their sum at once,
+    12*s*b*V/(t*c) (measured on CPU: tests/torch/test_runtime.py); Megatron-LM's fused loss computes
     the gradient in place of the saved softmax and autograd casts it to the e-byte logits' dtype,
     e*s*b*V/(t*c) (none in fp32). Then the output layer's backward: its weight's gradient (w*V*h/t,
     before autograd adds it into .grad) and its input's, beside the e-byte logits' gradient, the
     fp32 logits and their gradient freed: (e - 4)*s*b*V/(t*c) against the saved fp32 logits."""
     head = ceil_div(w * V * h, t) + ceil_div(e * s * b * h, c) + ceil_div((e - 4) * s * b * V, t * c)
     if kernel == "pytorch":
-        return maximum(ceil_div(8 * s * b * V, t * c), head)
+        return maximum(ceil_div(select(t > 1, 12, 8) * s * b * V, t * c), head)
     return maximum(select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s), head)
 
 
