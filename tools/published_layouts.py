@@ -31,8 +31,9 @@ RUNS = [
                                  "--recompute", "norms"],
      "180K H800 GPU-hours per trillion tokens: 19.9 s per 15,360 x 4,096-token step", None, None,
      180e3 * 3600 / 2048 * 15360 * 4096 / 1e12, "DeepSeek-V3 report Sec. 1 and Table 1; batch Sec. 4.2"),
+    # Jean Zay's nodes: four Omni-Path 100 Gb/s links for eight GPUs = 6.25 GB/s per GPU (BLOOM report Sec. 3.4)
     ("BLOOM-176B, 384 A100 80GB", ["--preset", "bloom-176b", "--gpus", "384", "--tp", "4", "--pp", "12", "--zero",
-                                   "1", "--recompute", "full"],
+                                   "1", "--recompute", "full", "--inter-node-bandwidth", "6.25 GB/s"],
      "156 TFLOP/s per GPU", 156, None, None, "BLOOM report (arXiv:2211.05100) Sec. 3.4"),
 ]
 
