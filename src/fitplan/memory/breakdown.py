@@ -231,13 +231,13 @@ def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
                          "micro-batch)"),
          assumes=("with reshard_after_forward off every gathered layer stays until its backward; with pipeline "
                   "stages every layer stays gathered from its first backward to the step's last",))
-def gathered_weights_bytes(*, psi, psi_e, w, n_d, n_ed, keep):
+def gathered_weights_bytes(*, psi, psi_e, w, keep):
     """ZeRO-3/FSDP without resharding after forward, or under pipeline parallelism: each layer's
     gathered weights are held through the step's backwards; at the turn all of them. The gather
     fills a buffer of its own, the whole layer, beside the rank's shard (FSDP2's all-gather
-    outputs; measured on CPU: fitplan validate's fsdp2-nosync rows). n_d, n_ed: unused (the copy
-    is whole whatever the sharding). keep: 1 where that holds (ints or arrays)."""
-    return keep * (psi * w + psi_e * w) + 0 * (n_d + n_ed)
+    outputs; measured on CPU: fitplan validate's fsdp2-nosync rows), whole whatever the sharding.
+    keep: 1 where that holds (ints or arrays)."""
+    return keep * (psi * w + psi_e * w)
 
 
 def kept_gathered(c):
@@ -298,7 +298,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     keep = kept_gathered(c)
     if zero == 3 and (is_array(keep) or keep):
         out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
-                                            w=recipe.weights_bytes, n_d=n_d, n_ed=experts.get("n_ed", 1), keep=keep)
+                                            w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
     if recipe.compute == "fp8":

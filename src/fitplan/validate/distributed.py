@@ -752,10 +752,9 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
         from fitplan.memory.breakdown import accumulated_grads_bytes, gathered_weights_bytes, stage_at, stage_psi
         config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
         psi = int(stage_psi(RAW, spec, config, stage=stage_at(RAW, spec, config, 0)))
-        kw = dict(psi=psi, psi_e=0, n_d=world, n_ed=1)
-        weights = gathered_weights_bytes(**kw, w=4, keep=1)
+        weights = gathered_weights_bytes(psi=psi, psi_e=0, w=4, keep=1)
         grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P)) + accumulated_grads_bytes(
-            **kw, g=4, pipelined=1)
+            psi=psi, psi_e=0, n_d=world, n_ed=1, g=4, pipelined=1)
         note = ("after a backward with gradient sync and resharding after backward off, as torch.distributed."
                 "pipelining runs every micro-batch but the last")
         rows.append(Row(section=section, quantity="fsdp2 no-sync: gathered weights kept", planner=weights,
