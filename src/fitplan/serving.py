@@ -132,7 +132,7 @@ def weights_read_bytes(*, W, W_e, E, b, k):
 GPU_MEMORY_UTILIZATION = 0.9
 
 
-@formula("serving/usable_per_gpu", "min(capacity - reserve, 0.9*capacity)",
+@formula("serving/usable_per_gpu", f"min(capacity - reserve, {GPU_MEMORY_UTILIZATION}*capacity)",
          Cite("vllm", "vllm/engine/arg_utils.py EngineArgs.gpu_memory_utilization = 0.9"), BYTES,
          ("the serving engine takes 90% of the GPU for weights, KV cache and activations (vLLM's default); "
           "--reserve lowers it further",))

@@ -240,12 +240,19 @@ def gathered_weights_bytes(*, psi, psi_e, w, keep):
     return keep * (psi * w + psi_e * w)
 
 
+def pipelined(c):
+    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays):
+    torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
+    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate
+    unsharded, ZeRO-3 weights stay gathered and both sync once per step. The one rule the memory
+    (here) and the time (fitplan.timing.step) read."""
+    return select(c.pp > 1, 1, 0)
+
+
 def kept_gathered(c):
     """1 where ZeRO-3's gathered weights stay through the backwards (ints or arrays): with
-    reshard_after_forward off, or with pipeline stages, where torch.distributed.pipelining's
-    stage (backward_maybe_with_nosync) turns off resharding after backward and gradient sync
-    until the last micro-batch."""
-    return maximum(int(not c.reshard_after_forward), select(c.pp > 1, 1, 0))
+    reshard_after_forward off, or pipelined."""
+    return maximum(int(not c.reshard_after_forward), pipelined(c))
 
 
 @formula("runtime/accumulated_grads", "g*(psi + psi_e)*(1 - 1/N_d)  (the stage's gradients, unsharded until the "
@@ -378,10 +385,10 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                               node=cluster.gpus_per_node),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
-    pipelined = select(pp > 1, 1, 0)
-    if zero >= 2 and (is_array(pipelined) or pipelined):
+    piped = pipelined(c)
+    if zero >= 2 and (is_array(piped) or piped):
         out["runtime/accumulated_grads"] = ev(accumulated_grads_bytes, psi=psi_t, psi_e=psi_e, g=recipe.grads_bytes,
-                                              n_d=n_d, n_ed=n_ed, pipelined=pipelined)
+                                              n_d=n_d, n_ed=n_ed, pipelined=piped)
     else:
         out["runtime/accumulated_grads"] = 0 * a_layer
     zero3 = zero == 3
@@ -498,11 +505,6 @@ def _held(holds, compute, like):
     if is_array(holds):
         return compute() * holds
     return compute() if holds else 0 * like
-
-
-def total(parts: dict):
-    """The sum of every term, as if all were held at once (an upper bound on the peak)."""
-    return sum(parts[k] for k in PARTS if k in parts)
 
 
 HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS

@@ -49,8 +49,8 @@ def blocks(a) -> list:
     rows = (("weights", fmt_gib(a.weights_bytes_per_gpu), w.formula, str(w.cite)),
             ("KV cache", fmt_gib(a.kv_cache_bytes_per_gpu), kv.formula, str(kv.cite)),
             ("total", fmt_gib(a.per_gpu_bytes), "weights + KV cache", ""),
-            ("usable", fmt_gib(a.usable_bytes_per_gpu), f"capacity {fmt_gib(c.gpu.memory_bytes)} - reserve "
-                                                         f"{fmt_gib(c.reserve_bytes)}", ""),
+            ("usable", fmt_gib(a.usable_bytes_per_gpu), by["serving/usable_per_gpu"].formula + f"  (capacity "
+             f"{fmt_gib(c.gpu.memory_bytes)}, reserve {fmt_gib(c.reserve_bytes)})", str(by["serving/usable_per_gpu"].cite)),
             ("headroom", fmt_gib(a.headroom_bytes), "usable - total", ""))
     out += [Heading(f"Memory per GPU (busiest: {STAGES[a.stage]})"),
             Table(("term", "GiB", "formula", "source"), rows, align="lrll")]

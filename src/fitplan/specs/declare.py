@@ -96,8 +96,8 @@ MAX_TEXT = 2000   # characters in a name or a source note
 
 
 def check_ranges(obj, owner: str) -> None:
-    """Every declared range of a spec, on construction: spec files and code get the same
-    bounds as the flags (fitplan.request.checked). Texts (names, sources) must be printable
+    """Every declared range and choice of a spec, on construction: spec files and code get the
+    same bounds as the flags (fitplan.request.checked). Texts (names, sources) must be printable
     one-liners: a name reaches the exported shell and Python files, where a line break would
     start a command."""
     from fitplan.errors import SpecError
@@ -107,6 +107,10 @@ def check_ranges(obj, owner: str) -> None:
             if not value.isprintable() or len(value) > MAX_TEXT:
                 raise SpecError(f"{owner}.{f.name} must be printable text without line breaks or control "
                                 f"characters, at most {MAX_TEXT:,} characters; got {value[:40]!r}")
+            continue
+        if d.kind == "choice":
+            if value is not None and value not in d.choices:
+                raise SpecError(f"{owner}.{f.name} must be one of {', '.join(map(str, d.choices))}, got {value!r}")
             continue
         if d.lo is None and d.hi is None:
             continue

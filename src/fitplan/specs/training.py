@@ -43,8 +43,6 @@ class Recipe:
             _non_negative(f"recipe.{name}", getattr(self, name))
         for moment, size in self.moments:
             _non_negative(f"recipe.moments.{moment}", size)
-        if self.compute not in ("bf16", "fp8"):
-            raise SpecError(f"recipe.compute must be 'bf16' or 'fp8', got {self.compute!r}")
         if self.weights_bytes == 0:
             raise SpecError("recipe.weights_bytes must be > 0: training needs the weights")
         check_ranges(self, "recipe")
@@ -143,15 +141,8 @@ class TrainingSpec:
                                          "default allocator: about 0.15)")
 
     def __post_init__(self) -> None:
-        if self.finetune not in FINETUNE:
-            raise SpecError(f"training.finetune must be one of {', '.join(FINETUNE)}, got {self.finetune!r}")
-        if self.base_precision is not None and self.base_precision not in BASE_PRECISIONS:
-            raise SpecError(f"training.base_precision must be one of {', '.join(BASE_PRECISIONS)}, "
-                            f"got {self.base_precision!r}")
         object.__setattr__(self, "lora_targets", canonical_targets(self.lora_targets))
         positive_int("training", "lora_rank", self.lora_rank, maximum=2**16)
-        if self.attention_kernel not in ("eager", "flash"):
-            raise SpecError(f"training.attention_kernel must be 'eager' or 'flash', got {self.attention_kernel!r}")
         if isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float)) \
                 or not (1 <= self.moe_imbalance <= 1000):
             raise SpecError(f"training.moe_imbalance must be in [1, 1000] (1: perfectly balanced), "
@@ -161,16 +152,10 @@ class TrainingSpec:
             positive_int("training", "global_batch", self.global_batch, maximum=10**12)
         if self.train_tokens is not None:
             positive_int("training", "train_tokens", self.train_tokens, maximum=10**17)
-        if self.act_bytes not in (1, 2, 4):
-            raise SpecError(f"training.act_bytes must be 1, 2 or 4, got {self.act_bytes!r}")
-        if self.optimizer_impl not in ("foreach", "fused"):
-            raise SpecError(f"training.optimizer_impl must be 'foreach' or 'fused', got {self.optimizer_impl!r}")
-        if self.cross_entropy not in ("pytorch", "fused"):
-            raise SpecError(f"training.cross_entropy must be 'pytorch' or 'fused', got {self.cross_entropy!r}")
         if isinstance(self.fragmentation, bool) or not isinstance(self.fragmentation, (int, float)) \
                 or not (0 <= self.fragmentation <= 0.9):
             raise SpecError(f"training.fragmentation must be a fraction in [0, 0.9], got {self.fragmentation!r}")
-        check_ranges(self, "training")
+        check_ranges(self, "training")   # the declared ranges and choices (finetune, act_bytes, the kernels ...)
 
 
 def canonical_targets(text) -> str:

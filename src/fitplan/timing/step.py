@@ -28,7 +28,8 @@ from fitplan.explain import RAW, SECONDS, Term, Trace, formula
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.counts import params as P
-from fitplan.memory.breakdown import Setup, Shapes, candidate_stages, stage_at, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import (Setup, Shapes, candidate_stages, pipelined, stage_at, stage_expert_psi,
+                                     stage_psi)
 from fitplan.parts import TIME, part_keys
 from fitplan.specs.parallel import Recompute, Schedule, overlaps_ep_comm, overlaps_param_gather
 from fitplan.sources import Cite
@@ -480,7 +481,7 @@ def _dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buc
     hybrid = c.shard_degree is not None
     n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
     intra, nodes = place["dp_shard"] if hybrid else place["dp"]
-    piped = select(p > 1, 1, 0)   # pipeline stages sync ZeRO-2/3 gradients once, after the last micro-batch
+    piped = pipelined(c)   # pipeline stages sync ZeRO-2/3 gradients once, after the last micro-batch
     rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m, piped=piped)
     ag_g = ev(T.dp_grad_all_gathers, zero=zero)
     ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward, piped=piped)
@@ -544,7 +545,7 @@ def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket
             ag = ag + _collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
                                   S=Sw / nb_w)
             buckets_w = maximum(buckets_w, nb_w)
-    reductions = (m - select(c.pp > 1, 1, 0) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
+    reductions = (m - pipelined(c) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
     per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
                        overlap=og)
     rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
@@ -575,7 +576,7 @@ def _zero3_time(ev, setup, c, *, m, L, held, groups, lay: LayerTimes, og, op, re
              h_last=t_rs if og else 0 * t_rs, W=lay.backward + lay.recompute)
     # with pipeline stages (torch.distributed.pipelining) only the first forward gathers and only the last
     # backward reduce-scatters; the other backwards still gather when forward resharded (g)
-    piped = select(c.pp > 1, 1, 0)
+    piped = pipelined(c)
     n_sync = m - piped * (m - 1)
     bwd_gather = 0 * bwd if not is_array(piped) and not piped else ev(
         T.layer_pipeline_exposed_s, key="time/dp_backward_gather_exposed", L=L, x=0 * g if op else g,
