@@ -12,15 +12,15 @@ Parameters (meta device) = counts.params.shape_params, exactly:
 Bytes the MoE layer saves for backward, s = 64, b = 2 (T = 128 tokens), bf16 (e = 2), dropout on:
   planner, activations.per_layer_bytes with breakdown.MoeShapes (k = 2, rho = 1, f_e = f_s = 96, E = 4):
     R = s*b*h*(4e + 2DM)                                        = 128*64*10            =  81,920
-    T = s*b*(e*(2q + 2kv) + n*e*f_s + k*rho*e*(2h + n*f_e) + 8E) = 128*(384+576+1664+32) = 339,968
+    T = s*b*(e*(2q + 2kv) + n*e*f_s + k*rho*(e*(h + n*f_e) + 4) + 8E) = 128*(384+576+1416+32) = 308,224
     S = a*s^2*b*(e + D*(e + M))                                  = 4*4096*2*5            = 163,840
-                                                                                    total  585,728
+                                                                                    total  553,984
   reference extras (expected.layer_extras, moe_layer=True):
     dense-layer ones: RMSNorm rstd 2*T*4 = 1,024; causal mask s^2 = 4,096; RoPE cos, sin 2*s*d*e = 4,096
-    MoE (expected.moe_extras), per token 4 + 8k + 4k + 8k + 8k = 60 B: z-loss logsumexp (fp32), topk's
-    int64 indices, the fp32 top-k probabilities of the combine, the int64 gather index of the
-    permutation and the int64 inverse permutation: 128*60 = 7,680
-                                                                           measured = 602,624
+    MoE (expected.moe_extras), per token 4 + 8k + 8k + 8k + 8k = 68 B: z-loss logsumexp (fp32), topk's
+    int64 indices, the int64 index permuting the probabilities, the int64 gather index of the
+    permutation and the int64 inverse permutation: 128*68 = 8,704
+                                                                           measured = 571,904
   selective drops S and the causal mask; full keeps only the layer input e*s*b*h = 16,384;
   norms drops the two norm outputs 2*e*s*b*h and the rstd. op is not validated on MoE layers
   (reference_model.MOE_RECOMPUTE: the reference's experts are dense matmuls the op policy counts).
@@ -75,11 +75,11 @@ def test_saved_bytes_per_layer_exact(e, recompute):
 
 def test_moe_layer_by_hand():
     kw = dict(seq_len=S, micro_batch=B, act_bytes=2)
-    assert X.planner_layer_bytes(TINY_MOE, moe_layer=True, recompute=Recompute.NONE, **kw) == 585_728
+    assert X.planner_layer_bytes(TINY_MOE, moe_layer=True, recompute=Recompute.NONE, **kw) == 553_984
     moe = X.moe_extras(TINY_MOE, tokens=S * B)
-    assert sum(x.value for x in moe) == 128 * 60
+    assert sum(x.value for x in moe) == 128 * 68
     got = saved_activations(TINY_MOE, recompute=Recompute.NONE, **kw)
-    assert got.per_layer[1] == 585_728 + 1_024 + 4_096 + 4_096 + 7_680 == 602_624
+    assert got.per_layer[1] == 553_984 + 1_024 + 4_096 + 4_096 + 8_704 == 571_904
     assert saved_activations(TINY_MOE, recompute=Recompute.FULL, **kw).per_layer[1] == 2 * S * B * 64
 
 

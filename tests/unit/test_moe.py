@@ -55,10 +55,11 @@ def test_tiny_moe_state_by_hand():
 
 def test_tiny_moe_activations_by_hand():
     """s = 32, b = 1, no dropout, bf16: per MoE layer R = 4e*sbh = 8*2048, T = sb*(e*(2q + 2kv)
-    + k*rho*e*(2h + n*f_e) + 8E) = 32*(2*256 + 2*2*(128 + 384) + 32), S = a*s^2*e = 4*1024*2.
+    + k*rho*(e*(h + n*f_e) + 4) + 8E) = 32*(2*256 + 2*(2*(64 + 384) + 4) + 32), S = a*s^2*e = 4*1024*2
+    (each routed copy keeps its input, the expert's three f_e-wide tensors and its fp32 probability).
     Two layers; the all-to-all buffers hold 2*e*k*s*b*h = 2*2*2*32*64."""
     b = evaluate(SETUP, ParallelConfig(dp=4, ep=2))
-    per_layer = 8 * 2048 + 32 * (2 * 256 + 2 * 2 * (128 + 384) + 32) + 4 * 1024 * 2
+    per_layer = 8 * 2048 + 32 * (2 * 256 + 2 * (2 * (64 + 384) + 4) + 32) + 4 * 1024 * 2
     assert b.parts["activations/layers"] == 2 * per_layer
     assert b.parts["activations/moe_buffers"] == 2 * 2 * 2 * 32 * 64
 

@@ -60,9 +60,9 @@ def _layer_text(*, recompute, sp, t, c, **kw):
     ln = "2e+2e_l+2DM" if kw.get("e_l") is not None else "4e+2DM"
     r = f"R=s*b*(h*({ln}) + e*r_x)" if kw.get("r_extra") else f"R=s*b*h*({ln})"
     if kw.get("e_l") is None:
-        mlp = "n*e*f_s + k*rho*e*(2h + n*f_e) + 8E" if kw.get("k") else "n*e*f"
+        mlp = "n*e*f_s + k*rho*(e*(h + n*f_e) + 4) + 8E" if kw.get("k") else "n*e*f"
     else:
-        mlp = ("(n-1)*e*f_s + e_l*f_s + k*rho*(e_l*h + e*h + (n-1)*e*f_e + e_l*f_e) + 8E" if kw.get("k")
+        mlp = ("(n-1)*e*f_s + e_l*f_s + k*rho*(e_l*h + (n-1)*e*f_e + e_l*f_e + 4) + 8E" if kw.get("k")
                else "(n-1)*e*f + e_l*f")
     sc = "S=4*a*s*b (flash: fp32 logsumexp)" if kw.get("kernel") == "flash" else "S=a*s^2*b*(e+D*(e+M))"
     attn = "e*(2q+2kv)" if kw.get("e_l") is None else "e*(q+2kv) + e_l*q"
@@ -94,16 +94,19 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recomput
     Dense: n e-byte tensors f wide. MoE (Megatron-LM MoELayer, expert tensor parallel 1): the
     shared experts' n*e*f_s; for each of the k*rho routed copies of the token (rho: capacity
     factor, or the load imbalance when dropless) the permuted input (h), the expert's n*f_e
-    and its output kept for the weighted combine (h); and the router's fp32 logits and
+    and its fp32 routing probability (4 B), which the expert's activation function multiplies
+    in and keeps (Megatron-LM moe/experts.py bias_act_func, fusions/fused_bias_swiglu.py
+    WeightedSwiGLUFunction: since "Memory efficient token permutation", 2025, the combine is
+    an unweighted sum that keeps no expert output); and the router's fp32 logits and
     probabilities, 8E."""
     e_l = e if e_l is None else e_l   # a linear's stored input (fp8: 1, docs/formulas.md#fp8-activations)
     # n ffn-wide tensors: n - 1 before the activation function, then fc2's input (a linear input)
     if k == 0:
         return (n - 1) * e * f + e_l * f
-    # a routed copy: its dispatched input (fc1's input), its output (kept for the weighted combine), and the
-    # ffn-wide tensors; DeepSeek-V3 caches the SwiGLU's inputs in fp8 and recomputes its output (Sec. 3.3.3)
+    # a routed copy: its dispatched input (fc1's input), the ffn-wide tensors and its fp32 probability, kept by
+    # the weighted activation; DeepSeek-V3 caches the SwiGLU's inputs in fp8 and recomputes its output (Sec. 3.3.3)
     routed = (n - 1) * e_l * f_e if swiglu_recompute else (n - 1) * e * f_e + e_l * f_e
-    return (n - 1) * e * f_s + e_l * f_s + k * rho * (e_l * h + e * h + routed) + 8 * E
+    return (n - 1) * e * f_s + e_l * f_s + k * rho * (e_l * h + routed + 4) + 8 * E
 
 
 @formula("activations/per_layer", _layer_text, TABLE2,

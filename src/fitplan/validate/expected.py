@@ -110,7 +110,7 @@ _MOE = "reference_moe.MoeMlp"
 
 def moe_extras(model: ModelSpec, *, tokens: int) -> tuple[Extra, ...]:
     """What the reference MoE layer stores beyond the planner's Megatron-style accounting
-    (formulas.md#moe: per routed copy the permuted input, the expert's n*f_e and its output,
+    (formulas.md#moe: per routed copy the permuted input, the expert's n*f_e and its probability,
     per token the shared experts' n*f_s and the fp32 router logits and probabilities, 8E),
     for `tokens` = s*b tokens. Each is a tensor an autograd backward needs; none depends on
     where the tokens are routed (dropless, one rank)."""
@@ -124,10 +124,9 @@ def moe_extras(model: ModelSpec, *, tokens: int) -> tuple[Extra, ...]:
               "topk's backward keeps the int64 expert indices of each token's k choices (8k B per token); "
               "Megatron's accounting has no routing indices",
               f"{_MOE}: topk backward value_selecting_reduction_backward (derivatives.yaml)"),
-        Extra("moe-topk-probs", 4 * k * tokens,
-              "the weighted combine keeps the fp32 top-k probabilities it multiplies the expert outputs by "
-              "(4k B per token), not counted in the planner's 8E (all E logits and probabilities)",
-              f"{_MOE}: mul backward (derivatives.yaml)"),
+        Extra("moe-probs-permute-index", 8 * k * tokens,
+              "permuting the top-k probabilities with their copies, index_select keeps its int64 index, one per "
+              "routed copy (8k B per token)", f"{_MOE}: index_select backward (derivatives.yaml)"),
         Extra("moe-permute-index", 8 * k * tokens,
               "the token permutation x.index_select(0, token) keeps its int64 gather index, one per routed copy "
               "(8k B per token)", f"{_MOE}: index_select backward (derivatives.yaml)"),

@@ -12,18 +12,22 @@ Per MoE layer, on the LN2 output x (T = s*b tokens, h wide, activation dtype e):
              order, no renormalisation); topk's backward keeps the int64 expert indices.
   permute    the k routed copies of each token, grouped by expert (a stable argsort of the
              expert indices): x.index_select(0, token) keeps the int64 gather index.
-  experts    each a dense MLP of expert_ffn_size (SwiGLU via SwiGLUFunction: gate, up and
-             their product, n = 3; GeLU: n = 2) over its contiguous slice of the copies.
-  combine    the expert outputs, put back in (token, slot) order with the int64 inverse
-             permutation (index_select, which keeps only its index), times their fp32 top-k
-             probabilities and summed over the k slots in fp32; the multiply keeps the expert
-             outputs (h per copy) and the probabilities. (index_add would keep its whole
-             fp32 source, the weighted outputs, for its backward: 4h more per copy.)
+  experts    each a dense MLP of expert_ffn_size over its contiguous slice of the copies,
+             whose activation function multiplies in each copy's fp32 top-k probability
+             (permuted with the copies) and keeps it: WeightedSwiGLU keeps gate, up and the
+             probability, fc2 keeps the product (n = 3); WeightedGelu keeps fc1's output and
+             the probability, fc2 keeps the product (n = 2). A biased fc2 adds p*bias. This
+             is Megatron-LM's TEGroupedMLP (moe/experts.py bias_act_func with
+             fusions/fused_bias_swiglu.py WeightedSwiGLUFunction; _apply_bias).
+  combine    the weighted expert outputs, put back in (token, slot) order with the int64
+             inverse permutation (index_select, which keeps only its index) and summed over
+             the k slots in fp32: an unweighted sum keeps nothing (Megatron-LM's unpermute
+             without probs).
   shared     num_shared_experts * expert_ffn_size as one dense MLP on x, added.
 
-Per routed copy that is the planner's e*(2h + n*f_e) (permuted input, expert, output kept
-for the combine), per token its n*e*f_s and 8E, exactly; what torch keeps on top (int64
-indices, fp32 probabilities, the logsumexp) is named in fitplan.validate.expected.moe_extras.
+Per routed copy that is the planner's e*(h + n*f_e) + 4 (permuted input, expert, its fp32
+probability), per token its n*e*f_s and 8E, exactly; what torch keeps on top (int64
+indices, the logsumexp) is named in fitplan.validate.expected.moe_extras.
 
 Dropless on one rank, the bytes stored do not depend on where the tokens go: every copy is
 stored once, and each expert's tensors are its slice (an expert without tokens stores 0 B).
@@ -92,6 +96,52 @@ class AllToAll(torch.autograd.Function):
         return AllToAll.apply(grad, out_splits, in_splits, ctx.group), None, None, None
 
 
+class WeightedSwiGLU(torch.autograd.Function):
+    """p * silu(gate) * up, keeping gate, up and p (Megatron-LM WeightedSwiGLUFunction):
+    p is each routed copy's fp32 probability, (copies, 1)."""
+
+    @staticmethod
+    def forward(ctx, gate, up, p):
+        ctx.save_for_backward(gate, up, p)
+        return (F.silu(gate) * up * p).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up, p = ctx.saved_tensors
+        sig = torch.sigmoid(gate.float())
+        silu = gate.float() * sig
+        g = grad.float()
+        d_gate = g * p * up.float() * (sig * (1 + gate.float() * (1 - sig)))
+        return d_gate.to(gate.dtype), (g * p * silu).to(up.dtype), (g * silu * up.float()).sum(-1, keepdim=True)
+
+
+class WeightedGelu(torch.autograd.Function):
+    """p * gelu(x), keeping x and p (the weighted activation of Megatron-LM's TEGroupedMLP)."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        ctx.save_for_backward(x, p)
+        return (F.gelu(x.float()) * p).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, p = ctx.saved_tensors
+        g = grad.float()
+        d_x = torch.ops.aten.gelu_backward(g * p, x.float())
+        return d_x.to(x.dtype), (g * F.gelu(x.float())).sum(-1, keepdim=True)
+
+
+def expert_forward(mlp: nn.Module, x, p):
+    """A routed expert (make_mlp's module) on its copies x with their probabilities p: the
+    probability enters at the activation function, and weights fc2's bias."""
+    if hasattr(mlp, "gate"):
+        h, fc2 = WeightedSwiGLU.apply(mlp.gate(x), mlp.up(x), p), mlp.down
+    else:
+        h, fc2 = WeightedGelu.apply(mlp.fc1(x), p), mlp.fc2
+    out = F.linear(h, fc2.weight)
+    return out if fc2.bias is None else out + (p * fc2.bias).to(out.dtype)
+
+
 def make_mlp(spec: ModelSpec, ffn: int) -> nn.Module:
     from fitplan.validate.reference_model import GeluMlp, SwiGluMlp
 
@@ -129,19 +179,21 @@ class MoeMlp(nn.Module):
             restore = torch.argsort(order)               # grouped position of each (token, slot)
             counts = torch.bincount(flat, minlength=self.num_experts).tolist()
         xp = x2.index_select(0, token)                                       # (T*k, h), grouped by expert
-        y = self._experts(xp, counts).index_select(0, restore)               # back to (token, slot) order
-        out = (y.view(-1, self.k, shape[-1]) * top_p.unsqueeze(-1)).sum(1).to(x.dtype)   # combine in fp32
+        pp = top_p.reshape(-1).index_select(0, order).unsqueeze(-1)          # (T*k, 1) fp32, the same order
+        y = self._experts(xp, pp, counts).index_select(0, restore)           # back to (token, slot) order
+        out = y.view(-1, self.k, shape[-1]).sum(1, dtype=torch.float32).to(x.dtype)   # combine in fp32
         if self.shared is not None:
             out = out + self.shared(x2)
         return AttachAuxLoss.apply(out, z_loss).view(shape)
 
-    def _experts(self, xp, counts: list[int]):
+    def _experts(self, xp, pp, counts: list[int]):
         if self.ep_group is None:
             self.tokens_per_expert = tuple(counts)
-            return torch.cat([expert(part) for expert, part in zip(self.experts, xp.split(counts))])
-        return self._experts_ep(xp, counts)
+            return torch.cat([expert_forward(expert, part, p)
+                              for expert, part, p in zip(self.experts, xp.split(counts), pp.split(counts))])
+        return self._experts_ep(xp, pp, counts)
 
-    def _experts_ep(self, xp, counts: list[int]):
+    def _experts_ep(self, xp, pp, counts: list[int]):
         """Send each copy to its expert's rank, run the local experts, send the outputs back.
         Received rows come by source rank, then local expert; they are regrouped by local
         expert (a stable sort) for the experts and put back before the return trip."""
@@ -155,12 +207,14 @@ class MoeMlp(nn.Module):
         recv_rows = recv.view(ep, local)
         out_splits = recv_rows.sum(1).tolist()
         got = AllToAll.apply(xp, out_splits, in_splits, self.ep_group)
+        got_p = AllToAll.apply(pp, out_splits, in_splits, self.ep_group)
         with torch.no_grad():
             expert_of_row = torch.repeat_interleave(torch.arange(local).repeat(ep), recv.flatten())
             regroup = torch.argsort(expert_of_row, stable=True)
             restore = torch.argsort(regroup)
         per_expert = recv_rows.sum(0).tolist()
         self.tokens_per_expert = tuple(per_expert)
-        grouped = got.index_select(0, regroup)
-        y = torch.cat([expert(part) for expert, part in zip(self.experts, grouped.split(per_expert))])
+        grouped, grouped_p = got.index_select(0, regroup), got_p.index_select(0, regroup)
+        y = torch.cat([expert_forward(expert, part, p) for expert, part, p in
+                       zip(self.experts, grouped.split(per_expert), grouped_p.split(per_expert))])
         return AllToAll.apply(y.index_select(0, restore), in_splits, out_splits, self.ep_group)
