@@ -115,7 +115,7 @@ def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed:
             work[0] += space_size(n, space)
             if work[0] > WORK_CANDIDATES:
                 return False
-            seen[n] = search(s, space, top=1).feasible
+            seen[n] = bool(search(s, space, top=1, explain=False).suggestions)   # one exact fit confirms
         return seen[n]
 
     start = max(start, 1)

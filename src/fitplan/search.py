@@ -256,10 +256,12 @@ ALTERNATIVES = 4
 
 
 def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "disturbance",
-           recommend: bool = False) -> SearchResult:
+           recommend: bool = False, explain: bool = True) -> SearchResult:
     """rank: 'disturbance' (RANK_ORDER), 'throughput' (THROUGHPUT_ORDER) or 'cost' (COST_ORDER;
     needs the cluster's gpu_hour_price) orders the suggestions. recommend: also pick the minimum
-    viable layout (RANK_ORDER) and the recommended one (RECOMMEND_ORDER), whatever the rank."""
+    viable layout (RANK_ORDER) and the recommended one (RECOMMEND_ORDER), whatever the rank.
+    explain=False answers only whether something fits: the first `top` exact fits and no
+    least-loaded explanation (for scans over GPU counts)."""
     from fitplan.timing.compute import peak_flops_per_s
     from fitplan.timing.step import step_time
     from fitplan.timing.to_train import gpu_hours_to_train
@@ -349,7 +351,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         else:
             order = by_time if rank == "throughput" else by_disturbance
             lead = (lambda pos: f"step ~{step_s[pos]:.4g} s") if rank == "throughput" else None
-        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH), space, lead)
+        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH) if explain else top, space, lead)
         if recommend:
             picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
             safe = _take(exact, by_time[with_margin[by_time]], ALTERNATIVES + 1, space,
@@ -370,7 +372,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     return SearchResult(num_gpus=num_gpus, space=space, considered=considered,
                         rejected_by_reason=dict(sorted(rejected.items())),
                         fit=fit, suggestions=tuple(ranked[:top]), ranked=tuple(ranked),
-                        least_loaded=None if closest is None else evaluate(setup, closest[1]),
+                        least_loaded=None if closest is None or not explain else evaluate(setup, closest[1]),
                         rank_order={"throughput": THROUGHPUT_ORDER, "cost": COST_ORDER}.get(rank, RANK_ORDER), **picks)
 
 
