@@ -147,7 +147,14 @@ def run_request(args, out, err) -> int:
 
 def _check_writable(path: str, flag: str) -> None:
     """A destination that cannot be written is bad input, found before any work is done."""
-    p = Path(path)
+    try:
+        _check_destination(Path(path), path, flag)
+    except OSError as error:   # e.g. a name longer than the file system allows
+        raise SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); "
+                        f"pick another path") from None
+
+
+def _check_destination(p: Path, path: str, flag: str) -> None:
     if p.is_dir():
         raise SpecError(f"{flag} {path}: that is a folder; name a file in it")
     if not p.parent.is_dir():

@@ -175,3 +175,14 @@ def test_gpu_spec_loads_a_gpu_table_that_flags_still_override(tmp_path):
     assert from_file == pytest.approx(step("--gemm-efficiency", "0.4", "--gemm-efficiency-fp8", "0.641"), rel=1e-12)
     assert from_file > preset
     assert step("--gpu-spec", str(path), "--gemm-efficiency", "0.799") == pytest.approx(preset, rel=1e-12)
+
+
+@pytest.mark.parametrize("flags", [["--hf-config", "x" * 3000], ["--preset", "gpt3-175b", "--plot", "x" * 3000 + ".png"],
+                                   ["--preset", "gpt3-175b", "--plot-timeline", "x" * 3000 + ".png"]],
+                         ids=["hf-config", "plot", "plot-timeline"])
+def test_a_path_longer_than_the_file_system_allows_is_bad_input(flags):
+    """A 3,000-character name is over Linux's 255-byte NAME_MAX: the OS says ENAMETOOLONG, and that
+    is a one-line error naming the flag's path with exit 2, not an internal error (bench/fuzz.py found it)."""
+    code, out, err = run(["plan", *flags, "--gpus", "8"])
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "File name too long" in err and "internal error" not in err

@@ -203,6 +203,13 @@ def _named(where: str, err: SpecError) -> SpecError:
 
 
 def _config_file(path: Path) -> Path:
+    try:
+        return _find_config(path)
+    except OSError as err:   # e.g. a name longer than the file system allows
+        raise SpecError(f"{path}: cannot read it ({err.strerror or type(err).__name__}); check the path") from None
+
+
+def _find_config(path: Path) -> Path:
     if path.is_dir():
         file = path / "config.json"
         if not file.is_file():
