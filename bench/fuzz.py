@@ -42,7 +42,7 @@ def main() -> None:
             outcome, detail = F.run_cli(argv, folder)
             cli[outcome] += 1
             if outcome not in F.GOOD:
-                found.append(("cli", outcome, detail))
+                found.append(("cli", outcome, f"{detail}\n    argv: {argv}"))
 
         cli_case()
         cli_s = time.perf_counter() - t0
@@ -55,7 +55,7 @@ def main() -> None:
         outcome, detail = F.run_api(*case)
         api[outcome] += 1
         if outcome not in F.GOOD:
-            found.append(("api", outcome, detail))
+            found.append(("api", outcome, f"{detail}\n    request: {case}"))
 
     api_case()
     api_s = time.perf_counter() - t0

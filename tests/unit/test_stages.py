@@ -272,3 +272,21 @@ def test_candidate_ranks_hold_the_busiest_for_every_small_layout(dense):
                     assert float(busiest_total(setup, grid)[0]) == pytest.approx(exact, rel=1e-12), (p, v, sched)
                     checked += 1
     assert checked > 50
+
+
+def test_a_stage_without_layers_is_timed():
+    """--first-stage-layers 0 leaves stage 0 the embedding alone: 61 layers and the head's unit,
+    62, over three stages are 21, 21, 20, and the head's stage drops its unit: (0, 21, 21, 19);
+    the last stage's micro-batch also crosses the preset's MTP block (depth 1, DeepSeek-V3
+    Sec. 2.2), so the per-stage table counts 20 there. The table times every rank; with MoE layers a stage's average layer mixes the
+    dense and MoE rates over its layer count, which was 0/0 on stage 0 (bench/fuzz.py found the
+    ZeroDivisionError). Stage 0's micro-batch is the embedding lookup only: under a tenth of a
+    21-layer stage's, and it does not pace the step."""
+    from fitplan.timing.step import per_layer
+    setup = _setup("deepseek-v3", 64)
+    config = ParallelConfig(pp=4, dp=16, first_stage_layers=0)
+    assert ST.split(61, 4, 1, 0, None) == (0, 21, 21, 19)
+    rows = per_layer(setup, config)
+    assert [r.layers for r in rows] == [0, 21, 21, 19 + 1]
+    assert 0 <= rows[0].microbatch_forward_s < rows[1].microbatch_forward_s / 10
+    assert not rows[0].paces and any(r.paces for r in rows[1:])

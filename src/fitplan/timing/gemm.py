@@ -26,7 +26,7 @@ V vocabulary.
 """
 from dataclasses import dataclass
 
-from fitplan.arith import maximum
+from fitplan.arith import maximum, select
 from fitplan.explain import RATIO, SECONDS, formula
 from fitplan.sources import Cite
 
@@ -243,10 +243,12 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = ""):
 
 
 def _mix(n_dense, L, dense, moe):
-    """The stage's average over its n_dense dense and L - n_dense MoE layers."""
+    """The stage's average over its n_dense dense and L - n_dense MoE layers; a stage without
+    layers (--first-stage-layers 0: the embedding alone) takes the MoE layer's, which its zero
+    layers multiply away."""
     if n_dense is None:
         return dense
-    return (n_dense * dense + (L - n_dense) * moe) / maximum(L, 1)
+    return select(L > 0, (n_dense * dense + (L - n_dense) * moe) / maximum(L, 1), moe)
 
 
 def layer_rates(ev, setup, c, *, L, n_dense, m) -> LayerRates:
