@@ -40,6 +40,7 @@ UNIT_STRINGS = ["80 GiB", "80 GIB", "-1 GiB", "1e400 GB", "1e9999999999999999999
                 "NaN GiB", "∞ GiB", "1e-9 B", "450 GB/s", "1 B/s", "1e-300 GB/s", "400 Gb/s", "3 us", "5 s",
                 "1e-999999 ms", "80", "", "x" * 3000]
 HOSTILE_TEXT = ["a\nb", "\x1b[31m", "$(touch PWNED)", '"; touch PWNED; "', "é" * 50, "x" * 3000, " ", "--gpus"]
+OUTPUT_FLAGS = ("--plot", "--plot-timeline", "--output")   # the flags that name a file fitplan writes
 
 
 def _paths(folder: Path) -> list[str]:
@@ -82,7 +83,7 @@ def _value(draw, flag: str, kind: str, choices: tuple, folder: Path) -> str:
         return str(draw(st.sampled_from(choices)))
     if kind == "int" or kind == "float" or flag in ("--gpus",):
         return draw(st.sampled_from(NUMBERS))
-    if flag in ("--spec", "--hf-config", "--plot", "--output"):
+    if flag in ("--spec", "--hf-config") + OUTPUT_FLAGS:
         return draw(st.sampled_from(_paths(folder)))
     if flag in ("--preset", "--gpu", "--precision"):
         return draw(st.sampled_from(PRESETS))
@@ -104,7 +105,7 @@ def cli_cases(draw, folder: Path):
             argv += ["--values", draw(st.sampled_from(["1,2", "8", "4,16"]))]
     for flag, kind, choices, takes in draw(st.lists(st.sampled_from(grammar), max_size=6,
                                                      unique_by=lambda g: g[0])):
-        if flag in ("--plot",) and draw(st.integers(0, 5)):
+        if flag in ("--plot", "--plot-timeline") and draw(st.integers(0, 5)):
             continue             # drawing PNGs is slow; a few cases keep it
         argv += [flag, _value(draw, flag, kind, choices, folder)] if takes else [flag]
     if draw(st.integers(0, 20)) == 0:
@@ -162,7 +163,7 @@ def run_cli(argv: list[str], folder: Path) -> tuple[str, str]:
         return "hang", repr(argv)[:300]
     except BaseException as error:  # noqa: BLE001 - an escaped exception is the finding
         return "traceback", f"{type(error).__name__}: {error}"[:300]
-    requested = {Path(argv[i + 1]).name for i, a in enumerate(argv[:-1]) if a in ("--plot", "--output")}
+    requested = {Path(argv[i + 1]).name for i, a in enumerate(argv[:-1]) if a in OUTPUT_FLAGS}
     stray = set(os.listdir(folder)) - before - requested
     for name in set(os.listdir(folder)) - before:
         p = folder / name
