@@ -129,6 +129,18 @@ def test_moe_output_is_the_weighted_sum_of_its_experts():
     torch.testing.assert_close(moe(x), want)
 
 
+def test_weighted_activations_have_the_gradients_of_their_formulas():
+    """WeightedSwiGLU (p*silu(gate)*up) and WeightedGelu (p*gelu(x)) keep only their inputs and
+    the probability, and write their own backward; torch.autograd.gradcheck compares it with
+    finite differences in float64 (its default tolerances: atol 1e-5, rtol 1e-3)."""
+    from fitplan.validate.reference_moe import WeightedGelu, WeightedSwiGLU
+    torch.manual_seed(0)
+    gate, up, x = (torch.randn(6, 5, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    p = torch.rand(6, 1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(WeightedSwiGLU.apply, (gate, up, p))
+    assert torch.autograd.gradcheck(WeightedGelu.apply, (x, p))
+
+
 @pytest.mark.parametrize("recompute", MOE_RECOMPUTE, ids=lambda r: r.value)  # the modes its MoE layers represent
 def test_flops_exact(recompute):
     kw = dict(seq_len=32, micro_batch=1, recompute=recompute)

@@ -103,16 +103,18 @@ class WeightedSwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, p):
         ctx.save_for_backward(gate, up, p)
-        return (F.silu(gate) * up * p).to(gate.dtype)
+        wide = torch.promote_types(gate.dtype, torch.float32)
+        return (F.silu(gate.to(wide)) * up.to(wide) * p).to(gate.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         gate, up, p = ctx.saved_tensors
-        sig = torch.sigmoid(gate.float())
-        silu = gate.float() * sig
-        g = grad.float()
-        d_gate = g * p * up.float() * (sig * (1 + gate.float() * (1 - sig)))
-        return d_gate.to(gate.dtype), (g * p * silu).to(up.dtype), (g * silu * up.float()).sum(-1, keepdim=True)
+        wide = torch.promote_types(gate.dtype, torch.float32)     # fp32 math, float64 kept for gradcheck
+        gate_f, up_f, g = gate.to(wide), up.to(wide), grad.to(wide)
+        sig = torch.sigmoid(gate_f)
+        silu = gate_f * sig
+        d_gate = g * p * up_f * (sig * (1 + gate_f * (1 - sig)))
+        return d_gate.to(gate.dtype), (g * p * silu).to(up.dtype), (g * silu * up_f).sum(-1, keepdim=True)
 
 
 class WeightedGelu(torch.autograd.Function):
@@ -121,14 +123,16 @@ class WeightedGelu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
         ctx.save_for_backward(x, p)
-        return (F.gelu(x.float()) * p).to(x.dtype)
+        return (F.gelu(x.to(torch.promote_types(x.dtype, torch.float32))) * p).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, p = ctx.saved_tensors
-        g = grad.float()
-        d_x = torch.ops.aten.gelu_backward(g * p, x.float())
-        return d_x.to(x.dtype), (g * F.gelu(x.float())).sum(-1, keepdim=True)
+        wide = torch.promote_types(x.dtype, torch.float32)        # fp32 math, float64 kept for gradcheck
+        g, xf = grad.to(wide), x.to(wide)
+        cdf = 0.5 * (1 + torch.erf(xf * 0.5 ** 0.5))                 # gelu(x) = x*Phi(x)
+        d_gelu = cdf + xf * torch.exp(-0.5 * xf * xf) * (2 * torch.pi) ** -0.5   # Phi(x) + x*phi(x)
+        return (g * p * d_gelu).to(x.dtype), (g * xf * cdf).sum(-1, keepdim=True)
 
 
 def expert_forward(mlp: nn.Module, x, p):
