@@ -150,8 +150,7 @@ def _check_writable(path: str, flag: str) -> None:
     try:
         _check_destination(Path(path), path, flag)
     except OSError as error:   # e.g. a name longer than the file system allows
-        raise SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); "
-                        f"pick another path") from None
+        raise _unwritable(path, flag, error) from None
 
 
 def _check_destination(p: Path, path: str, flag: str) -> None:
@@ -169,8 +168,11 @@ def _write_file(path: str, flag: str, write) -> None:
     try:
         write()
     except OSError as error:
-        raise SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); "
-                        f"pick another path") from None
+        raise _unwritable(path, flag, error) from None
+
+
+def _unwritable(path: str, flag: str, error: OSError) -> SpecError:
+    return SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); pick another path")
 
 
 def _plot(path: str, reply) -> None:

@@ -65,9 +65,16 @@ class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         gate, up = ctx.saved_tensors
-        sig = torch.sigmoid(gate)
-        silu = gate * sig
-        return grad * up * (sig * (1 + gate * (1 - sig))), grad * silu
+        d_gate, d_up, _ = swiglu_backward(gate, up, grad)
+        return d_gate, d_up
+
+
+def swiglu_backward(gate, up, grad):
+    """The gradients of silu(gate) * up with respect to gate and up, given the output's, and
+    silu(gate): silu' = sig*(1 + gate*(1 - sig))."""
+    sig = torch.sigmoid(gate)
+    silu = gate * sig
+    return grad * up * (sig * (1 + gate * (1 - sig))), grad * silu, silu
 
 
 class RMSNormFunction(torch.autograd.Function):

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fitplan.specs.model import Mlp, ModelSpec
+from fitplan.validate.reference_model import GeluMlp, SwiGluMlp, swiglu_backward
 
 ROUTER_Z_LOSS = 1e-3   # ST-MoE's coefficient (Zoph et al. 2022, Sec. 3.1)
 
@@ -96,6 +97,11 @@ class AllToAll(torch.autograd.Function):
         return AllToAll.apply(grad, out_splits, in_splits, ctx.group), None, None, None
 
 
+def _wide(t):
+    """t in fp32 for the weighted activations' math (float64 stays float64, for gradcheck)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class WeightedSwiGLU(torch.autograd.Function):
     """p * silu(gate) * up, keeping gate, up and p (Megatron-LM WeightedSwiGLUFunction):
     p is each routed copy's fp32 probability, (copies, 1)."""
@@ -103,18 +109,14 @@ class WeightedSwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, p):
         ctx.save_for_backward(gate, up, p)
-        wide = torch.promote_types(gate.dtype, torch.float32)
-        return (F.silu(gate.to(wide)) * up.to(wide) * p).to(gate.dtype)
+        return (F.silu(_wide(gate)) * _wide(up) * p).to(gate.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         gate, up, p = ctx.saved_tensors
-        wide = torch.promote_types(gate.dtype, torch.float32)     # fp32 math, float64 kept for gradcheck
-        gate_f, up_f, g = gate.to(wide), up.to(wide), grad.to(wide)
-        sig = torch.sigmoid(gate_f)
-        silu = gate_f * sig
-        d_gate = g * p * up_f * (sig * (1 + gate_f * (1 - sig)))
-        return d_gate.to(gate.dtype), (g * p * silu).to(up.dtype), (g * silu * up_f).sum(-1, keepdim=True)
+        g, up_f = _wide(grad), _wide(up)
+        d_gate, d_up, silu = swiglu_backward(_wide(gate), up_f, g * p)
+        return d_gate.to(gate.dtype), d_up.to(up.dtype), (g * silu * up_f).sum(-1, keepdim=True)
 
 
 class WeightedGelu(torch.autograd.Function):
@@ -123,13 +125,12 @@ class WeightedGelu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
         ctx.save_for_backward(x, p)
-        return (F.gelu(x.to(torch.promote_types(x.dtype, torch.float32))) * p).to(x.dtype)
+        return (F.gelu(_wide(x)) * p).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, p = ctx.saved_tensors
-        wide = torch.promote_types(x.dtype, torch.float32)        # fp32 math, float64 kept for gradcheck
-        g, xf = grad.to(wide), x.to(wide)
+        g, xf = _wide(grad), _wide(x)
         cdf = 0.5 * (1 + torch.erf(xf * 0.5 ** 0.5))                 # gelu(x) = x*Phi(x)
         d_gelu = cdf + xf * torch.exp(-0.5 * xf * xf) * (2 * torch.pi) ** -0.5   # Phi(x) + x*phi(x)
         return (g * p * d_gelu).to(x.dtype), (g * xf * cdf).sum(-1, keepdim=True)
@@ -147,8 +148,6 @@ def expert_forward(mlp: nn.Module, x, p):
 
 
 def make_mlp(spec: ModelSpec, ffn: int) -> nn.Module:
-    from fitplan.validate.reference_model import GeluMlp, SwiGluMlp
-
     return SwiGluMlp(spec, ffn) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec, ffn)
 
 
