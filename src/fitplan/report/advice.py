@@ -1,6 +1,6 @@
 """The recommendation's justification and the time columns, from the core's numbers.
 
-Everything here is wording over fitplan.timing.step.evaluate_step and the memory
+Everything here is wording over fitplan.timing.breakdown.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, risk
@@ -12,7 +12,7 @@ from fitplan.units import fmt_gb, fmt_gib
 def steps(setup, suggestions):
     """evaluate_step for each suggestion (or breakdown), or None when the GPU cannot run the
     recipe's precision."""
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     try:
         return [evaluate_step(setup, s.config) for s in suggestions]
     except SpecError:
@@ -24,7 +24,7 @@ def legal_step(setup, config):
     layouts), or None where a rule the time model relies on is broken (a global batch that
     dp x micro-batch does not divide) or the GPU cannot run the recipe's precision."""
     from fitplan.specs import compat
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     if compat.check(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=True):
         return None
     try:

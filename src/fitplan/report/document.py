@@ -249,7 +249,7 @@ def step_times(setup, items, draw) -> tuple[list | None, list]:
     if step_list is not None:
         return step_list, draw(step_list)
     from fitplan.errors import SpecError, one_line
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     try:
         evaluate_step(setup, items[0].config)
         why = "the time model declined this configuration"
@@ -308,7 +308,7 @@ def per_layer_rows(setup, config):
     """The per-layer table's header and rows, equal neighbouring stages folded (0-6), or None
     when the GPU cannot run the recipe's precision."""
     from fitplan.errors import SpecError
-    from fitplan.timing.step import per_layer
+    from fitplan.timing.breakdown import per_layer
     try:
         stages = per_layer(setup, config)
     except SpecError:

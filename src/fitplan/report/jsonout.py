@@ -144,8 +144,8 @@ def breakdown(setup, b) -> str:
 
 def per_layer_dict(setup, config) -> dict:
     """`time.per_layer`: every pipeline stage's average layer, one micro-batch, in seconds
-    (fitplan.timing.step.per_layer; docs/formulas.md#per-layer)."""
-    from fitplan.timing.step import PER_LAYER_AXES, per_layer
+    (fitplan.timing.breakdown.per_layer; docs/formulas.md#per-layer)."""
+    from fitplan.timing.breakdown import PER_LAYER_AXES, per_layer
     return {"stages": [{
         "stage": st.stage, "layers": st.layers, "dense_layers": st.dense_layers, "paces": st.paces,
         "forward_s": st.forward_s, "backward_s": st.backward_s, "recompute_s": st.recompute_s,

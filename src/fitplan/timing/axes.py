@@ -1,0 +1,112 @@
+"""Tensor, context and pipeline parallel traffic, and where each axis's group sits.
+
+Each axis's traffic per step on the busiest GPU: the wire bytes, the seconds it keeps its link
+busy, and the part left on the critical path after what overlaps (fitplan.timing.traffic). Groups
+are placed on the rank grid (tp innermost, then cp, pp, dp; fitplan.timing.comm.rank_strides).
+"""
+from dataclasses import dataclass
+
+from fitplan.arith import maximum, select
+from fitplan.memory.breakdown import Setup, Shapes
+from fitplan.specs.parallel import Recompute
+from fitplan.timing import comm as CM
+from fitplan.timing import compute as C
+from fitplan.timing import traffic as T
+from fitplan.timing.passes import LayerTimes
+
+@dataclass(frozen=True, slots=True)
+class AxisTime:
+    """One parallel axis's traffic on the busiest GPU per step: the wire bytes it sends, the
+    seconds of it left on the critical path, whether its group stays inside a node, and the
+    seconds it keeps its link busy (exposed or hidden); and the same two times for one layer and
+    one micro-batch (the per-layer breakdown; pp: one micro-batch's sends, dp without ZeRO-3:
+    the step's reductions spread over the stage's layers and micro-batches). Scalars for one configuration, arrays over the
+    search's candidates."""
+    bytes: object
+    exposed_s: object
+    intra: object
+    busy_s: object = 0
+    layer_busy_s: object = 0
+    layer_exposed_s: object = 0
+    nodes: object = 1
+
+
+
+def placement(ev, setup: Setup, c) -> dict:
+    """Each axis's group: (inside one node, nodes it spans); rank order tp-cp-pp-dp, a node
+    being the NVLink domain."""
+    strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, pp=c.pp), setup.cluster.gpus_per_node
+    out = {}
+    for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp)):
+        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=strides[axis], n=n, G=G)
+        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=strides[axis], n=n, G=G, intra=intra))
+    cp_intra, k_cp = out["cp"]
+
+    def dp_group(d, tag):
+        dp_intra = ev(CM.group_is_intra_node, key=f"link/{tag}dp_intra", stride=strides["dp"], n=d, G=G)
+        intra = ev(CM.dp_cp_group_is_intra_node, key=f"link/{tag}group_intra", cp_intra=cp_intra, dp_intra=dp_intra)
+        k_dp = ev(CM.group_nodes, key=f"link/{tag}dp_nodes", stride=strides["dp"], n=d, G=G, intra=dp_intra)
+        return intra, ev(CM.dp_cp_group_nodes, key=f"link/{tag}group_nodes", k_dp=k_dp, k_cp=k_cp, dp=d,
+                         cp_intra=cp_intra)
+    out["dp"] = dp_group(c.dp, "")
+    if c.shard_degree is not None:   # a shard group: all cp ranks and shard/cp of the dp ranks
+        out["dp_shard"] = dp_group(maximum(c.shard_degree // c.cp, 1), "shard_")
+    return out   # the ep group's: ep_time
+
+
+def collective(ev, key, setup, *, count, kind, n, nodes, S):
+    return ev(CM.collective_s, key=key, count=count, kind=kind, n=n, k=nodes, S=S, **CM.tiers(setup.cluster.gpu))
+
+
+def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes) -> AxisTime:
+    """Tensor parallel: per layer two exchanges forward (attention, MLP), two backward, two more
+    under full recompute; each an all-reduce, or under sequence parallel a reduce-scatter and an
+    all-gather. --tp-comm-overlap hides each behind its block's linear GEMMs."""
+    intra, nodes = place["tp"]
+    S_tp = ev(T.tp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, c=c.cp)
+    n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=c.sequence_parallel)
+    if c.sequence_parallel:
+        a = (collective(ev, "comm/tp_exchange_rs_s", setup, count=1, kind="reduce_scatter", n=c.tp, nodes=nodes,
+                         S=S_tp)
+             + collective(ev, "comm/tp_exchange_ag_s", setup, count=1, kind="all_gather", n=c.tp, nodes=nodes,
+                           S=S_tp))
+    else:
+        a = collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes, S=S_tp)
+    full = 1 if c.recompute == Recompute.FULL else 0
+    per_layer = (4 + 2 * full) * a
+    layer_exposed = ev(T.tp_layer_exposed_s, a=a, W_attn=lay.attn_linear, W_mlp=lay.mlp_linear, full=full,
+                       overlap=bool(c.tp_comm_overlap and c.sequence_parallel))
+    wire = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce")
+    return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=m * L * layer_exposed, T_window=0, T_tail=0),
+                    intra, m * L * per_layer, per_layer, layer_exposed, nodes)
+
+
+
+def cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff) -> AxisTime:
+    """Context parallel: ring exchange of K/V, hidden behind the attention core it feeds
+    (--cp-comm-overlap, on by default)."""
+    intra, nodes = place["cp"]
+    passes = ev(T.attention_core_passes, recompute=c.recompute)
+    S_cp = ev(T.cp_message_bytes, b=c.micro_batch, s=sh.s, kv=sh.kv, e=sh.e, t=c.tp, c=c.cp)
+    n_cp = ev(T.cp_ring_steps, m=m, L=L, c=c.cp, passes=passes)
+    secs = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.p2p_wire_bytes, key="comm/cp_bytes", count=n_cp, S=S_cp)
+    window_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=F_core)
+    window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
+                F=ev(C.per_gpu_flops, key="flops/cp_window_per_gpu", F=window_flops, t=c.tp, c=c.cp))
+    if not c.cp_comm_overlap:
+        window = 0 * window
+    exposed = ev(T.exposed_s, key="time/cp_exposed", T_comm=secs, T_window=window, T_tail=0)
+    per = maximum(m * L, 1)
+    return AxisTime(wire, exposed, intra, secs, secs / per, exposed / per, nodes)
+
+
+def pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
+    """Pipeline parallel: activation and gradient sends between stages, exposed."""
+    S_pp = ev(T.pp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, t=c.tp, c=c.cp)
+    n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
+    secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **CM.link_inputs(intra, setup.cluster.gpu))
+    wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
+    per_mb = secs / maximum(m, 1)
+    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs,
+                    per_mb, per_mb, select(intra, 1, 2))
