@@ -204,6 +204,15 @@ HOST_LINKS = {
     "gb200": (225e9, "host link NVLink-C2C: 900 GB/s both directions between the Grace CPU and its two Blackwell "
                      "GPUs, read as 225 GB/s per GPU each way (an even split; no per-GPU figure is published)"),
 }
-_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}")
+# The die's generation, which picks its end-to-end clock constant (fitplan.timing.calibration): the exercise's
+# part is taken as b200's die, the export parts (A800, H800, H20) as their parents'
+ARCHITECTURES = {
+    "gpu-192gib": "blackwell", "a100-40gb": "ampere", "a100-80gb": "ampere", "a800": "ampere",
+    "h100-80gb": "hopper", "h200-141gb": "hopper", "h800": "hopper", "h20": "hopper", "h100-pcie": "hopper",
+    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "mi300x": "cdna3", "mi325x": "cdna3",
+    "mi355x": "cdna4",
+}
+_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
+                      architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
               for g in _GPUS)
 GPUS = {g.name: g for g in _GPUS}

@@ -272,7 +272,7 @@ def _step_blocks(st) -> list:
     names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
     secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
     parts = tuple((names.get(k, label(k)), secs(v), f"{v / st.step_time_s:.1%}") for k, v in st.parts.items()
-                  if shown[k])
+                  if shown.get(k, bool(v)))
     return [summary, Lines((overlap_line(st.config),)),
             Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
                   align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "

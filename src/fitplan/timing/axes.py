@@ -54,11 +54,23 @@ def placement(ev, setup: Setup, c) -> dict:
     return out   # the ep group's: ep_time
 
 
-def collective(ev, key, setup, *, count, kind, n, nodes, S):
-    return ev(CM.collective_s, key=key, count=count, kind=kind, n=n, k=nodes, S=S, **CM.tiers(setup.cluster.gpu))
+def collective(ev, key, setup, *, count, kind, n, nodes, S, e2e, bandwidth=1.0):
+    """count collectives as NCCL runs them, each with the framework's own overhead (e2e.collective_overhead_s), at
+    e2e.comm_efficiency of the links' modelled rate (times `bandwidth`: the MoE all-to-alls' own fraction)."""
+    tiers = CM.tiers(setup.cluster.gpu)
+    f = e2e.comm_efficiency * bandwidth
+    tiers = dict(tiers, B_in=tiers["B_in"] * f, B_net=tiers["B_net"] * f)
+    return ev(CM.collective_s, key=key, count=count, kind=kind, n=n, k=nodes, S=S, a_fw=e2e.collective_overhead_s,
+              **tiers)
 
 
-def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes) -> AxisTime:
+def sends(intra, setup, e2e) -> dict:
+    """B and alpha of the tier a point-to-point send crosses, at e2e.comm_efficiency of the modelled rate."""
+    link = CM.link_inputs(intra, setup.cluster.gpu)
+    return dict(link, B=link["B"] * e2e.comm_efficiency)
+
+
+def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes, e2e) -> AxisTime:
     """Tensor parallel: per layer two exchanges forward (attention, MLP), two backward, two more
     under full recompute; each an all-reduce, or under sequence parallel a reduce-scatter and an
     all-gather. --tp-comm-overlap hides each behind its block's linear GEMMs."""
@@ -67,11 +79,11 @@ def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes) ->
     n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=c.sequence_parallel)
     if c.sequence_parallel:
         a = (collective(ev, "comm/tp_exchange_rs_s", setup, count=1, kind="reduce_scatter", n=c.tp, nodes=nodes,
-                         S=S_tp)
+                         S=S_tp, e2e=e2e)
              + collective(ev, "comm/tp_exchange_ag_s", setup, count=1, kind="all_gather", n=c.tp, nodes=nodes,
-                           S=S_tp))
+                           S=S_tp, e2e=e2e))
     else:
-        a = collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes, S=S_tp)
+        a = collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes, S=S_tp, e2e=e2e)
     full = 1 if c.recompute == Recompute.FULL else 0
     per_layer = (4 + 2 * full) * a
     layer_exposed = ev(T.tp_layer_exposed_s, a=a, W_attn=lay.attn_linear, W_mlp=lay.mlp_linear, full=full,
@@ -82,14 +94,14 @@ def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes) ->
 
 
 
-def cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff) -> AxisTime:
+def cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff, e2e) -> AxisTime:
     """Context parallel: ring exchange of K/V, hidden behind the attention core it feeds
     (--cp-comm-overlap, on by default)."""
     intra, nodes = place["cp"]
     passes = ev(T.attention_core_passes, recompute=c.recompute)
     S_cp = ev(T.cp_message_bytes, b=c.micro_batch, s=sh.s, kv=sh.kv, e=sh.e, t=c.tp, c=c.cp)
     n_cp = ev(T.cp_ring_steps, m=m, L=L, c=c.cp, passes=passes)
-    secs = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **CM.link_inputs(intra, setup.cluster.gpu))
+    secs = ev(CM.p2p_s, key="comm/cp_s", count=n_cp, S=S_cp, **sends(intra, setup, e2e))
     wire = ev(CM.p2p_wire_bytes, key="comm/cp_bytes", count=n_cp, S=S_cp)
     window_flops = ev(T.cp_window_flops, m=m, L=L, passes=passes, F_core=F_core)
     window = ev(C.compute_s, key="time/cp_window", peak=peak, eff=eff,
@@ -101,11 +113,11 @@ def cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff) 
     return AxisTime(wire, exposed, intra, secs, secs / per, exposed / per, nodes)
 
 
-def pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra) -> AxisTime:
+def pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra, e2e) -> AxisTime:
     """Pipeline parallel: activation and gradient sends between stages, exposed."""
     S_pp = ev(T.pp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, t=c.tp, c=c.cp)
     n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
-    secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **CM.link_inputs(intra, setup.cluster.gpu))
+    secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **sends(intra, setup, e2e))
     wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
     per_mb = secs / maximum(m, 1)
     return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs,

@@ -140,11 +140,13 @@ def nccl_choice(*, kind, n, k, S, B_in, a_in, B_net, a_net) -> tuple:
     return algo, proto
 
 
-def _collective_text(*, kind, **_):
+def _collective_text(*, kind, a_fw=0, **_):
+    fw = " + a_fw" if a_fw is not None and not (isinstance(a_fw, (int, float)) and a_fw == 0) else ""
     if kind == "all_to_all":
-        return "count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net)), r = n/k  (all-to-all, every peer at once)"
+        return (f"count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net){fw}), r = n/k  (all-to-all, every peer at "
+                f"once)")
     algos = "ring, tree" if kind == "all_reduce" else "ring"
-    return (f"count*min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth), n ranks over k "
+    return (f"count*(min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth){fw}), n ranks over k "
             f"nodes  ({kind.replace('_', '-')}; formulas.md#collectives)")
 
 
@@ -152,8 +154,9 @@ def _collective_text(*, kind, **_):
          ("NCCL picks the algorithm and protocol its cost model says is fastest; NVLink SHARP, CollNet and PAT "
           "are not modelled",
           "B_in, B_net: the links' per-GPU rates times their bus efficiency; one NIC per GPU (rail-optimised)"))
-def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net):
-    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes."""
+def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net, a_fw=0):
+    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes; a_fw: the framework's
+    own time per collective (fitplan.timing.calibration)."""
     r = n / k
     if kind == "all_to_all":
         t = select(k == 1, a_in, a_net) + maximum((r - 1) / n * S / B_in, (n - r) / n * S / B_net)
@@ -161,6 +164,7 @@ def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net):
         t = None
         for _, _, x in algorithm_times(kind=kind, n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net):
             t = x if t is None else minimum(t, x)
+    t = t + a_fw
     return select(n > 1, count * t, 0 * t)
 
 

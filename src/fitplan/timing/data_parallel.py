@@ -15,7 +15,7 @@ from fitplan.timing import traffic as T
 from fitplan.timing.axes import AxisTime, collective
 from fitplan.timing.passes import LayerTimes
 
-def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes):
+def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
     """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
     stage (routed experts over their expert-data-parallel group). Hybrid sharding
     (--shard-degree N): reduce-scatter and gathers within groups of N ranks, and an
@@ -76,21 +76,21 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
             n_rep = n_all // n_dp
             replica = replica + collective(ev, f"comm/dp_{tag}replica_ar_s", setup, count=ceil_div(shard, bucket_bytes),
                                             kind="all_reduce", n=n_rep, nodes=minimum(cross_nodes, n_rep),
-                                            S=shard / maximum(ceil_div(shard, bucket_bytes), 1))
+                                            S=shard / maximum(ceil_div(shard, bucket_bytes), 1), e2e=e2e)
             wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_rep, S=shard,
                              kind="all_reduce")
     og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
     if zero == 3:
-        out = _zero3_time(ev, setup, c, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
+        out = _zero3_time(ev, setup, c, e2e=e2e, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
                           replica=replica, T_b=T_b)
     else:
-        out = _bucketed_time(ev, setup, c, m=m, groups=groups, T_f=T_f, T_b=T_b, og=og, op=op, replica=replica,
+        out = _bucketed_time(ev, setup, c, e2e=e2e, m=m, groups=groups, T_f=T_f, T_b=T_b, og=og, op=op, replica=replica,
                              bucket_bytes=bucket_bytes, zero=zero, layers=held)
     exposed, after, busy, layer_busy, layer_exposed = out
     return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
 
 
-def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
+def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
     """ZeRO-0/1/2: gradient buckets per reduction (once per step, or per micro-batch under
     ZeRO-2), and ZeRO-1/2's weight all-gather after the step."""
     red = ag = 0
@@ -98,12 +98,12 @@ def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket
     for tag, Sg, Sw, n, k in groups:
         nb_g = maximum(ceil_div(Sg, bucket_bytes), 1)
         red = red + collective(ev, f"comm/dp_{tag}grad_reduction_s", setup, count=nb_g,
-                                kind="all_reduce" if zero == 0 else "reduce_scatter", n=n, nodes=k, S=Sg / nb_g)
+                                kind="all_reduce" if zero == 0 else "reduce_scatter", n=n, nodes=k, S=Sg / nb_g, e2e=e2e)
         buckets_g = maximum(buckets_g, nb_g)
         if zero in (1, 2):
             nb_w = maximum(ceil_div(Sw, bucket_bytes), 1)
             ag = ag + collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
-                                  S=Sw / nb_w)
+                                  S=Sw / nb_w, e2e=e2e)
             buckets_w = maximum(buckets_w, nb_w)
     reductions = (m - pipelined(c) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
     per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
@@ -118,16 +118,16 @@ def _bucketed_time(ev, setup, c, *, m, groups, T_f, T_b, og, op, replica, bucket
     return exposed, after, busy, busy / per, (exposed + after) / per
 
 
-def _zero3_time(ev, setup, c, *, m, L, held, groups, lay: LayerTimes, og, op, replica, T_b):
+def _zero3_time(ev, setup, c, *, e2e, m, L, held, groups, lay: LayerTimes, og, op, replica, T_b):
     """ZeRO-3: per layer and micro-batch, one weight all-gather in forward, another in backward
     (unless the weights are kept), one gradient reduce-scatter; prefetched and reduced while the
     neighbouring layer computes."""
     t_ag = t_rs = 0
     for tag, Sg, Sw, n, k in groups:
         t_ag = t_ag + collective(ev, f"comm/dp_{tag}layer_ag_s", setup, count=1, kind="all_gather", n=n, nodes=k,
-                                  S=Sw / held)
+                                  S=Sw / held, e2e=e2e)
         t_rs = t_rs + collective(ev, f"comm/dp_{tag}layer_rs_s", setup, count=1, kind="reduce_scatter", n=n,
-                                  nodes=k, S=Sg / held)
+                                  nodes=k, S=Sg / held, e2e=e2e)
     g = t_ag if c.reshard_after_forward else 0 * t_ag
     fwd = ev(T.layer_pipeline_exposed_s, key="time/dp_forward_exposed", L=L, x=0 * t_ag if op else t_ag,
              h_first=t_ag if op else 0 * t_ag, h_last=0 * t_ag, W=lay.forward)

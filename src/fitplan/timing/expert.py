@@ -43,7 +43,7 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c, k_net=None, e_l=None):
 
 
 
-def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerTimes) -> AxisTime:
+def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerTimes, e2e) -> AxisTime:
     """Expert parallel: all-to-all dispatch and combine per MoE layer, exposed unless overlapped
     (DualPipe, or --overlap-moe-expert-parallel-comm): then each MoE layer's all-to-alls hide
     behind another micro-batch's forward and backward of a layer. A dense model has nothing to
@@ -63,7 +63,8 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
               **extra)
     L_moe = L - n_dense
     n_ep = ev(moe_a2a_count, m=m, L_moe=L_moe, recompute=c.recompute)
-    secs = collective(ev, "comm/ep_s", setup, count=n_ep, kind="all_to_all", n=c.ep, nodes=nodes, S=S_ep)
+    secs = collective(ev, "comm/ep_s", setup, count=n_ep, kind="all_to_all", n=c.ep, nodes=nodes, S=S_ep,
+                      e2e=e2e, bandwidth=e2e.a2a_efficiency)
     wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all")
     per_layer = secs / maximum(m * L_moe, 1)
     overlapped = overlaps_ep_comm(c)

@@ -13,6 +13,7 @@ from fitplan.explain import RAW, SECONDS, formula
 from fitplan.memory.breakdown import Setup, Shapes, stage_at, stage_expert_psi, stage_psi
 from fitplan.sources import Cite
 from fitplan.timing import compute as C
+from fitplan.timing import elementwise as E
 from fitplan.timing import gemm as G
 from fitplan.timing import pipeline as PL
 
@@ -56,7 +57,7 @@ def compute_passes(ev, c, *, m, flops, L, rates: G.LayerRates):
              T_mem=rates.mem_s + rates.cast_forward_s, **kw)
     T_b = ev(pass_s, key="time/backward_microbatch", F_lin=2 * lin + flops["rerun_linear"],
              F_core=2 * core + flops["rerun_core"], F_head=2 * head,
-             T_mem=G.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, **kw)
+             T_mem=E.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, **kw)
     return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
 
@@ -85,7 +86,7 @@ def layer_times(ev, setup: Setup, c, *, L, flops, rates) -> LayerTimes:
                T_core=core_at("time/layer/recompute_core", flops["rerun_core"] / n), T_mem=rates.rerun_mem_s)
     return LayerTimes(forward=ev(layer_pass_s, key="time/layer/forward", T_linear=lin, T_core=core, T_mem=rates.mem_s),
                       backward=ev(layer_pass_s, key="time/layer/backward", T_linear=2 * lin, T_core=2 * core,
-                                  T_mem=rates.mem_s, k=G.BACKWARD_TRAFFIC),
+                                  T_mem=rates.mem_s, k=E.BACKWARD_TRAFFIC),
                       recompute=rerun, attn_linear=lin_at("time/layer/attention_linear", attn),
                       mlp_linear=lin_at("time/layer/mlp_linear", flops["linear"] / n - attn))
 

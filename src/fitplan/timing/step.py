@@ -28,9 +28,11 @@ from fitplan.memory.breakdown import Setup, Shapes, stage_at
 from fitplan.parts import TIME, part_keys
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Schedule
+from fitplan.timing import calibration as CAL
 from fitplan.timing import compute as C
 from fitplan.timing import gemm as G
 from fitplan.timing import offload as OFF
+from fitplan.timing import overheads as OV
 from fitplan.timing import pipeline as PL
 from fitplan.timing.axes import cp_time, placement, pp_time, tp_time
 from fitplan.timing.data_parallel import dp_time
@@ -43,19 +45,19 @@ PARTS = part_keys(TIME)   # the table of parts, fitplan.parts
 AXES = ("tp", "ep", "cp", "pp", "dp")
 
 
-@formula("time/step", "T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_opt + T_offload",
-         Cite("fitplan", "formulas.md#step-time"), SECONDS,
+@formula("time/step", lambda **T: " + ".join(T), Cite("fitplan", "formulas.md#step-time"), SECONDS,
          ("exposed parts add; what overlaps is already subtracted in each part",))
-def step_total_s(*, T_compute, T_tp, T_ep, T_cp, T_pp, T_bubble, T_dp, T_dp_after, T_opt, T_offload=0):
-    return T_compute + T_tp + T_ep + T_cp + T_pp + T_bubble + T_dp + T_dp_after + T_opt + T_offload
+def step_total_s(**T):
+    return sum(T.values())
 
 
-
-def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stage_index=None) -> dict:
+def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stage_index=None, k=None) -> dict:
     """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them.
     c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory).
-    stage_index: time this pipeline rank instead of the one that paces the step."""
+    stage_index: time this pipeline rank instead of the one that paces the step.
+    k: the end-to-end constants (fitplan.timing.calibration.EndToEnd; default: the setup's)."""
     model, gpu = setup.model, setup.cluster.gpu
+    k = CAL.of_setup(setup) if k is None else k
     sh = Shapes.of(setup)
     peak = C.peak_flops_per_s(gpu, setup.training.recipe.compute)
     m = ev(PL.num_microbatches, B=setup.training.global_batch, b=c.micro_batch, d=c.dp, p=c.pp)
@@ -68,26 +70,33 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
                     frac=recomputed_share_of(ev, c, stage.layers))
-    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m)
+    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates)
     place = placement(ev, setup, c)
-    axes = {"tp": tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay)}
-    axes["ep"] = ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay)
+    axes = {"tp": tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay, e2e=k)}
+    axes["ep"] = ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay, e2e=k)
     axes["cp"] = cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
-                          eff=rates.core)
-    axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0])
-    fraction, bubble = bubble_time(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + axes["tp"].exposed_s
-                                 + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
+                         eff=rates.core, e2e=k)
+    axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k)
+    host = ev(OV.host_overhead_s, m=m, L=L, omega=k.layer_overhead_s, recompute=c.recompute)
+    fraction, bubble = bubble_time(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + host + axes["tp"].exposed_s
+                                   + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
     axes["dp"], after_step = dp_time(ev, setup, c, m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
-                                      bucket_bytes=bucket_bytes)
+                                     bucket_bytes=bucket_bytes, e2e=k)
+    hidden = sum(axes[a].busy_s - axes[a].exposed_s for a in ("tp", "ep", "cp", "dp")) - after_step
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
              "time/optimizer": optimizer_time(ev, setup, c, like=compute),
              "time/offload": OFF.offload_s(ev, setup, c, m=m, T_f=T_f, T_b=T_b, stage=stage),
+             "time/overlap_slowdown": ev(OV.overlap_slowdown_s, sigma=k.sm_sharing, hidden=hidden),
+             "time/host_overhead": host,
              **{f"time/{axis}_exposed": axes[axis].exposed_s for axis in AXES}}
+    parts["time/straggler"] = ev(OV.straggler_s, cv=k.straggler_cv,
+                                 factor=ev(OV.straggler_factor, N=c.tp * c.pp * c.dp * c.cp),
+                                 T_rest=sum(v for key, v in parts.items()))
     out = {"pipeline/microbatches": m, "pipeline/bubble_fraction": fraction, "pipeline/slowest_stage": pacing,
-           **{k: parts[k] for k in PARTS}}
+           **{key: parts[key] for key in PARTS}}
     for axis in AXES:
         out[f"comm/{axis}_bytes"] = axes[axis].bytes
         out[f"link/{axis}_intra"] = axes[axis].intra
@@ -97,12 +106,9 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
         out[f"layer/{axis}_exposed_s"] = axes[axis].layer_exposed_s
     out.update({"layer/forward_s": lay.forward, "layer/backward_s": lay.backward, "layer/recompute_s": lay.recompute,
                 "layer/count": L, "time/forward_microbatch": T_f, "time/backward_microbatch": T_b})
-    out["time/step"] = ev(step_total_s, **dict(zip(
-        ("T_compute", "T_tp", "T_ep", "T_cp", "T_pp", "T_bubble", "T_dp", "T_dp_after", "T_opt", "T_offload"),
-        (out[k] for k in PARTS))))
+    out["time/step"] = ev(step_total_s, **{"T_" + key.split("/", 1)[1]: parts[key] for key in PARTS})
     out.update(rates_of_step(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
     return out
-
 
 
 def bubble_time(ev, c, *, m, T_f, T_b, T_busy):
