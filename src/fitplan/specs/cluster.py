@@ -61,6 +61,11 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
+    # the dense fp4 (NVFP4/MXFP4) tensor-core peak: stated by the presets, not yet read by the timing model
+    peak_fp4_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp4-tflops", scale=1e12,
+                                                  group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=9000,
+                                                  omitted="no fp4 tensor cores",
+                                                  help="dense fp4 peak of one GPU in TFLOP/s (B200: 9000)")
     hbm_bytes_per_s: float | None = declared("rate", default=None, key="hbm_bandwidth", flag="--hbm-bandwidth",
                                              group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
                                              hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
@@ -119,8 +124,9 @@ class GpuSpec:
                 or not (0 <= self.efficiency_h0 < 1e7):
             raise SpecError(f"gpu.efficiency_h0 must be a hidden size in [0, 1e7), got {self.efficiency_h0!r}")
         positive_number("gpu", "peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
-        if self.peak_fp8_flops_per_s is not None:
-            positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)
+        for name in ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s"):
+            if getattr(self, name) is not None:
+                positive_number("gpu", name, getattr(self, name))
         if self.hbm_bytes_per_s is not None:
             positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
         if self.power_watts is not None:
