@@ -22,7 +22,8 @@ def test_the_contracted_names_are_presets():
 
 def test_h800():
     g = GPUS["h800"]
-    assert g.memory_bytes == 80 * GiB                  # H100 SXM5 datasheet: 80GB HBM3 (binary, as h100-80gb)
+    assert g.memory_bytes == 81_559 * 2**20            # H100 SXM5's nvidia-smi total (NVIDIA/nccl#1264): the same
+    assert g.memory_bytes == GPUS["h100-80gb"].memory_bytes  # board and HBM3 stacks (issue 25)
     assert g.peak_bf16_flops_per_s == 989e12           # H100 SXM5: 1,979 with sparsity / 2; verl: 989e12
     assert g.peak_fp8_flops_per_s == 1979e12           # H100 SXM5: 3,958 with sparsity / 2
     assert g.hbm_bytes_per_s == 3.35e12                # H100 SXM5: 3.35 TB/s
@@ -127,7 +128,7 @@ SOURCE_TEXT = {
     "h200-141gb": ("H200 SXM datasheet", "141 GB", "H100's compute", "4.8 TB/s"),
     "b200": ("DGX B200 datasheet", "180 GB", "2.25 PFLOP/s", "4.5", "64 TB/s", "8 TB/s"),
     "mi300x": ("MI300X datasheet", "192 GB", "1307.4", "2614.9", "5.3 TB/s", "896 GB/s"),
-    "h800": ("no public NVIDIA datasheet", "80GB", "989 TFLOP/s", "1979", "3.35 TB/s", "400 GB/s",
+    "h800": ("no public NVIDIA datasheet", "80GB", "81,559 MiB", "NVIDIA/nccl#1264", "989 TFLOP/s", "1979", "3.35 TB/s", "400 GB/s",
              "not officially published", "400 Gb/s"),
     "a800": ("no public NVIDIA datasheet", "80GB", "312", "2,039 GB/s", "400 GB/s", "200 Gb/s"),
     "h100-pcie": ("H100 datasheet, PCIe", "80GB", "1,513", "3,026", "756", "2 TB/s", "128 GB/s", "63 GB/s"),

@@ -115,11 +115,12 @@ _GPUS = (
                    "; 750 W peak total board power (OAM)"),
     # Parts that published large runs used (issue 13). Figures no vendor publishes are said so in the source
     # and listed in docs/hardware.md.
-    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4_400, inter_node=IB_NDR,
             source="H800 SXM5: no public NVIDIA datasheet; H100 SXM5's die, so its datasheet figures: 80GB HBM3 at "
-                   "3.35 TB/s, 989 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py), 1979 fp8. "
+                   "3.35 TB/s (the same board and five HBM3 stacks as H100 SXM5, so what nvidia-smi reports for H100 "
+                   "SXM5: 81,559 MiB, NVIDIA/nccl#1264), 989 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py), 1979 fp8. "
                    "NVLink cut to 400 GB/s bidirectional = 200 GB/s per direction: not officially published (issue "
                    "13's figure; a user in NVIDIA/nccl#1374 reads 200 GB/s peak; deepseek-ai/DeepEP docs/legacy.md: "
                    "~160 GB/s achievable). Inter-node one 400 Gb/s ConnectX-7 per GPU (DeepEP docs/legacy.md, the "
