@@ -238,3 +238,45 @@ def test_every_preset_states_its_host_link(name):
 def test_host_bandwidth_is_written_with_its_unit():
     assert 'host_bandwidth = "50 GB/s"' in dump_toml(GPUS["h100-80gb"])
     assert 'host_bandwidth = "450 GB/s"' in dump_toml(GPUS["gh200"])
+
+
+# Issue 25: --hbm-bandwidth reaches the GEMM operand bandwidth W (fitplan.timing.gemm.operand_bandwidth) when
+# --gemm-bandwidth is not given, by the ratio new/old HBM bandwidth (docs/formulas.md#gemm-efficiency).
+def _resolved_gpu(*argv):
+    from fitplan.cli import build_parser, request_from_args
+    from fitplan.resolve import resolve
+    args = build_parser().parse_args(["plan", "--preset", "llama3.1-8b", "--gpus", "8", *argv])
+    return resolve(request_from_args(args)).setup.cluster.gpu
+
+
+def test_hbm_bandwidth_scales_the_fitted_gemm_bandwidth():
+    from fitplan.timing.gemm import operand_bandwidth
+    h100 = GPUS["h100-80gb"]
+    assert operand_bandwidth(h100) == 3.07e12                       # CURVES["h100"]: W 3.07 TB/s of 3.35
+    g = _resolved_gpu("--hbm-bandwidth", "6.7 TB/s")
+    assert g.hbm_bytes_per_s == 6.7e12
+    assert operand_bandwidth(g) == pytest.approx(3.07e12 * 6.7 / 3.35, rel=1e-12)   # 6.14 TB/s: the same 91.6%
+    g = _resolved_gpu("--hbm-bandwidth", "1 TB/s")
+    assert operand_bandwidth(g) == pytest.approx(3.07e12 / 3.35, rel=1e-12)        # 0.916 TB/s
+
+
+def test_hbm_bandwidth_equal_to_the_presets_changes_nothing():
+    assert _resolved_gpu("--hbm-bandwidth", "3.35 TB/s").gemm_bandwidth_bytes_per_s == 3.07e12   # ratio exactly 1
+
+
+def test_gemm_bandwidth_given_wins_over_the_scaling():
+    g = _resolved_gpu("--hbm-bandwidth", "6.7 TB/s", "--gemm-bandwidth", "3 TB/s")
+    assert (g.hbm_bytes_per_s, g.gemm_bandwidth_bytes_per_s) == (6.7e12, 3e12)
+
+
+def test_a_faster_hbm_speeds_up_memory_bound_steps():
+    """TP 8 on an 8B model: small GEMMs at the memory bound. Doubling the HBM bandwidth shortens compute;
+    the same figure as the preset's leaves it exactly as it was."""
+    def compute_s(*argv):
+        out = io.StringIO()
+        assert main(["plan", "--preset", "llama3.1-8b", "--gpus", "8", "--tp", "8", "--json", *argv], out=out,
+                    err=io.StringIO()) == 0
+        return json.loads(out.getvalue())["time"]["compute_s"]
+    base = compute_s()
+    assert compute_s("--hbm-bandwidth", "3.35 TB/s") == base
+    assert compute_s("--hbm-bandwidth", "6.7 TB/s") < base < compute_s("--hbm-bandwidth", "1 TB/s")

@@ -68,7 +68,9 @@ class GpuSpec:
                                                   help="dense fp4 peak of one GPU in TFLOP/s (B200: 9000)")
     hbm_bytes_per_s: float | None = declared("rate", default=None, key="hbm_bandwidth", flag="--hbm-bandwidth",
                                              group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
-                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
+                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM); '
+                                                                  "without --gemm-bandwidth it scales the preset's "
+                                                                  "GEMM operand bandwidth by the same ratio")
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
                                  help="the GEMM curve's ceiling eff_max: the fraction of the bf16 peak a GEMM "
                                       "approaches as it grows (calibrated: bench/calibrate.py)")
@@ -102,8 +104,9 @@ class GpuSpec:
                                                         hi="1000 TB/s", example="9 TB/s",
                                                         omitted="the HBM bandwidth",
                                                         help='effective bandwidth at which a GEMM reads its operands '
-                                                             'and writes its result, e.g. "9 TB/s" (default: '
-                                                             '--hbm-bandwidth)')
+                                                             'and writes its result, e.g. "9 TB/s" (default: the '
+                                                             "preset's fitted value, times new/old HBM bandwidth "
+                                                             'under --hbm-bandwidth; else the HBM bandwidth)')
     # the board's power while training: the preset's TDP (its source cites it), a ceiling on the average draw
     power_watts: float | None = declared("power", default=None, key="power", flag="--gpu-power", group="to train",
                                          lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
