@@ -288,6 +288,12 @@ def _gpu(request: Request, spec, preset):
     changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
     if "efficiency" in changes and "efficiency_fp8" not in changes:
         changes["efficiency_fp8"] = None   # one --gemm-efficiency sets every GEMM's ceiling, as it always did
+    if "hbm_bytes_per_s" in changes and "gemm_bandwidth_bytes_per_s" not in changes \
+            and gpu.gemm_bandwidth_bytes_per_s is not None and gpu.hbm_bytes_per_s is not None:
+        # the fitted operand bandwidth is the fraction of the HBM peak a GEMM's traffic reaches (H100 3.07 of
+        # 3.35 TB/s): a new HBM peak keeps that fraction (bench/calibrate.py scales A100's W so), issue 25
+        changes["gemm_bandwidth_bytes_per_s"] = gpu.gemm_bandwidth_bytes_per_s * (changes["hbm_bytes_per_s"]
+                                                                                  / gpu.hbm_bytes_per_s)
     if changes:
         what = "custom memory" if set(changes) == {"memory_bytes"} else "custom"
         gpu = replace(gpu, name=f"{gpu.name} ({what})", **changes)

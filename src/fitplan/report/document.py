@@ -593,7 +593,8 @@ def _gpu_preset(g) -> list:
            else "no fp8 tensor cores")
     rows = (("memory", f"{fmt_gib(g.memory_bytes)} GiB ({g.memory_bytes:,} B); {fmt_gib(g.default_reserve_bytes)} "
                        f"GiB reserved by default, {fmt_gib(g.memory_bytes - g.default_reserve_bytes)} GiB usable"),
-            ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
+            ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"
+                     + (f", {g.peak_fp4_flops_per_s / 1e12:,g} fp4 dense" if g.peak_fp4_flops_per_s else "")),
             ("GEMM curve", _gemm_curve(g)),
             ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
             ("power", f"{g.power_watts:g} W, the board's maximum (the energy to train's default; --gpu-power)"

@@ -104,9 +104,16 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
+    # the dense fp4 (NVFP4/MXFP4) tensor-core peak: stated by the presets, not yet read by the timing model
+    peak_fp4_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp4-tflops", scale=1e12,
+                                                  group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=9000,
+                                                  omitted="no fp4 tensor cores",
+                                                  help="dense fp4 peak of one GPU in TFLOP/s (B200: 9000)")
     hbm_bytes_per_s: float | None = declared("rate", default=None, key="hbm_bandwidth", flag="--hbm-bandwidth",
                                              group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
-                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
+                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM); '
+                                                                  "without --gemm-bandwidth it scales the preset's "
+                                                                  "GEMM operand bandwidth by the same ratio")
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
                                  help="the GEMM curve's ceiling eff_max: the fraction of the bf16 peak a GEMM "
                                       "approaches as it grows (calibrated: bench/calibrate.py)")
@@ -140,8 +147,9 @@ class GpuSpec:
                                                         hi="1000 TB/s", example="9 TB/s",
                                                         omitted="the HBM bandwidth",
                                                         help='effective bandwidth at which a GEMM reads its operands '
-                                                             'and writes its result, e.g. "9 TB/s" (default: '
-                                                             '--hbm-bandwidth)')
+                                                             'and writes its result, e.g. "9 TB/s" (default: the '
+                                                             "preset's fitted value, times new/old HBM bandwidth "
+                                                             'under --hbm-bandwidth; else the HBM bandwidth)')
     # the board's power while training: the preset's TDP (its source cites it), a ceiling on the average draw
     power_watts: float | None = declared("power", default=None, key="power", flag="--gpu-power", group="to train",
                                          lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
@@ -172,8 +180,9 @@ class GpuSpec:
                 or not (0 <= self.efficiency_h0 < 1e7):
             raise SpecError(f"gpu.efficiency_h0 must be a hidden size in [0, 1e7), got {self.efficiency_h0!r}")
         positive_number("gpu", "peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
-        if self.peak_fp8_flops_per_s is not None:
-            positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)
+        for name in ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s"):
+            if getattr(self, name) is not None:
+                positive_number("gpu", name, getattr(self, name))
         if self.hbm_bytes_per_s is not None:
             positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
         if self.power_watts is not None:
