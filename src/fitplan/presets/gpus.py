@@ -250,8 +250,9 @@ HOST_LINKS = {
 ARCHITECTURES = {
     "gpu-192gib": "blackwell", "a100-40gb": "ampere", "a100-80gb": "ampere", "a800": "ampere",
     "h100-80gb": "hopper", "h200-141gb": "hopper", "h800": "hopper", "h20": "hopper", "h100-pcie": "hopper",
-    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "mi300x": "cdna3", "mi325x": "cdna3",
-    "mi355x": "cdna4",
+    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
+    "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
+    "rtx-3090": "ampere", "rtx-a6000": "ampere", "a10g": "ampere", "rtx-4090": "ada", "l40s": "ada", "l4": "ada",
 }
 _GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
                       architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
