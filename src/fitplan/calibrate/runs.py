@@ -85,7 +85,7 @@ def _residuals_and_jacobian(runs, measured, base: dict, free, u):
 def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iterations=40) -> Fit:
     """Least squares on ln(predicted/measured) with the priors' pseudo-observations, by Levenberg-Marquardt."""
     start = dict(CAL.SHIPPED if start is None else start)
-    prior_values = {c.name: c.prior for c in CAL.CONSTANTS} if prior_values is None else prior_values
+    prior_values = CAL.PRIORS if prior_values is None else prior_values
     free = tuple(CAL.NAMES if free is None else free)
     measured = np.array([r.measured_step_s for r in runs], dtype=float)
     mu, sd = _priors(free, prior_values, prior_scale)
@@ -122,7 +122,7 @@ def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iter
 def gradient(runs, values: dict, *, free=None, prior_values=None, prior_scale=1.0) -> dict:
     """d cost / d ln value at `values` (cost as in fit): ~0 for every free constant at a fitted point."""
     free = tuple(CAL.NAMES if free is None else free)
-    prior_values = {c.name: c.prior for c in CAL.CONSTANTS} if prior_values is None else prior_values
+    prior_values = CAL.PRIORS if prior_values is None else prior_values
     measured = np.array([r.measured_step_s for r in runs], dtype=float)
     mu, sd = _priors(free, prior_values, prior_scale)
     u = np.array([math.log(values[n]) for n in free])

@@ -124,9 +124,13 @@ def to_train_line(setup, st) -> str:
     t = to_train(setup, st)
     if t.days is None:
         return f"to train {fmt_count(t.tokens)} tokens: no time estimate"
-    return (f"to train {fmt_count(t.tokens)} tokens: {_amount(t.days)} days, {_amount(t.gpu_hours)} GPU-hours, "
-            f"cost {_amount(t.cost) if t.cost is not None else '- (no --gpu-hour-price)'}, "
-            f"{_amount(t.energy_mwh) if t.energy_mwh is not None else '-'} MWh")
+    b = st.uncertainty
+    span = (lambda x: "") if b is None else (
+        lambda x: f" ({_amount(x * b.low_s / st.step_time_s)}-{_amount(x * b.high_s / st.step_time_s)})")
+    return (f"to train {fmt_count(t.tokens)} tokens: {_amount(t.days)}{span(t.days)} days, {_amount(t.gpu_hours)} "
+            f"GPU-hours, cost {_amount(t.cost) + span(t.cost) if t.cost is not None else '- (no --gpu-hour-price)'}, "
+            f"{_amount(t.energy_mwh) if t.energy_mwh is not None else '-'} MWh"
+            + ("" if b is None else f"  (in brackets: the step's {b.coverage:.0%} band)"))
 
 
 def to_train_blocks(setup, st) -> list:
@@ -505,7 +509,8 @@ def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"
     run = () if setup.training.train_tokens is None else (to_train_line(setup, st),)
-    return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
+    from fitplan.report.advice import band_phrase
+    return memory, (f"{st.step_time_s:,.3f} s per step{band_phrase(st)}, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
                     f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step"), *run
 
 

@@ -9,6 +9,7 @@ from fitplan.memory.breakdown import Setup, stage_at
 from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Schedule
 from fitplan.timing import comm as CM
+from fitplan.timing import uncertainty as U
 from fitplan.timing.step import AXES, PARTS, step_time
 from fitplan.timing.traffic import DDP_BUCKET_BYTES
 from fitplan.timing.work import pacing_rank
@@ -47,6 +48,7 @@ class StepBreakdown:
     bubble_fraction: float
     comm: dict                   # axis -> AxisComm, for AXES
     slowest_stage: int = 0       # the pipeline rank that paces the step (most FLOPs per micro-batch)
+    uncertainty: object = None   # fitplan.timing.uncertainty.Band: the 80% band around step_time_s
 
     @property
     def shares(self) -> dict:
@@ -77,7 +79,8 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, bucket_bytes: int = D
                          hfu=out["ratio/hfu"], mfu_causal=out["ratio/mfu_causal"],
                          num_microbatches=out["pipeline/microbatches"],
                          bubble_fraction=out["pipeline/bubble_fraction"], comm=comm,
-                         slowest_stage=int(out["pipeline/slowest_stage"]))
+                         slowest_stage=int(out["pipeline/slowest_stage"]),
+                         uncertainty=U.band(setup, float(out["time/step"])))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ Pure: numbers and arithmetic; a field may be a NumPy array (the fit evaluates ma
 from dataclasses import dataclass, fields
 
 from fitplan.arith import maximum, minimum
+from fitplan.timing import fitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +63,10 @@ CONSTANTS = (
 NAMES = tuple(c.name for c in CONSTANTS)
 BY_NAME = {c.name: c for c in CONSTANTS}
 
-# The fitted values: bench/fidelity.py prints them (and the rows each rests on); tests/bench check these
-# equal the fit on bench/calibration/. Until fitted, the priors.
-SHIPPED = {c.name: c.prior for c in CONSTANTS}
+PRIORS = {c.name: c.prior for c in CONSTANTS}
+# The fitted values (fitplan.timing.fitted, written by bench/fidelity.py --write, which prints them with the rows
+# each rests on; tests/unit/test_calibration.py checks they equal a fresh fit on bench/calibration/)
+SHIPPED = {name: fitted.VALUES.get(name, prior) for name, prior in PRIORS.items()}
 
 # GPU architecture -> its clock constant (fitplan.specs.cluster.GpuSpec.architecture)
 CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "clock_blackwell"}
