@@ -234,9 +234,9 @@ def run_presets(args, out) -> int:
         return 0
     if not args.name:
         raise SpecError("presets show: name a preset, e.g. 'fitplan presets show gpt3-175b'")
-    obj = presets.by_name(args.name)
     if args.toml:
         from fitplan.files.load import dump_toml
+        obj = presets.by_name(args.name)
         out.write(dump_toml(*obj) if isinstance(obj, tuple) else dump_toml(obj))
     else:
         out.write(render_text(document.preset_show(args.name)))

@@ -519,9 +519,33 @@ def preset_list() -> list:
                    for n, p in presets.MODELS.items())
     gpus = tuple((n, fmt_gib(g.memory_bytes), g.source) for n, g in presets.GPUS.items())
     recipes = tuple((n, f"{r.total_bytes:g}", r.description) for n, r in presets.RECIPES.items())
+    frameworks = tuple((n, f.description, framework_defaults(f)) for n, f in presets.FRAMEWORKS.items())
     return [Heading("models"), Table(("name", "L", "h", "s", "source"), models, align="lrrrl"),
             Heading("gpus"), Table(("name", "GiB", "source"), gpus, align="lrl"),
-            Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl")]
+            Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl"),
+            Heading("frameworks (--framework; each default's source: fitplan presets show NAME, docs/frameworks.md)"),
+            Table(("name", "what", "defaults"), frameworks, align="lll")]
+
+
+def _setting(v) -> str:
+    """A profile value in words: on/off for a switch, 'the framework's rule' for None, the value otherwise."""
+    if isinstance(v, bool) or v is None:
+        return {True: "on", False: "off", None: "by ZeRO stage"}[v]
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def framework_defaults(f) -> str:
+    """A profile's values in a line: 'kernels eager, attention kernel cudnn, ..., overlap grad reduce on'."""
+    items = list(f.training.items()) + list(f.config.items())
+    return ", ".join(f"{name.replace('_', ' ')} {_setting(d.value)}" for name, d in items)
+
+
+def _framework_preset(f) -> list:
+    rows = tuple((name.replace("_", " "), _setting(d.value), d.source)
+                 for name, d in list(f.training.items()) + list(f.config.items()))
+    return [Heading(f"framework {f.name}: {f.description}"), Table(("setting", "value", "source"), rows, align="lll"),
+            Lines(tuple(f"note: {n}" for n in f.notes) + (
+                "--framework applies these where no flag or spec-file key sets them; docs/frameworks.md",))]
 
 
 def _rate(bytes_per_s) -> str:
@@ -546,6 +570,8 @@ def preset_show(name: str) -> list:
         return _gpu_preset(presets.GPUS[name])
     if name in presets.RECIPES:
         return _recipe_preset(presets.RECIPES[name])
+    if name in presets.FRAMEWORKS:
+        return _framework_preset(presets.FRAMEWORKS[name])
     presets.model(name)   # unknown: raises with the nearest names
     raise AssertionError(name)
 
