@@ -26,6 +26,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"
     ("llama-3.1-8b", 8_030_261_248),
     # the same layers as Llama 3.1 8B, vocabulary 32000: 6,979,584,000 + 2*32000*4096 + 4,096 = 7,241,732,096
     ("mistral-7b", 7_241_732_096),
+    # openai/gpt-oss-20b and -120b: the model card's 20.9B and 116.8B (tests/papers/test_presets_counts.py)
+    ("gpt-oss-20b", 20_914_757_184),
+    ("gpt-oss-120b", 116_829_156_672),
+    # moonshotai/Kimi-K2-Base: the card's 1T (tests/papers/test_presets_counts.py)
+    ("kimi-k2", 1_026_408_232_448),
 ])
 def test_example_parameter_counts(folder, params):
     assert shape_params(model_from_hf_config(EXAMPLES / folder)) == params
@@ -171,4 +176,4 @@ def test_missing_path(tmp_path):
 def test_examples_are_valid_json():
     for path in sorted(EXAMPLES.glob("*/config.json")):
         assert isinstance(json.loads(path.read_text()), dict), path
-    assert len(list(EXAMPLES.glob("*/config.json"))) == 5
+    assert len(list(EXAMPLES.glob("*/config.json"))) == 8

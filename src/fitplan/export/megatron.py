@@ -362,6 +362,9 @@ def _unexpressed(m) -> list:
         out.append(f"query/key norms ({m.qk_norm.value}): not among the flags fitplan emits")
     if m.sliding_window is not None:
         out.append(f"sliding-window attention ({m.sliding_window:,} tokens): not among the flags fitplan emits")
+    if m.attention_sinks:
+        out.append("attention sinks: Megatron-LM's learnable softmax offset (TransformerConfig softmax_type) has no "
+                   "command-line flag")
     if m.moe is not None and (m.moe.shared_expert_gate or m.moe.expert_bias):
         out.append("a shared-expert gate or a routing-score bias: not among the flags fitplan emits")
     return out

@@ -66,7 +66,8 @@ class MoeSpec:
                                              "(Qwen2-MoE's shared_expert_gate)")
     expert_bias: bool = declared("bool", default=False, flag="--expert-bias", off_flag="--no-expert-bias", group=MOE,
                                  example=True, help="a bias per routed expert on the routing scores, E numbers per "
-                                                    "MoE layer (DeepSeek-V3's e_score_correction_bias)")
+                                                    "MoE layer (DeepSeek-V3's e_score_correction_bias; gpt-oss's "
+                                                    "router bias)")
     capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
@@ -168,6 +169,10 @@ class ModelSpec:
                                                 omitted="with a sliding window, every layer slides",
                                                 help="with --sliding-window: layer i attends fully when (i+1) is a "
                                                      "multiple of this (Gemma 2: 2, Gemma 3: 6)")
+    attention_sinks: bool = declared("bool", default=False, flag="--attention-sinks", off_flag="--no-attention-sinks",
+                                     group="model", example=True,
+                                     help="a learned sink logit per attention head in every layer's softmax "
+                                          "(gpt-oss): a parameters per layer; no GEMM FLOPs")
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
     mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
                                    omitted="(grouped-query) multi-head attention")
