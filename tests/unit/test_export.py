@@ -46,7 +46,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(name, type=int)
     for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
                  "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
-                 "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
+                 "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
+                 "--add-qkv-bias",
                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                  "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
                  "--overlap-moe-expert-parallel-comm"):

@@ -6,7 +6,8 @@ t tensor-parallel degree, p pipeline-parallel degree.
 
 Per layer (GPT-3 / Megatron-LM GPT; Llama drops biases and uses RMSNorm):
   attention  h*(q + 2kv) + q*h weights, (q + 2kv) + h biases
-  mlp        n*h*f weights (n = 2 GeLU, 3 SwiGLU), f (GeLU) or 2f (SwiGLU) + h biases
+  mlp        n*h*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU), f (GeLU) or 2f
+             (SwiGLU) + h biases
   norms      n_norm x (2h LayerNorm | h RMSNorm); n_norm = 2 (before attention and before
              the MLP) unless the model says otherwise: Gemma 2/3 add post-attention and
              post-feedforward norms (4, transformers Gemma2DecoderLayer), Falcon-7B's parallel
@@ -152,7 +153,8 @@ def attention_replicated_params(model: ModelSpec) -> int:
 
 
 def mlp_sharded_params(model: ModelSpec, f: int) -> int:
-    """A dense MLP of width f: n*h*f weights (n = 2 GeLU, 3 SwiGLU) and its column biases."""
+    """A dense MLP of width f: n*h*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU)
+    and its column biases."""
     col_biases = (2 * f if model.mlp.gated else f) if model.linear_bias else 0
     return _mlp_mats(model) * model.hidden_size * f + col_biases
 

@@ -52,7 +52,8 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
   precision   bf16 weights: --bf16 (fp32 main params and, by default, fp32 main grads);
               2-byte grads: --grad-reduce-in-bf16; fp8 weights: --fp8-format hybrid
               --fp8-param-gather; fp32 weights: no precision flag; SGD: --optimizer sgd
-  shapes      --num-layers ... --vocab-size, --swiglu, --normalization, biases, tying
+  shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
+              tying
 
 Megatron's parser is not imported here: the flags are data, and the tests parse them
 back with an argparse parser that declares exactly these names.
@@ -339,6 +340,8 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
             _flag("--normalization", "RMSNorm" if m.norm == Norm.RMSNORM else "LayerNorm")]
     if m.mlp == Mlp.SWIGLU:
         out.append(_flag("--swiglu"))
+    elif m.mlp == Mlp.RELU2:
+        out.append(_flag("--squared-relu"))   # megatron/training/arguments.py: activation_func squared_relu
     if not m.linear_bias:
         out.append(_flag("--disable-bias-linear"))
         if m.qkv_bias and not m.linear_bias:   # Qwen2
