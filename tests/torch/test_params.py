@@ -19,7 +19,7 @@ from fitplan.validate.report import Extra, Row, ValidationReport, as_json, rende
 from tests.torch.shapes import TINY_MIX, TINY_RELU2
 
 SPECS = [TINY_GPT, TINY_LLAMA, TINY_MIX, TINY_RELU2, preset("gpt3-125m").model, preset("llama2-7b").model,
-         preset("llama3.1-8b").model, preset("llama3.1-70b").model]
+         preset("llama3.1-8b").model, preset("llama3.1-70b").model, preset("nemotron4-15b").model]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
