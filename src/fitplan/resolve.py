@@ -360,6 +360,10 @@ def model_assumptions(model: ModelSpec, hints: dict, *, serving: bool = False) -
     if not serving and model.qk_norm is not QkNorm.NONE:
         out.append(f"query/key norms ({model.qk_norm.value}): their inputs are not counted in activations (the "
                    f"parameters count them)")
+    if not serving and model.attention_sinks:
+        out.append("attention sinks (a learned logit per head): counted in the parameters; their FLOPs (one more "
+                   "score per query and head, no GEMM) and stored bytes (the flash kernel's logsumexp already "
+                   "covers them) are left out")
     if model.sliding_window is not None:
         out.append(f"{sliding_text(model)} not modelled in "
                    + ("the KV cache: every layer caches the whole context" if serving else

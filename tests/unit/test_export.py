@@ -46,7 +46,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(name, type=int)
     for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
                  "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
-                 "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--add-qkv-bias",
+                 "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
+                 "--add-qkv-bias",
                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                  "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
                  "--overlap-moe-expert-parallel-comm"):
@@ -678,3 +679,18 @@ def test_the_plans_overlaps_are_exported():
     c = parse_deepspeed(export("deepspeed", plan(seq_len=4096, global_batch=64, dp=8, zero=ZeroStage.OS_G_P,
                                                  micro_batch=2, overlap_param_gather=False)))
     assert c["zero_optimization"] == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 0}
+
+
+def test_megatron_squared_relu_and_what_gpt_oss_needs():
+    """Nemotron-4's squared-ReLU MLP is Megatron-LM's --squared-relu (arguments.py; activation_func
+    squared_relu), with LayerNorm, RoPE, no linear bias and untied embeddings. gpt-oss's learned attention
+    sinks (TransformerConfig softmax_type "learnable") have no command-line flag: the export says so."""
+    a = parse_megatron(export("megatron", plan(MODELS["nemotron4-15b"].model, seq_len=4096, tp=4, dp=16,
+                                               sequence_parallel=True, dropout=False)))
+    assert a.squared_relu and not a.swiglu and not a.add_bias_linear and a.untie_embeddings_and_output_weights
+    assert (a.normalization, a.position_embedding_type, a.num_query_groups, a.ffn_hidden_size) == (
+        "LayerNorm", "rope", 8, 24576)
+    refused = export("megatron", plan(MODELS["gpt-oss-20b"].model, seq_len=4096, dp=64))
+    assert not refused.ok and any(r.startswith("attention sinks") for r in refused.reasons)
+    titan = export("torchtitan", plan(MODELS["nemotron4-15b"].model, seq_len=4096, dp=64))
+    assert any("custom model registered with torchtitan" in n for n in titan.notes)

@@ -52,7 +52,8 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
   precision   bf16 weights: --bf16 (fp32 main params and, by default, fp32 main grads);
               2-byte grads: --grad-reduce-in-bf16; fp8 weights: --fp8-format hybrid
               --fp8-param-gather; fp32 weights: no precision flag; SGD: --optimizer sgd
-  shapes      --num-layers ... --vocab-size, --swiglu, --normalization, biases, tying
+  shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
+              tying
 
 Megatron's parser is not imported here: the flags are data, and the tests parse them
 back with an argparse parser that declares exactly these names.
@@ -339,6 +340,8 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
             _flag("--normalization", "RMSNorm" if m.norm == Norm.RMSNORM else "LayerNorm")]
     if m.mlp == Mlp.SWIGLU:
         out.append(_flag("--swiglu"))
+    elif m.mlp == Mlp.RELU2:
+        out.append(_flag("--squared-relu"))   # megatron/training/arguments.py: activation_func squared_relu
     if not m.linear_bias:
         out.append(_flag("--disable-bias-linear"))
         if m.qkv_bias and not m.linear_bias:   # Qwen2
@@ -362,6 +365,9 @@ def _unexpressed(m) -> list:
         out.append(f"query/key norms ({m.qk_norm.value}): not among the flags fitplan emits")
     if m.sliding_window is not None:
         out.append(f"sliding-window attention ({m.sliding_window:,} tokens): not among the flags fitplan emits")
+    if m.attention_sinks:
+        out.append("attention sinks: Megatron-LM's learnable softmax offset (TransformerConfig softmax_type) has no "
+                   "command-line flag")
     if m.moe is not None and (m.moe.shared_expert_gate or m.moe.expert_bias):
         out.append("a shared-expert gate or a routing-score bias: not among the flags fitplan emits")
     return out

@@ -305,9 +305,9 @@ def _notes(plan: Plan) -> list:
                      f"(docs/engines.md#tensor-and-sequence-parallel-under-dtensor): "
                      f"{extra:,} B more per layer and micro-batch than the plan's Megatron-style SP")
     if ((m.mlp, m.norm, m.position) != (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE) or m.norms_per_layer != 2
-            or m.qk_norm != QkNorm.NONE or m.sliding_window is not None):
+            or m.qk_norm != QkNorm.NONE or m.sliding_window is not None or m.attention_sinks):
         notes.append("torchtitan ships Llama-style models (RMSNorm, SwiGLU, RoPE, two norms per layer, full "
-                     "attention); this model needs a custom model registered with torchtitan")
+                     "attention without sinks); this model needs a custom model registered with torchtitan")
     if t.dropout:
         notes.append("torchtitan's models have no dropout: the plan's dropout masks are not stored (re-plan "
                      "without dropout for an exact match)")

@@ -587,7 +587,7 @@ def _model_preset(p) -> list:
              f"ffn {m.ffn_hidden_size}, vocabulary {m.vocab_size:,}, context {m.max_seq_len:,}",
              f"{m.mlp.value} MLP, {m.norm.value}, {m.position.value} positions, "
              f"{'tied' if m.tied_embeddings else 'untied'} embeddings, {'' if m.linear_bias else 'no '}linear bias, "
-             f"{'' if m.qkv_bias else 'no '}qkv bias",
+             f"{'' if m.qkv_bias else 'no '}qkv bias" + (", attention sinks" if m.attention_sinks else ""),
              f"parameters {count}"]
     if m.moe is not None:
         e = m.moe
