@@ -162,8 +162,8 @@ def _automodel(row):
     flags += lay + _config_recompute(cfg)
     if row["task"] == "lora":
         flags += ["--finetune", "lora", "--lora-rank", 16]
-    if "triton" in k or "compile" in cfg.get("other", ""):
-        pass
+    if "deepep" in (cfg.get("moe_token_dispatcher", "") + k.lower()):
+        flags += ["--moe-dispatcher", "deepep"]
     return flags, ("step_s", row.get("step_time_s") or _step_from_tokens(row)), assumed
 
 

@@ -209,7 +209,8 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
         else:
             kernel, dropout, trained = "flash", False, "fitplan's defaults for a model from flags"
         start = TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE), attention_kernel=kernel,
-                             dropout=dropout, global_batch=preset.global_batch if preset else None)
+                             dropout=dropout, global_batch=preset.global_batch if preset else None,
+                             moe_dispatcher=preset.moe_dispatcher if preset else "alltoall")
         if "attention_kernel" not in values or "dropout" not in values:
             assumed.append(f"attention kernel {kernel}, dropout {'on' if dropout else 'off'}: {trained} "
                            f"(--attention-kernel, --dropout/--no-dropout set them)")

@@ -150,3 +150,19 @@ def test_nemotron4_against_their_reports():
 def test_nemotron3_counts(name, count, non_embedding):
     model = MODELS[name].model
     assert shape_params(model) == count and _non_embedding(model) == non_embedding
+
+
+def test_qwen25_against_their_cards():
+    """Qwen/Qwen2.5-7B's card: "7.61B parameters, 6.53B non-embedding". The config's shapes (28 layers, h 3584,
+    28 heads, 4 KV heads, ffn 18944, q/k/v biases, untied, vocab 152,064) give 7,615,616,512 and 6,525,6xx,xxx:
+    7.61B cut (not rounded, as the Qwen3 cards print) and 6.53B. Qwen/Qwen2.5-32B's card says 32.5B and 31.0B;
+    its config's shapes (64 layers, h 5120, 40 heads, 8 KV heads, ffn 27648) give 32.76B and 31.21B, 0.7% more
+    than the card. fitplan counts the config's shapes (the weights a run holds) and leaves the card's figure
+    unexplained."""
+    small, large = MODELS["qwen2.5-7b"].model, MODELS["qwen2.5-32b"].model
+    assert shape_params(small) == 7_615_616_512 and int(shape_params(small) / 1e7) / 100 == 7.61
+    assert _non_embedding(small) / 1e9 == pytest.approx(6.53, abs=0.005)
+    # 64*(2*5120^2 + 2*5120*1024 + 3*5120*27648 + 5120 + 2*1024 + 2*5120) + 5120 + 2*152064*5120
+    assert shape_params(large) == 64 * (2 * 5120**2 + 2 * 5120 * 1024 + 3 * 5120 * 27648 + 5120 + 2 * 1024
+                                        + 2 * 5120) + 5120 + 2 * 152064 * 5120
+    assert _non_embedding(large) / 1e9 == pytest.approx(31.21, abs=0.005)

@@ -37,7 +37,8 @@ def by_name(name: str):
         from fitplan.specs import TrainingSpec
         p = MODELS[name]
         return p.model, TrainingSpec(seq_len=p.seq_len, recipe=RECIPES["mixed-adam"], global_batch=p.global_batch,
-                                     attention_kernel=p.attention_kernel, dropout=p.dropout)
+                                     attention_kernel=p.attention_kernel, dropout=p.dropout,
+                                     moe_dispatcher=p.moe_dispatcher)
     if name in GPUS:
         return GPUS[name]
     if name in RECIPES:

@@ -19,6 +19,7 @@ class ModelPreset:
     gpu: str = "h100-80gb"     # the GPU preset used when none is named
     attention_kernel: str = "flash"
     dropout: bool = False
+    moe_dispatcher: str = "alltoall"   # how its MoE tokens travelled (fitplan.specs.training.moe_dispatcher)
     batch_source: str = ""     # where the published global batch comes from
 
 
@@ -80,6 +81,18 @@ LLAMA2_BATCH = "Llama 2 Sec. 2.2 (4M tokens of 4,096-token sequences)"
 LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
 LLAMA3_0 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Meta-Llama-3-{} config.json: Llama 3.1's shapes "
             "with an 8,192-token context and no rope_scaling (vocab 128256)")
+
+
+def _qwen25(name, layers, hidden, heads, kv_heads, ffn, repo, counts):
+    """Qwen2.5 dense (HF config.json of Qwen/Qwen2.5-*; model type qwen2): SwiGLU, RMSNorm, RoPE, biases on q, k and
+    v only, untied embeddings, vocab 152,064; trained on 4,096-token sequences before long context (the model
+    card's context is 131,072)."""
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=152064, max_seq_len=131072, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+                      position=Position.ROPE, tied_embeddings=False, linear_bias=False, qkv_bias=True,
+                      source=f"HF {repo} config.json and model card ({counts}): {layers} layers, h {hidden}, {heads} "
+                             f"heads of 128, {kv_heads} KV heads, ffn {ffn}, q/k/v biases, untied, vocab 152,064")
+    return ModelPreset(model=model, seq_len=4096)
 
 
 def _qwen3_moe(name, layers, hidden, heads, expert_ffn, dense_ffn, repo):
@@ -182,7 +195,7 @@ _PRESETS = (
         attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)"),
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
-    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360,
+    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
                 batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
     ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
                 attention_kernel="eager", dropout=False,
@@ -198,6 +211,8 @@ _PRESETS = (
            batch_source="Llama 3 Herd Sec. 3.4.1 (16M tokens of 8,192-token sequences after the ramp)"),
     _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3_0.format("8B")),
     _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3_0.format("70B")),
+    _qwen25("qwen2.5-7b", 28, 3584, 28, 4, 18944, "Qwen/Qwen2.5-7B", "7.61B parameters, 6.53B non-embedding"),
+    _qwen25("qwen2.5-32b", 64, 5120, 40, 8, 27648, "Qwen/Qwen2.5-32B", "32.5B parameters, 31.0B non-embedding"),
     _qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768, 6144, "Qwen/Qwen3-30B-A3B"),
     _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, 12288, "Qwen/Qwen3-235B-A22B"),
     _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b"),

@@ -112,6 +112,12 @@ class TrainingSpec:
                                  group="training", example=True,
                                  help="layers captured in CUDA graphs: no host launch overhead per layer (default: "
                                       "the framework's, else off)")
+    moe_dispatcher: str = declared("choice", default="alltoall", choices=("alltoall", "deepep"),
+                                   flag="--moe-dispatcher", group="training", example="deepep",
+                                   help="how MoE tokens reach their experts: alltoall (NCCL all-to-all, every routed "
+                                        "copy sent: Megatron-LM's alltoall dispatcher, torchtitan's) or deepep "
+                                        "(DeepEP, Megatron-LM's flex dispatcher: a token crosses the network once "
+                                        "per node and is forwarded over NVLink)")
     moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")

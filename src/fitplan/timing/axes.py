@@ -2,7 +2,7 @@
 
 Each axis's traffic per step on the busiest GPU: the wire bytes, the seconds it keeps its link
 busy, and the part left on the critical path after what overlaps (fitplan.timing.traffic). Groups
-are placed on the rank grid (tp innermost, then cp, pp, dp; fitplan.timing.comm.rank_strides).
+are placed on the rank grid (tp innermost, then cp, dp, pp; fitplan.timing.comm.rank_strides).
 """
 from dataclasses import dataclass
 
@@ -33,25 +33,22 @@ class AxisTime:
 
 
 def placement(ev, setup: Setup, c) -> dict:
-    """Each axis's group: (inside one node, nodes it spans); rank order tp-cp-pp-dp, a node
-    being the NVLink domain."""
-    strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, pp=c.pp), setup.cluster.gpus_per_node
+    """Each axis's group: (inside one node, nodes it spans); rank order tp-cp-dp-pp, a node being the
+    NVLink domain. dp: the gradient reduction's dp x cp group, cp*dp ranks tp apart (dp_shard: a hybrid
+    shard group, shard_degree of them; dp_replica: the shard groups' replicas, tp*shard_degree apart);
+    ep: ep consecutive ranks of a stage; expert_dp: the ranks ep apart that reduce the experts' gradients."""
+    strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, dp=c.dp), setup.cluster.gpus_per_node
+    groups = {"tp": (strides["tp"], c.tp), "cp": (strides["cp"], c.cp), "pp": (strides["pp"], c.pp),
+              "dp": (c.tp, c.cp * c.dp), "ep": (1 + 0 * c.ep, c.ep),
+              "expert_dp": (c.ep, maximum(c.tp * c.cp * c.dp // c.ep, 1))}
+    if c.shard_degree is not None:
+        groups["dp_shard"] = (c.tp, c.shard_degree + 0 * c.dp)
+        groups["dp_replica"] = (c.tp * c.shard_degree, maximum(c.cp * c.dp // c.shard_degree, 1))
     out = {}
-    for axis, n in (("tp", c.tp), ("cp", c.cp), ("pp", c.pp)):
-        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=strides[axis], n=n, G=G)
-        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=strides[axis], n=n, G=G, intra=intra))
-    cp_intra, k_cp = out["cp"]
-
-    def dp_group(d, tag):
-        dp_intra = ev(CM.group_is_intra_node, key=f"link/{tag}dp_intra", stride=strides["dp"], n=d, G=G)
-        intra = ev(CM.dp_cp_group_is_intra_node, key=f"link/{tag}group_intra", cp_intra=cp_intra, dp_intra=dp_intra)
-        k_dp = ev(CM.group_nodes, key=f"link/{tag}dp_nodes", stride=strides["dp"], n=d, G=G, intra=dp_intra)
-        return intra, ev(CM.dp_cp_group_nodes, key=f"link/{tag}group_nodes", k_dp=k_dp, k_cp=k_cp, dp=d,
-                         cp_intra=cp_intra)
-    out["dp"] = dp_group(c.dp, "")
-    if c.shard_degree is not None:   # a shard group: all cp ranks and shard/cp of the dp ranks
-        out["dp_shard"] = dp_group(maximum(c.shard_degree // c.cp, 1), "shard_")
-    return out   # the ep group's: ep_time
+    for axis, (stride, n) in groups.items():
+        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=stride, n=n, G=G)
+        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=stride, n=n, G=G, intra=intra))
+    return out
 
 
 def collective(ev, key, setup, *, count, kind, n, nodes, S, e2e, bandwidth=1.0):

@@ -42,9 +42,9 @@ CONSTANTS = (
     Constant("clock_blackwell", "ratio", "the same for B200/GB200/B300/GB300-class dies", "fitplan.timing.gemm.rates",
              1.0, 0.3),
     Constant("attention_scale", "ratio", "fused attention kernels as frameworks run them, over their published "
-             "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.gemm.layer_rates", 1.0, 0.3),
+             "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.gemm.layer_rates", 1.0, 0.5),
     Constant("elementwise_scale", "ratio", "HBM traffic of a layer's memory-bound kernels over the counted "
-             "traffic of its kernel family (ELEMENTWISE_TRAFFIC)", "fitplan.timing.elementwise", 1.0, 0.5),
+             "traffic of its kernel family (ELEMENTWISE_TRAFFIC)", "fitplan.timing.elementwise", 1.0, 0.7),
     Constant("sm_sharing", "s/s", "compute time lost per second of communication overlapped with it (the SMs "
              "and HBM bandwidth collectives take)", "fitplan.timing.step", 0.1, 1.0),
     Constant("layer_overhead", "s", "host-side time per layer pass not hidden behind the GPU (kernel launches, "
@@ -56,7 +56,7 @@ CONSTANTS = (
              "fitplan.timing.axes.collective", 0.9, 0.3),
     Constant("a2a_efficiency", "ratio", "achieved over modelled bandwidth of the MoE token all-to-alls on top of "
              "comm_efficiency (dispatch and combine, NCCL or DeepEP; uneven per-peer sizes)",
-             "fitplan.timing.expert", 0.7, 0.4),
+             "fitplan.timing.expert", 0.7, 0.5),
     Constant("straggler_cv", "ratio", "coefficient of variation of one GPU's time between synchronisations; the "
              "step waits for the slowest of N, cv*sqrt(2 ln N) above the mean", "fitplan.timing.step", 0.01, 1.0),
 )

@@ -4,7 +4,7 @@ ZeRO-0/1/2 reduce gradients in buckets and ZeRO-1/2 gather the updated weights a
 step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.traffic). Hybrid
 sharding reduces within shard groups and all-reduces each shard across them.
 """
-from fitplan.arith import ceil_div, is_array, maximum, minimum, select
+from fitplan.arith import ceil_div, is_array, maximum, minimum
 from fitplan.explain import RAW
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
@@ -51,9 +51,8 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
                           for st, name in zip(stages, ("first", "last"))))
         n_ed = maximum(c.tp * n_all // c.ep * n_dp // n_all, 1)
         G = setup.cluster.gpus_per_node
-        # expert-data-parallel members are ep apart in the stage's tp x cp x dp order: ep*pp ranks apart
-        # once ep covers whole tp x cp blocks (the next data-parallel replica), else ep (an approximation)
-        stride = select(c.ep >= c.tp * c.cp, c.ep * p, c.ep)
+        # expert-data-parallel members are ep apart in the stage's tp x cp x dp block (fitplan.timing.axes.placement)
+        stride = c.ep
         e_intra = ev(CM.group_is_intra_node, key="link/expert_dp_intra", stride=stride, n=n_ed, G=G)
         groups.append(("expert_",
                        ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1,
@@ -70,7 +69,7 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     # the replicas all-reduce each group's 1/N gradient shard once per step
     replica = 0
     if hybrid:
-        cross_intra, cross_nodes = place["dp"]
+        cross_intra, cross_nodes = place["dp_replica"]
         for tag, Sg, _, n, _ in groups:
             shard = Sg / n
             n_rep = n_all // n_dp

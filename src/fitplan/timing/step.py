@@ -75,7 +75,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates)
     place = placement(ev, setup, c)
     axes = {"tp": tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay, e2e=k)}
-    axes["ep"] = ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay, e2e=k)
+    axes["ep"] = ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay,
+                         place=place, e2e=k)
     axes["cp"] = cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
                          eff=rates.core, e2e=k)
     axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k)
