@@ -167,17 +167,94 @@ def _automodel(row):
     return flags, ("step_s", row.get("step_time_s") or _step_from_tokens(row)), assumed
 
 
+# Megatron-Bridge's recompute modules -> fitplan's modes: the attention core is selective; norms, MLA's
+# up-projections and the MoE activation are the cheap "norms" kind; an MLP or a whole MoE layer reruns most of
+# a layer's GEMMs, nearest full
+def _recompute_modules(cfg: dict, assumed: list) -> list:
+    g, mods = cfg.get("recompute_granularity"), cfg.get("recompute_modules")
+    if g == "full":
+        return _config_recompute(cfg)
+    if g != "selective":
+        return []
+    if mods is None:          # Megatron-Core's default list: ["core_attn"]
+        return ["--recompute", "selective"]
+    if not mods:
+        return []
+    if "mlp" in mods or "moe" in mods:
+        assumed.append(f"recompute modules {mods} planned as full recompute (an MLP or MoE layer rerun)")
+        return ["--recompute", "full"]
+    if "core_attn" in mods:
+        return ["--recompute", "selective"]
+    if not set(mods) <= {"mla_up_proj", "layernorm", "moe_act"}:
+        raise ValueError(f"recompute modules {mods}")
+    if set(mods) != {"mla_up_proj"} and set(mods) != {"layernorm", "mla_up_proj"}:
+        assumed.append(f"recompute modules {mods} planned as norms recompute (cheap elementwise reruns)")
+    return ["--recompute", "norms"]
+
+
+def _other(cfg: dict) -> dict:
+    """The workload configuration's `other` text as key -> value."""
+    out = {}
+    for part in cfg.get("other", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        out[key.split("(")[0].strip()] = value.strip()
+    return out
+
+
+BRIDGE_PRECISION = {"BF16": "BF16", "FP8": "FP8-CS", "FP8-CS": "FP8-CS", "FP8-MX": "FP8-MX", "MXFP8": "FP8-MX",
+                    "NVFP4": "NVFP4"}
+BRIDGE_MODELS = {"DeepSeekV3 (w/o MTP)": ("deepseek-v3", ["--mtp-depth", 0]),
+                 "DeepSeekV3 (w/ MTP)": ("deepseek-v3", []), "DeepSeekV3 (dropless)": ("deepseek-v3", []),
+                 "DeepSeekV3 (tokendrop)": ("deepseek-v3", []), "Qwen3_30B_a3B (tokendrop)": ("qwen3-30b-a3b", []),
+                 "Qwen3_235B_a22B (tokendrop)": ("qwen3-235b-a22b", []), "Kimi_K2": ("kimi-k2", [])}
+
+
 def _bridge(row):
-    """Megatron-Bridge's performance tables: Megatron-Core with Transformer Engine, its perf recipes."""
+    """Megatron-Bridge's performance tables: Megatron-Core with Transformer Engine under its perf recipes, each
+    row's workload configuration read at the release's tag (the row's config_source)."""
     cfg = row.get("config", {})
+    other = _other(cfg)
     assumed = []
-    flags = ["--preset", MODELS[row["model"]], "--gpu", SYSTEMS[row["system"]], "--framework", "nemo"]
-    flags += ["--zero", 3 if _int(row.get("fsdp"), 0) else 1] + _precision(row["precision"], assumed)
-    flags += _layout(row) + _config_recompute(cfg)
-    if cfg.get("tp_comm_overlap") and _int(row.get("tp")) > 1:
+    model, extra = BRIDGE_MODELS.get(row["model"], (MODELS.get(row["model"]), []))
+    if model is None:
+        raise ValueError(f"model {row['model']} (no preset: {'a hybrid Mamba model, issue 29' if 'Nemotron' in row['model'] else 'its architecture is not modelled'})")
+    flags = ["--preset", model, "--gpu", SYSTEMS[row["system"]], "--framework", "nemo"] + extra
+    fsdp = cfg.get("use_megatron_fsdp") or _int(row.get("fsdp"), 0) > 0
+    flags += ["--zero", 3 if fsdp else 1]
+    flags += _precision(BRIDGE_PRECISION[row["precision"].split(" ")[0]], assumed)
+    flags += _layout(row, sp_with_tp=bool(cfg.get("sequence_parallel", _int(row.get("tp")) > 1)))
+    flags += _recompute_modules(cfg, assumed)
+    for name, flag in (("overlap_grad_reduce", "overlap-grad-reduce"), ("overlap_param_gather", "overlap-param-gather")):
+        if name in cfg:
+            flags += [f"--{flag}" if cfg[name] else f"--no-{flag}"]
+    if cfg.get("tp_comm_overlap") and _int(row.get("tp")) > 1 and cfg.get("sequence_parallel"):
         flags += ["--tp-comm-overlap"]
-    if cfg.get("cuda_graph") not in (None, "none", False, ""):
+    graphs = str(cfg.get("cuda_graph"))
+    if graphs in ("full_iteration", "transformer_engine", "local", "enable_cuda_graph=True"):
         flags += ["--cuda-graphs"]
+    if cfg.get("moe_token_dispatcher") == "flex":
+        flags += ["--moe-dispatcher", "deepep"]
+    elif cfg.get("moe_token_dispatcher") == "alltoall":
+        flags += ["--moe-dispatcher", "alltoall"]
+    if other.get("moe_a2a_overlap") == "True":
+        flags += ["--overlap-moe-expert-parallel-comm"]
+    if "mtp_num_layers" in other and model == "deepseek-v3":
+        flags += ["--mtp-depth", other["mtp_num_layers"]]
+    if "moe_expert_capacity_factor" in other:
+        flags += ["--capacity-factor", other["moe_expert_capacity_factor"]]
+    if "num_distributed_optimizer_instances" in other:
+        dp = row["gpus"] // (_int(row.get("tp")) * _int(row.get("pp")) * _int(row.get("cp")))
+        flags += ["--shard-degree", dp * _int(row.get("cp")) // int(other["num_distributed_optimizer_instances"])]
+    if row["task"] == "lora":
+        flags += ["--finetune", "lora", "--lora-rank", 16, "--lora-targets", "qkv"]
+    elif row["task"] == "sft":
+        flags += ["--finetune", "full"]
+    if cfg.get("cpu_offloading"):
+        assumed.append("activation offloading of some layers (cpu_offloading_num_layers) not modelled")
+    if "pipeline_model_parallel_layout" in other:
+        assumed.append("the configuration's pipeline layout planned as an even split")
+    if other.get("fp8_dot_product_attention") == "True":
+        assumed.append("fp8 attention planned as bf16")
     return flags, ("step_s", _step_from_tokens(row)), assumed
 
 
