@@ -13,7 +13,10 @@
    A100's maximum-achievable-matmul row, t0 from H100 and H100's W scaled by A100's HBM
    bandwidth. Each predicted time is affine in KAPPA (checked below), so each eff_max of a
    grid needs one model evaluation.
-3. Untuned checks: Narayanan et al. Table 1 (TFLOP/s per GPU), and the efficiency of a dense
+3. Cards measured only by square torch.mm (RTX 4090, RTX 3090, RTX A6000, L40S, L4, A10G; zzc0721/
+   torch-performance-test-data, which also measures A100): A100's curve with its ceiling scaled by the ratio
+   of the two fractions of peak in that benchmark, A100's t0, and A100's W scaled by memory bandwidth.
+4. Untuned checks: Narayanan et al. Table 1 (TFLOP/s per GPU), and the efficiency of a dense
    layer with h = 2048 and h = 18432 on H100.
 The presets (fitplan.presets.gpus.CURVES, fitplan.timing.gemm.KAPPA) store what this prints,
 rounded as shown; tests/unit/test_gemm_fit.py checks that they agree.
@@ -204,6 +207,41 @@ def fit_a100(points, h100: Curve):
                 names=names + ["MAMF row"], measured=list(measured) + list(mamf.t), ratio=ratio)
 
 
+# ---------------------------------------------------------------- parts measured by square torch.mm only
+
+# bf16 TFLOP/s of torch.mm on n x n operands, the best n of 1024..10240 (30 iterations after 6 warm-up, host
+# timer): zzc0721/torch-performance-test-data database.md @9d82827, every row of the card (RTX 4090: its 24 GB
+# rows; A10G: the repository's issue #126), and A100 SXM4 80GB in the same table. These cards have no GEMM
+# table by shape and no maximum-achievable row.
+SQUARE_MM_BF16 = {
+    "a100-80gb": (264.53,),
+    "rtx-4090": (170.06, 173.31, 162.39, 163.09, 165.71, 164.81),
+    "rtx-3090": (76.34, 76.68, 76.58),
+    "rtx-a6000": (123.34,),
+    "l40s": (269.15,),
+    "l4": (70.89,),
+    "a10g": (69.47,),
+}
+
+
+def square_mm_curves(a100: dict) -> dict:
+    """Each card takes A100's curve: its bf16 ceiling scaled by the ratio of the two cards' fractions of
+    peak in the same benchmark (as the sibling dies are, sibling_curve), A100's t0, and A100's W scaled by
+    the ratio of the memory bandwidths (as A100's is H100's). No fp8 measurement: fp8 GEMMs take the bf16
+    ceiling. A GeForce card boosted above its rated clock measures above its peak (RTX 3090: 76.5 of 71), so
+    its ceiling comes out near 1."""
+    def frac(name):
+        g = presets.gpu(name)
+        return fit.geometric_mean([t * 1e12 / g.peak_bf16_flops_per_s for t in SQUARE_MM_BF16[name]]), g
+    f_a100, g_a100 = frac("a100-80gb")
+    out = {}
+    for name in SQUARE_MM_BF16:
+        if name != "a100-80gb":
+            f, g = frac(name)
+            out[name] = (a100["eff"] * f / f_a100, None, a100["t0_s"], a100["W"] * g.hbm_bytes_per_s / g_a100.hbm_bytes_per_s)
+    return out
+
+
 def stored_form(curves: dict, a100: dict) -> dict:
     """The fit rounded as the presets store it: ceilings to 3 decimals, t0 to 0.01 us, W to
     0.01 TB/s, KAPPA to 0.1; as GpuSpec field values (efficiency, efficiency_fp8, seconds, B/s)."""
@@ -212,6 +250,8 @@ def stored_form(curves: dict, a100: dict) -> dict:
     for die in ("h100", "gh200", "b200", "gb200", "b300", "mi300x", "mi325x", "mi355x"):
         c = curves[die]
         out[die] = (r3(c.eff_bf16), r3(c.eff_fp8), round(c.t0_s * 1e6, 2) / 1e6, round(c.W / 1e12, 2) * 1e12)
+    for name, (eb, ef, t0, w) in square_mm_curves(a100).items():   # W to 1 GB/s: these are 0.3 to 1 TB/s
+        out[name] = (r3(eb), ef, round(t0 * 1e6, 2) / 1e6, round(w / 1e12, 3) * 1e12)
     return {"curves": out, "kappa": round(a100["kappa"], 1)}
 
 
@@ -257,13 +297,18 @@ def main() -> None:
     print(f"{'row':<28} {'measured':>9} {'predicted/measured':>19}")
     for name, measured, ratio in zip(a100["names"], a100["measured"], a100["ratio"]):
         print(f"{name:<28} {measured:>9.4g} {ratio:>19.3f}")
+    print(f"\nsquare torch.mm only ({', '.join(n for n in SQUARE_MM_BF16 if n != 'a100-80gb')}): A100's curve, "
+          f"ceiling x the ratio of fractions of peak, W x the memory-bandwidth ratio")
+    for name, (eb, _, t0, w) in square_mm_curves(a100).items():
+        print(f"  {name:<10} best/peak {fit.geometric_mean(SQUARE_MM_BF16[name]) * 1e12 / presets.gpu(name).peak_bf16_flops_per_s:.3f}"
+              f"  eff_max {eb:.3f}, t0 {t0 * 1e6:.2f} us, W {w / 1e12:.3f} TB/s")
     fitted = stored_form(curves, a100)
     stored = {die: tuple(curve.values()) for die, curve in presets.gpus.CURVES.items()}
     print(f"\npresets (fitplan.presets.gpus.CURVES, KAPPA {G.KAPPA} in fitplan.timing.gemm) "
           f"{'agree with' if stored == fitted['curves'] and G.KAPPA == fitted['kappa'] else 'DIFFER from'} this fit")
     for die, (eb, ef, t0, w) in fitted["curves"].items():
         print(f"  {die:<8} eff_max {float(eb)}, fp8 {ef if ef is None else float(ef)}, t0 {t0 * 1e6:.2f} us, "
-              f"W {w / 1e12:.2f} TB/s")
+              f"W {w / 1e12:.3g} TB/s")
     gpu = presets.gpu("a100-80gb")
     print("\nuntuned: Narayanan et al. Table 1 (full recompute, interleaving off, micro-batch 1), with the presets")
     print(f"{'params B':>8} {'t':>2} {'p':>3} {'d':>3} {'TFLOP/s pub.':>12} {'pred.':>7} {'ratio':>6}")

@@ -16,10 +16,18 @@ from fitplan.units import GiB
 # The names issue 13 contracts, and issue 29's Blackwell Ultra parts.
 NEW = ("h800", "a800", "h100-pcie", "h20", "gh200", "gb200", "mi325x", "mi355x")
 BLACKWELL_ULTRA = ("b300", "gb300")
+FINE_TUNING = ("rtx-4090", "rtx-3090", "rtx-a6000", "l40s", "a10g", "l4")   # issue 25 item 7
 
 
 def test_the_contracted_names_are_presets():
-    assert set(NEW) <= set(GPUS) and set(BLACKWELL_ULTRA) <= set(GPUS)
+    assert set(NEW) <= set(GPUS) and set(BLACKWELL_ULTRA) <= set(GPUS) and set(FINE_TUNING) <= set(GPUS)
+
+
+@pytest.mark.parametrize("name", NEW + BLACKWELL_ULTRA + FINE_TUNING)
+def test_presets_list_shows_each_new_name(name):
+    out = io.StringIO()
+    assert main(["presets", "list"], out=out, err=io.StringIO()) == 0
+    assert any(line.split()[:1] == [name] for line in out.getvalue().splitlines()), name
 
 
 def test_h800():
@@ -172,6 +180,75 @@ def test_a_spec_files_bad_fp4_peak_is_refused(value):
         replace(GPUS["b200"], peak_fp4_flops_per_s=value)
 
 
+# Issue 25 item 7: the GPUs people fine-tune on. Memory is nvidia-smi's total (MiB); GeForce bf16 is the
+# fp32-accumulate rate PyTorch uses, half the fp16-accumulate one; PCIe 4.0 x16 inside a node.
+MiB = 2**20
+
+
+def test_geforce_cards():
+    g = GPUS["rtx-4090"]
+    assert g.memory_bytes == 24_564 * MiB             # nvidia-smi, RLinf/RLinf#255
+    assert g.peak_bf16_flops_per_s == 165.2e12         # Ada whitepaper: bf16 with fp32 accumulate 165.2 dense,
+    assert g.peak_bf16_flops_per_s == pytest.approx(330.3e12 / 2, abs=0.05e12)   # half of fp16-accumulate 330.3
+    assert g.peak_fp8_flops_per_s == 330.3e12          # Ada whitepaper: fp8 with fp32 accumulate 330.3 dense
+    assert g.peak_fp4_flops_per_s is None              # Ada: no fp4 tensor cores
+    assert g.hbm_bytes_per_s == 21e9 * 384 / 8         # GDDR6X 21 Gb/s x 384 bits = 1,008 GB/s
+    assert g.power_watts == 450                        # total graphics power (nvidia-smi cap 450 W, RLinf#255)
+    g = GPUS["rtx-3090"]
+    assert g.memory_bytes == 24_576 * MiB             # nvidia-smi, noonghunna/club-3090#390
+    assert g.peak_bf16_flops_per_s == 142e12 / 2       # GA102 whitepaper: 142 fp16-accumulate, 71 fp32-accumulate
+    assert g.peak_fp8_flops_per_s is None              # Ampere: no fp8
+    assert g.hbm_bytes_per_s == 19.5e9 * 384 / 8       # GDDR6X 19.5 Gb/s x 384 bits = 936 GB/s
+    assert g.power_watts == 350                        # GA102 whitepaper: 350 W
+    for name in ("rtx-4090", "rtx-3090"):
+        g = GPUS[name]
+        assert g.intra_node.bytes_per_s == 31.5e9          # PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 / 8 bits
+        assert g.intra_node.bytes_per_s == pytest.approx(16e9 * 16 * 128 / 130 / 8, rel=1e-3)   # = 31.51 GB/s
+        assert g.inter_node.bytes_per_s == 100e9 / 8 / 4   # one 100 GbE port for 4 cards, assumed
+        assert g.gpus_per_node == 4 and g.default_reserve_bytes == 0   # a 4-card workstation, assumed
+        assert g.blas_workspace_bytes == 8_519_680     # PyTorch's default cuBLAS workspace (not Hopper)
+
+
+def test_workstation_and_datacenter_ada_ampere_cards():
+    g = GPUS["rtx-a6000"]
+    assert g.memory_bytes == 49_140 * MiB             # nvidia-smi, noonghunna/club-3090#1047
+    assert g.peak_bf16_flops_per_s == 309.7e12 / 2     # A6000 datasheet: 309.7 with sparsity (torchtitan 154.85e12)
+    assert g.hbm_bytes_per_s == 768e9                  # A6000 datasheet: 768 GB/s
+    assert (g.power_watts, g.gpus_per_node) == (300, 4)   # datasheet 300 W; 4 per workstation assumed
+    g = GPUS["l40s"]
+    assert g.memory_bytes == 46_068 * MiB             # nvidia-smi, modal-labs/modal-client#2797
+    assert g.peak_bf16_flops_per_s == 362.05e12        # L40S datasheet: 733 with sparsity; verl 362.05e12
+    assert g.peak_fp8_flops_per_s == 1466e12 / 2       # L40S datasheet: 1,466 with sparsity
+    assert g.hbm_bytes_per_s == 864e9                  # L40S datasheet: 864 GB/s
+    assert g.inter_node.bytes_per_s == 400e9 / 8 / 8   # AWS g6e.48xlarge: 400 Gb/s for 8 L40S, assumed
+    assert (g.power_watts, g.gpus_per_node) == (350, 8)
+    g = GPUS["l4"]
+    assert g.memory_bytes == 23_034 * MiB             # nvidia-smi, modal-labs/modal-client#2797
+    assert g.peak_bf16_flops_per_s == 242e12 / 2       # L4 datasheet: 242 with sparsity
+    assert g.peak_fp8_flops_per_s == 485e12 / 2        # L4 datasheet: 485 with sparsity
+    assert g.hbm_bytes_per_s == 300e9                  # L4 datasheet: 300 GB/s
+    assert g.inter_node.bytes_per_s == 100e9 / 8 / 8   # AWS g6.48xlarge: 100 Gb/s for 8 L4, assumed
+    assert (g.power_watts, g.gpus_per_node) == (72, 8)
+    g = GPUS["a10g"]
+    assert g.memory_bytes == 23_028 * MiB             # nvidia-smi, NVIDIA/DCGM#232
+    assert g.peak_bf16_flops_per_s == 70e12            # not published by NVIDIA; torch.mm measures 69.47 (#126)
+    assert g.hbm_bytes_per_s == 600e9                  # A10's 600 GB/s
+    assert g.inter_node.bytes_per_s == 100e9 / 8 / 8   # AWS g5.48xlarge: 100 Gb/s for 8 A10G, assumed
+    assert (g.power_watts, g.gpus_per_node) == (300, 8)   # nvidia-smi's limit, NVIDIA/DCGM#232
+    for name in FINE_TUNING:
+        assert GPUS[name].intra_node.name == "PCIe 4.0 x16" and GPUS[name].host_bytes_per_s == 25e9   # PCIe Gen4
+
+
+def test_fine_tuning_cards_curves_are_a100s_scaled_by_square_torch_mm():
+    """bench/calibrate.py: A100's ceiling 0.78 x (card's torch.mm best / peak) / (A100's 264.53 / 312), W = A100's
+    1.87 TB/s (unrounded in the fit) x memory bandwidth / 2,039 GB/s; zzc0721/torch-performance-test-data."""
+    a100 = 264.53 / 312
+    assert GPUS["l40s"].efficiency == pytest.approx(0.78 * (269.15 / 362.05) / a100, abs=5e-4)
+    assert GPUS["a10g"].efficiency == pytest.approx(0.78 * (69.47 / 70) / a100, abs=5e-4)
+    assert GPUS["l4"].gemm_bandwidth_bytes_per_s == pytest.approx(1.87e12 * 300 / 2039, rel=0.01)
+    assert all(GPUS[n].efficiency_fp8 is None and GPUS[n].gemm_overhead_s == 6.11e-6 for n in FINE_TUNING)
+
+
 def test_mi325x():
     g = GPUS["mi325x"]
     assert g.memory_bytes == 256 * 10**9              # AMD MI325X: 256 GB (decimal) HBM3e
@@ -226,6 +303,18 @@ SOURCE_TEXT = {
              "13.125", "8 TB/s", "1.8 TB/s", "800 Gb/s ConnectX-8"),
     "gb300": ("GB300 NVL72", "288 GB", "2.5 PFLOP/s", "5 fp8", "15 fp4", "1,080 PFLOPS", "8 TB/s", "1.8 TB/s",
               "72-GPU node", "800 Gb/s ConnectX-8"),
+    "rtx-4090": ("Ada GPU architecture whitepaper", "24,564 MiB", "RLinf/RLinf#255", "1,008 GB/s", "165.2",
+                 "fp32 accumulate", "330.3", "PCIe 4.0 x16", "4 per node assumed", "3.125 GB/s"),
+    "rtx-3090": ("GA102 GPU architecture whitepaper", "24,576 MiB", "noonghunna/club-3090#390", "936 GB/s", "71 TFLOP/s",
+                 "fp32 accumulate", "NVLink bridge", "not modelled", "4 per node assumed"),
+    "rtx-a6000": ("RTX A6000 datasheet", "49,140 MiB", "noonghunna/club-3090#1047", "768 GB/s", "309.7", "154.85",
+                  "NVLink bridge", "not modelled", "4 per node assumed"),
+    "l40s": ("L40S datasheet", "46,068 MiB", "modal-labs/modal-client#2797", "864 GB/s", "362.05", "733", "1,466",
+             "g6e.48xlarge", "400 Gb/s"),
+    "l4": ("L4 datasheet", "23,034 MiB", "modal-labs/modal-client#2797", "300 GB/s", "242", "121", "485", "242.5",
+           "g6.48xlarge", "100 Gb/s"),
+    "a10g": ("publishes no datasheet", "23,028 MiB", "NVIDIA/DCGM#232", "600 GB/s", "70 TFLOP/s", "69.47",
+             "zzc0721/torch-performance-test-data#126", "g5.48xlarge", "100 Gb/s"),
 }
 
 
@@ -292,6 +381,12 @@ POWER = {
     "mi355x": (1400, "1400 W total board power"),       # AMD MI355X (MI350X 1000 W)
     "b300": (1000, "TDP 1000 W: the DGX B300"),         # DGX B300 power-capping guide: max TGP 1000 W
     "gb300": (1400, "1.4 kW per GPU"),                  # NVIDIA Mission Control power FAQ: GB300 at 1.4 kW
+    "rtx-4090": (450, "Total graphics power 450 W"),    # Ada whitepaper: RTX 4090 TGP 450 W
+    "rtx-3090": (350, "Total graphics power 350 W"),    # GA102 whitepaper: RTX 3090 TGP 350 W
+    "rtx-a6000": (300, "Max power consumption 300 W"),  # RTX A6000 datasheet
+    "l40s": (350, "Max power consumption 350 W"),       # L40S datasheet
+    "l4": (72, "Max power 72 W"),                       # L4 datasheet
+    "a10g": (300, "Power 300 W: the limit nvidia-smi"),  # NVIDIA/DCGM#232 (no datasheet)
 }
 
 
@@ -318,6 +413,7 @@ HOST_LINK = {
     "gb200": (225e9, "read as 225 GB/s per GPU each way"),               # one C2C for two GPUs, split evenly
     "gb300": (225e9, "read as 225 GB/s per GPU each way"),               # as gb200
     "b300": (50e9, "DGX B300's host CPUs (Xeon 6776P) are Gen5"),       # a Gen6 GPU behind Gen5 hosts, assumed
+    "rtx-4090": GEN4, "rtx-3090": GEN4, "rtx-a6000": GEN4, "l40s": GEN4, "l4": GEN4, "a10g": GEN4,   # PCIe Gen4 x16
 }
 
 

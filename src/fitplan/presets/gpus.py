@@ -12,8 +12,10 @@ maximum-achievable-matmul tables, AMD's hipBLASLt figures, DeepGEMM); its output
 sources and residuals. A100 has no measured table by shape: its ceiling is fitted with the
 memory-bound traffic constant (fitplan.timing.gemm.KAPPA) to Korthikanti et al. Table 4 and 5
 and A100's maximum-achievable-matmul figure, with H100's t0 and H100's operand bandwidth
-scaled by the HBM ratio. Parts without measurements of their own take their die's curve (said
-in their source).
+scaled by the HBM ratio. The cards measured only by square torch.mm (RTX 4090, RTX 3090, RTX A6000,
+L40S, L4, A10G) take A100's curve, the ceiling scaled by the benchmark's ratio to A100 and W by
+their memory bandwidth. Parts without measurements of their own take their die's curve (said in
+their source).
 """
 from dataclasses import replace
 
@@ -43,6 +45,13 @@ CURVES = {
     "mi300x": _curve(0.460, 0.613, 12.0, 2.18),
     "mi325x": _curve(0.544, 0.731, 12.0, 2.18),
     "mi355x": _curve(0.546, 0.345, 6.9, 2.87),
+    # parts measured by square torch.mm only: A100's curve, ceiling scaled by the benchmark's ratio, W by memory bandwidth
+    "rtx-4090": _curve(0.927, None, 6.11, 0.923),
+    "rtx-3090": _curve(0.992, None, 6.11, 0.857),
+    "rtx-a6000": _curve(0.733, None, 6.11, 0.703),
+    "l40s": _curve(0.684, None, 6.11, 0.791),
+    "l4": _curve(0.539, None, 6.11, 0.275),
+    "a10g": _curve(0.913, None, 6.11, 0.549),
 }
 
 # bus_efficiency: nccl-tests ring busbw at 1-16 GiB over the rate. A100 234.89/300, H200 367.61/450 (H100 ~370,
@@ -69,6 +78,18 @@ IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latenc
 # Blackwell Ultra's NIC: one ConnectX-8 at 800 Gb/s (XDR InfiniBand or Ethernet) per GPU; no collective over it is
 # measured in a public source, so NDR's 0.96 is assumed
 CX8_800G = LinkSpec(name="ConnectX-8 800 Gb/s", bytes_per_s=100e9, latency_s=14e-6, bus_efficiency=0.96)
+# The cards people fine-tune on (issue 25) talk over PCIe 4.0 x16 inside a node: 31.5 GB/s per direction after
+# 128b/130b encoding, NCCL's PCI hop latency; efficiency PCIe 5.0's (no Gen4 collective measured)
+PCIE4 = LinkSpec(name="PCIe 4.0 x16", bytes_per_s=31.5e9, latency_s=5.7e-6, bus_efficiency=0.88)
+# and a node's one Ethernet/EFA port shared by its GPUs (per GPU, one direction; NCCL's network hop latency,
+# InfiniBand's efficiency assumed: no public busbw over these): AWS g5.48xlarge (8 A10G) and g6.48xlarge (8 L4)
+# 100 Gb/s, g6e.48xlarge (8 L40S) 400 Gb/s; a workstation's 100 GbE for 4 cards
+ETH_100G_8 = LinkSpec(name="100 Gb/s Ethernet/EFA for 8 GPUs", bytes_per_s=100e9 / 8 / 8, latency_s=14e-6,
+                      bus_efficiency=0.96)
+ETH_400G_8 = LinkSpec(name="400 Gb/s Ethernet/EFA for 8 GPUs", bytes_per_s=400e9 / 8 / 8, latency_s=14e-6,
+                      bus_efficiency=0.96)
+ETH_100G_4 = LinkSpec(name="100 Gb/s Ethernet for 4 GPUs", bytes_per_s=100e9 / 8 / 4, latency_s=14e-6,
+                      bus_efficiency=0.96)
 
 # No preset reserves memory: the CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's pages
 # and the other runtime buffers are terms of the peak (fitplan.memory.runtime), so --reserve is the
@@ -207,6 +228,64 @@ _GPUS = (
                    "(the NVL72's 72 ConnectX-8 SuperNICs). GEMM curve: gb200's (no GB300 GEMM measurement)"
                    ". Power 1400 W per GPU: NVIDIA Mission Control's power-management FAQ budgets GB300 at 1.4 kW "
                    "per GPU; the Grace CPUs are not counted"),
+    # GPUs people fine-tune on (issue 25): GDDR memory (hbm_bytes_per_s is the memory bandwidth), PCIe inside a node.
+    # GeForce cards run bf16 tensor ops with fp32 accumulate, what PyTorch uses, at half their fp16-accumulate rate.
+    GpuSpec(name="rtx-4090", memory_bytes=24_564 * 2**20, peak_bf16_flops_per_s=165.2e12, peak_fp8_flops_per_s=330.3e12,
+            hbm_bytes_per_s=1008e9, power_watts=450,
+            **CURVES["rtx-4090"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
+            source="NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: 24 GB GDDR6X (nvidia-smi reports 24,564 "
+                   "MiB, RLinf/RLinf#255) at 1,008 GB/s, 165.2 TFLOP/s bf16 dense with fp32 accumulate (330.3 with "
+                   "fp16 accumulate, which PyTorch's bf16 GEMMs do not use), fp8 330.3 dense with fp32 accumulate, no "
+                   "fp4. No NVLink: cards talk over PCIe 4.0 x16, 31.5 GB/s per direction (GeForce drivers disable "
+                   "peer-to-peer, so NCCL stages through host memory and reaches less; give --intra-node-bandwidth "
+                   "from nccl-tests). 4 per node assumed (a 4-card workstation), one 100 GbE port shared = 3.125 GB/s "
+                   "per GPU, assumed. Total graphics power 450 W"),
+    GpuSpec(name="rtx-3090", memory_bytes=24_576 * 2**20, peak_bf16_flops_per_s=71e12, peak_fp8_flops_per_s=None,
+            hbm_bytes_per_s=936e9, power_watts=350,
+            **CURVES["rtx-3090"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
+            source="NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: 24 GB GDDR6X (nvidia-smi "
+                   "reports 24,576 MiB, noonghunna/club-3090#390) at 936 GB/s, 71 TFLOP/s bf16 dense with fp32 "
+                   "accumulate (142 with fp16 accumulate; PyTorch's bf16 GEMMs accumulate in fp32), no fp8. Cards "
+                   "talk over PCIe 4.0 x16, 31.5 GB/s per direction; the NVLink bridge (112.5 GB/s both directions) "
+                   "joins pairs only and is not modelled, as h100-pcie. 4 per node assumed (a 4-card workstation), "
+                   "one 100 GbE port shared = 3.125 GB/s per GPU, assumed. Total graphics power 350 W"),
+    GpuSpec(name="rtx-a6000", memory_bytes=49_140 * 2**20, peak_bf16_flops_per_s=154.85e12, peak_fp8_flops_per_s=None,
+            hbm_bytes_per_s=768e9, power_watts=300,
+            **CURVES["rtx-a6000"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
+            source="NVIDIA RTX A6000 datasheet: 48 GB GDDR6 (nvidia-smi reports 49,140 MiB with ECC off, "
+                   "noonghunna/club-3090#1047) at 768 GB/s, tensor performance 309.7 TFLOP/s with sparsity = 154.85 "
+                   "bf16 dense with fp32 accumulate at full rate on this professional card (pytorch/torchtitan "
+                   "get_peak_flops: 154.85e12), no fp8. Cards talk over PCIe 4.0 x16, 31.5 GB/s per direction; the "
+                   "NVLink bridge (112.5 GB/s both directions) joins pairs only and is not modelled, as h100-pcie. 4 "
+                   "per node assumed (a 4-card workstation), one 100 GbE port shared = 3.125 GB/s per GPU, assumed. "
+                   "Max power consumption 300 W"),
+    GpuSpec(name="l40s", memory_bytes=46_068 * 2**20, peak_bf16_flops_per_s=362.05e12, peak_fp8_flops_per_s=733e12,
+            hbm_bytes_per_s=864e9, power_watts=350,
+            **CURVES["l40s"], intra_node=PCIE4, inter_node=ETH_400G_8, gpus_per_node=8,
+            source="NVIDIA L40S datasheet: 48 GB GDDR6 (nvidia-smi reports 46,068 MiB with ECC on, "
+                   "modal-labs/modal-client#2797) at 864 GB/s, 733 TFLOP/s bf16 with sparsity = 362.05 dense "
+                   "(volcengine/verl verl/utils/flops_counter.py: 362.05e12), fp8 1,466 with sparsity = 733 dense, "
+                   "no fp4. No NVLink: PCIe Gen4 x16, 64 GB/s both directions = 31.5 per direction after encoding. 8 "
+                   "per node as AWS g6e.48xlarge, its 400 Gb/s EFA shared = 6.25 GB/s per GPU, assumed. Max power "
+                   "consumption 350 W"),
+    GpuSpec(name="l4", memory_bytes=23_034 * 2**20, peak_bf16_flops_per_s=121e12, peak_fp8_flops_per_s=242.5e12,
+            hbm_bytes_per_s=300e9, power_watts=72,
+            **CURVES["l4"], intra_node=PCIE4, inter_node=ETH_100G_8, gpus_per_node=8,
+            source="NVIDIA L4 datasheet: 24 GB GDDR6 (nvidia-smi reports 23,034 MiB with ECC on, "
+                   "modal-labs/modal-client#2797) at 300 GB/s, 242 TFLOP/s bf16 with sparsity = 121 dense, fp8 485 "
+                   "with sparsity = 242.5 dense, no fp4. No NVLink: PCIe Gen4 x16, 64 GB/s both directions = 31.5 "
+                   "per direction after encoding. 8 per node as AWS g6.48xlarge, its 100 Gb/s EFA shared = 1.5625 "
+                   "GB/s per GPU, assumed. Max power 72 W"),
+    GpuSpec(name="a10g", memory_bytes=23_028 * 2**20, peak_bf16_flops_per_s=70e12, peak_fp8_flops_per_s=None,
+            hbm_bytes_per_s=600e9, power_watts=300,
+            **CURVES["a10g"], intra_node=PCIE4, inter_node=ETH_100G_8, gpus_per_node=8,
+            source="A10G (AWS's variant of A10): NVIDIA publishes no datasheet. 24 GB GDDR6 (nvidia-smi reports "
+                   "23,028 MiB, NVIDIA/DCGM#232) at 600 GB/s, A10's; 70 TFLOP/s bf16 dense, the figure reported for "
+                   "it (baseten.co's A10 vs A10G comparison; A10's datasheet gives 125), which torch.mm bf16 "
+                   "reaches at 69.47 (zzc0721/torch-performance-test-data#126), so not A10's 125; no fp8. No NVLink: "
+                   "PCIe Gen4 x16, 31.5 GB/s per direction. 8 per node as AWS g5.48xlarge, its 100 Gb/s EFA shared "
+                   "= 1.5625 GB/s per GPU, assumed. Power 300 W: the limit nvidia-smi reports (NVIDIA/DCGM#232; "
+                   "A10: 150 W)"),
     GpuSpec(name="mi325x", blas_workspace_bytes=WS_GFX94, memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=6.0e12, power_watts=1000,
             **CURVES["mi325x"], intra_node=XGMI, inter_node=IB_NDR,
@@ -233,6 +312,7 @@ _GEN5 = (50e9, "host link PCIe Gen5 x16: 63 GB/s per direction raw, 50 GB/s achi
 HOST_LINKS = {
     "gpu-192gib": (50e9, "host link assumed b200's: PCIe Gen5 x16, 50 GB/s achievable"),
     "a100-40gb": _GEN4, "a100-80gb": _GEN4, "a800": _GEN4,
+    "rtx-4090": _GEN4, "rtx-3090": _GEN4, "rtx-a6000": _GEN4, "l40s": _GEN4, "l4": _GEN4, "a10g": _GEN4,
     "h100-80gb": _GEN5, "h200-141gb": _GEN5, "h800": _GEN5, "h20": _GEN5, "h100-pcie": _GEN5, "b200": _GEN5,
     "mi300x": _GEN5, "mi325x": _GEN5, "mi355x": _GEN5,
     "gh200": (450e9, "host link NVLink-C2C to the Grace CPU: 900 GB/s both directions = 450 GB/s each way (GH200 "
