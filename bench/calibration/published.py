@@ -229,9 +229,12 @@ def _bridge(row):
             flags += [f"--{flag}" if cfg[name] else f"--no-{flag}"]
     if cfg.get("tp_comm_overlap") and _int(row.get("tp")) > 1 and cfg.get("sequence_parallel"):
         flags += ["--tp-comm-overlap"]
-    graphs = str(cfg.get("cuda_graph"))
-    if graphs in ("full_iteration", "transformer_engine", "local", "enable_cuda_graph=True"):
+    graphs, scope = str(cfg.get("cuda_graph")), cfg.get("cuda_graph_scope") or []
+    if graphs == "full_iteration" or (graphs in ("local", "transformer_engine") and "full_iteration" in scope) \
+            or graphs == "enable_cuda_graph=True":
         flags += ["--cuda-graphs"]
+    elif graphs == "transformer_engine" and scope:
+        assumed.append(f"CUDA graphs of {', '.join(scope)} only: the layers' host overhead counted whole")
     if cfg.get("moe_token_dispatcher") == "flex":
         flags += ["--moe-dispatcher", "deepep"]
     elif cfg.get("moe_token_dispatcher") == "alltoall":

@@ -28,6 +28,7 @@ from fitplan.timing import calibration as CAL
 RUN_KEYS = ("name", "flags", "tokens_per_s_per_gpu", "step_s")
 # the GpuSpec.end_to_end field each fitted constant lands in (the clock: the GPU's architecture's)
 SPEC_FIELD = {"attention_scale": "attention_scale", "elementwise_scale": "elementwise_scale",
+              "moe_traffic": "moe_traffic",
               "sm_sharing": "sm_sharing", "layer_overhead": "layer_overhead",
               "collective_overhead": "collective_overhead", "comm_efficiency": "comm_efficiency",
               "a2a_efficiency": "a2a_efficiency", "straggler_cv": "straggler_cv"}

@@ -330,7 +330,7 @@ HOST_LINKS = {
 ARCHITECTURES = {
     "gpu-192gib": "blackwell", "a100-40gb": "ampere", "a100-80gb": "ampere", "a800": "ampere",
     "h100-80gb": "hopper", "h200-141gb": "hopper", "h800": "hopper", "h20": "hopper", "h100-pcie": "hopper",
-    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
+    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell-ultra", "gb300": "blackwell-ultra",
     "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
     "rtx-3090": "ampere", "rtx-a6000": "ampere", "a10g": "ampere", "rtx-4090": "ada", "l40s": "ada", "l4": "ada",
 }

@@ -54,6 +54,8 @@ class EndToEndSpec:
                                              file_only="fitted: attention kernels over their benchmarks")
     elementwise_scale: float | None = declared("number", default=None, lo=0.01, hi=50, omitted="the shipped fit's",
                                                file_only="fitted: elementwise traffic over the counted")
+    moe_traffic: float | None = declared("number", default=None, lo=0, hi=100, omitted="the shipped fit's",
+                                         file_only="fitted: MoE token handling's bytes per routed-copy byte")
     sm_sharing: float | None = declared("number", default=None, lo=0, hi=5, omitted="the shipped fit's",
                                         file_only="fitted: compute lost per second of overlapped communication")
     layer_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
@@ -77,12 +79,13 @@ class EndToEndSpec:
 
     def values(self) -> dict:
         """The fitted constants set here, by fitplan.timing.calibration's names (clock: every architecture's)."""
-        out = {name: getattr(self, name) for name in ("attention_scale", "elementwise_scale", "sm_sharing",
+        out = {name: getattr(self, name) for name in ("attention_scale", "elementwise_scale", "moe_traffic", "sm_sharing",
                                                       "layer_overhead", "collective_overhead", "comm_efficiency",
                                                       "a2a_efficiency",
                                                       "straggler_cv") if getattr(self, name) is not None}
         if self.clock is not None:
-            out.update({"clock_ampere": self.clock, "clock_hopper": self.clock, "clock_blackwell": self.clock})
+            out.update({name: self.clock for name in ("clock_ampere", "clock_hopper", "clock_blackwell",
+                                                      "clock_blackwell_ultra")})
         return out
 
 
@@ -162,7 +165,7 @@ class GpuSpec:
                                                  "drawn")
     # the die's generation, which picks its end-to-end clock constant (fitplan.timing.calibration)
     architecture: str = declared("str", default="", file_only="the die's generation (ampere, hopper, blackwell, "
-                                                              "cdna3, cdna4), the preset's")
+                                                              "blackwell-ultra, ada, cdna3, cdna4), the preset's")
     end_to_end: EndToEndSpec | None = declared("table", table=EndToEndSpec, default=None,
                                                omitted="the shipped end-to-end fit (fitplan.timing.calibration)")
     # the GPU's link to host memory, per GPU and direction: what offloaded state and activations cross

@@ -39,12 +39,15 @@ CONSTANTS = (
              "the board's power limit, A100-class dies", "fitplan.timing.gemm.rates", 1.0, 0.3),
     Constant("clock_hopper", "ratio", "the same for H100/H200/H800-class dies", "fitplan.timing.gemm.rates", 1.0,
              0.3),
-    Constant("clock_blackwell", "ratio", "the same for B200/GB200/B300/GB300-class dies", "fitplan.timing.gemm.rates",
-             1.0, 0.3),
+    Constant("clock_blackwell", "ratio", "the same for B200/GB200-class dies", "fitplan.timing.gemm.rates", 1.0, 0.3),
+    Constant("clock_blackwell_ultra", "ratio", "the same for B300/GB300-class dies (Blackwell Ultra)",
+             "fitplan.timing.gemm.rates", 1.0, 0.3),
     Constant("attention_scale", "ratio", "fused attention kernels as frameworks run them, over their published "
              "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.gemm.layer_rates", 1.0, 0.5),
     Constant("elementwise_scale", "ratio", "HBM traffic of a layer's memory-bound kernels over the counted "
              "traffic of its kernel family (ELEMENTWISE_TRAFFIC)", "fitplan.timing.elementwise", 1.0, 0.7),
+    Constant("moe_traffic", "B/B", "HBM bytes an MoE layer's router, permutation and unpermutation move per byte "
+             "of its routed token copies", "fitplan.timing.elementwise", 2.0, 1.0),
     Constant("sm_sharing", "s/s", "compute time lost per second of communication overlapped with it (the SMs "
              "and HBM bandwidth collectives take)", "fitplan.timing.step", 0.1, 1.0),
     Constant("layer_overhead", "s", "host-side time per layer pass not hidden behind the GPU (kernel launches, "
@@ -69,7 +72,14 @@ PRIORS = {c.name: c.prior for c in CONSTANTS}
 SHIPPED = {name: fitted.VALUES.get(name, prior) for name, prior in PRIORS.items()}
 
 # GPU architecture -> its clock constant (fitplan.specs.cluster.GpuSpec.architecture)
-CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "clock_blackwell"}
+CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "clock_blackwell",
+            "blackwell-ultra": "clock_blackwell_ultra"}
+# The dense bf16 peak each generation's clock constant refers to: its base part's (A100 SXM, H100 SXM, B200,
+# B300). A part rated above it on the same die (GB200 and GB300: 2.5 against 2.25 PFLOP/s, at a higher power
+# limit) is taken to sustain only the base part's rate: in Megatron-Bridge's tables the same layouts run within
+# -7% to +4% on GB200 and B200 and within +3% to +6% on GB300 and B300 (docs/calibration.md#generations).
+# Parts rated below it (PCIe cards, the export parts) have fewer SMs or a lower clock in their own rating.
+REFERENCE_PEAK = {"ampere": 312e12, "hopper": 989e12, "blackwell": 2250e12, "blackwell-ultra": 2250e12}
 
 # Attention kernels' efficiency: the fraction of the dense bf16 peak a fused attention kernel sustains on
 # the FLOPs it executes (a causal mask skips half), forward and backward together at head dim 128 and
@@ -80,13 +90,14 @@ CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "cl
 # (FlashAttention-4 / cuDNN) 1.88x FlashAttention-3 on H200 at 8K (stas00/ml-engineering
 # insights/when-to-upgrade-gpus), 1,040 of 2,250. Entries no benchmark covers take the closest one, said.
 ATTENTION_EFFICIENCY = {
+    ("blackwell-ultra", "flash2"): 0.32, ("blackwell-ultra", "cudnn"): 0.46, ("blackwell-ultra", "flash3"): 0.46,
     ("ampere", "flash2"): 0.64, ("ampere", "cudnn"): 0.64, ("ampere", "flash3"): 0.64,   # FA3 needs Hopper: FA2's
     ("hopper", "flash2"): 0.32, ("hopper", "cudnn"): 0.52, ("hopper", "flash3"): 0.56,
     ("blackwell", "flash2"): 0.32, ("blackwell", "cudnn"): 0.46, ("blackwell", "flash3"): 0.46,   # FA2: Hopper's
 }
 # The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's
 # (fitplan.specs.framework), else these
-DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn"}
+DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn"}
 
 # HBM bytes a layer's memory-bound kernels move per byte of activation the layer stores for backward, by
 # kernel family, counted op by op (docs/calibration.md#elementwise-traffic): fused (Transformer Engine, apex:
@@ -105,6 +116,7 @@ class EndToEnd:
     clock: object              # fraction of the boost clock compute-bound kernels sustain (power cap included)
     attention: object          # a flash kernel's efficiency, fraction of the bf16 peak (0: eager, the GEMM curve)
     elementwise: object        # HBM bytes per stored activation byte of the memory-bound kernels
+    moe_traffic: object        # HBM bytes per routed-copy byte of an MoE layer's token handling
     sm_sharing: object         # compute seconds lost per second of overlapped communication
     layer_overhead_s: object   # per layer pass, unhidden host time
     collective_overhead_s: object
@@ -119,12 +131,14 @@ def power_clock(*, power, tdp):
 
 
 def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, power=None, tdp=None,
-            values=None) -> EndToEnd:
+            peak=None, values=None) -> EndToEnd:
     """The constants for one GPU architecture, attention kernel ("eager" or a flash variant), kernel family
     and CUDA-graph choice; values: name -> number or array (default SHIPPED). An architecture without a
     clock constant (AMD, or unknown) runs at its boost clock (1), the band saying no run stands behind it."""
     v = SHIPPED if values is None else values
     clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else 1.0
+    if peak is not None and architecture in REFERENCE_PEAK:
+        clock = clock * min(1.0, REFERENCE_PEAK[architecture] / peak)
     if power is not None and tdp is not None:
         clock = clock * power_clock(power=power, tdp=tdp)
     if kernel == "eager":
@@ -135,6 +149,7 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
         attention = minimum(base * v["attention_scale"], 1.0)
     return EndToEnd(clock=clock, attention=attention,
                     elementwise=ELEMENTWISE_TRAFFIC[kernels] * v["elementwise_scale"],
+                    moe_traffic=v["moe_traffic"],
                     sm_sharing=maximum(v["sm_sharing"], 0.0),
                     layer_overhead_s=0.0 if cuda_graphs else v["layer_overhead"],
                     collective_overhead_s=v["collective_overhead"],
@@ -152,7 +167,8 @@ def of_setup(setup, values=None) -> EndToEnd:
     if gpu.end_to_end is not None:
         v.update(gpu.end_to_end.values())
     return resolve(architecture=gpu.architecture, kernel=tr.attention_kernel, kernels=tr.kernels,
-                   cuda_graphs=tr.cuda_graphs, power=gpu.power_watts, tdp=gpu.tdp_watts, values=v)
+                   cuda_graphs=tr.cuda_graphs, power=gpu.power_watts, tdp=gpu.tdp_watts,
+                   peak=gpu.peak_bf16_flops_per_s, values=v)
 
 
 def field_names() -> tuple[str, ...]:

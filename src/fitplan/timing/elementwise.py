@@ -61,12 +61,25 @@ def fp8_cast_backward_bytes(*, X, Y, e, e_lp=1):
     return (e + e_lp) * Y + e_lp * (X + Y)
 
 
+@formula("bytes/moe_routed_copies", "k*rho*s*b*h*e/(t*c)", Cite("fitplan", "formulas.md#moe"), "bytes",
+         ("the k routed copies of the stage's sequence-sharded tokens, at the activations' element size",))
+def moe_routed_bytes(*, k, rho, s, b, h, e, t, c):
+    return k * rho * s * b * h * e / (t * c)
+
+
+@formula("time/moe_token_traffic", "kappa_moe*C/W_hbm", ELEMENTWISE, SECONDS,
+         ("an MoE layer's router, permutation and unpermutation move kappa_moe bytes of HBM traffic per byte of its "
+          "routed copies (fitplan.timing.calibration's moe_traffic, fitted end to end)",))
+def moe_traffic_s(*, C, kappa_moe, W):
+    return kappa_moe * C / W
+
+
 @formula("time/fp8_casts", "bytes/W_hbm", FP8_CASTS, SECONDS)
 def cast_s(*, bytes_, W):
     return bytes_ / W
 
 
-def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa):
+def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe):
     """Forward elementwise seconds per layer (stage average), and what recompute reruns of
     them: the traffic of the activations it did not store."""
     from fitplan.memory import activations as A
@@ -81,6 +94,10 @@ def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa):
             for tag, extra in extras]
     A_none = full[0] if n_dense is None else mix(n_dense, L, full[0], full[1])
     mem = ev(elementwise_s, A=A_none, kappa=kappa, W=W)
+    if n_dense is not None:   # the MoE layers' token handling: router, permute, unpermute over the routed copies
+        copies = ev(moe_routed_bytes, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, e=sh.e, t=c.tp,
+                    c=c.cp)
+        mem = mem + mix(n_dense, L, 0 * copies, ev(moe_traffic_s, C=copies, kappa_moe=kappa_moe, W=W))
     if c.recompute == Recompute.NONE:
         return mem, 0 * mem
     kept = [ev(A.per_layer_bytes, key=f"bytes/layer_activations_stored{tag}", recompute=c.recompute, **layer, **extra)

@@ -83,10 +83,11 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
     if setup.training.moe_dispatcher == "deepep":
         route = setup.model.moe.route_nodes
         D = ev(remote_nodes, N=nodes, k=sh.moe.k, **({} if route is None else {"M": route}))
-        f = e2e.comm_efficiency * e2e.a2a_efficiency
+        # DeepEP's kernels reach the links' large-message bus bandwidth (deepseek-ai/DeepEP README: 153-158 of
+        # H800's ~160 GB/s NVLink, 43-58 GB/s RDMA per 50 GB/s NIC): no collective efficiency applies
         tiers = CM.tiers(setup.cluster.gpu)
         secs = ev(deepep_s, key="comm/ep_s", count=n_ep, S=S_ep, k=sh.moe.k, n=c.ep, N=nodes, D=D,
-                  B_in=tiers["B_in"] * f, B_net=tiers["B_net"] * f, alpha=select(intra, tiers["a_in"], tiers["a_net"]),
+                  B_in=tiers["B_in"], B_net=tiers["B_net"], alpha=select(intra, tiers["a_in"], tiers["a_net"]),
                   a_fw=e2e.collective_overhead_s)
     else:
         secs = collective(ev, "comm/ep_s", setup, count=n_ep, kind="all_to_all", n=c.ep, nodes=nodes, S=S_ep,
