@@ -180,9 +180,12 @@ def _recompute_modules(cfg: dict, assumed: list) -> list:
         return ["--recompute", "selective"]
     if not mods:
         return []
-    if "mlp" in mods or "moe" in mods:
-        assumed.append(f"recompute modules {mods} planned as full recompute (an MLP or MoE layer rerun)")
+    if "mlp" in mods:
+        assumed.append(f"recompute modules {mods} planned as full recompute (the MLP's GEMMs rerun)")
         return ["--recompute", "full"]
+    if "moe" in mods:
+        assumed.append(f"recompute modules {mods} planned as selective (the MoE layer's rerun not counted)")
+        return ["--recompute", "selective"]
     if "core_attn" in mods:
         return ["--recompute", "selective"]
     if not set(mods) <= {"mla_up_proj", "layernorm", "moe_act"}:

@@ -13,7 +13,6 @@ value; with fewer runs than constants only the sustained clock fraction is fitte
 output is the GPU's [gpu] table with an [gpu.end_to_end] table of the fitted values, the run count and the
 residuals' 10th and 90th percentiles, which `--gpu-spec` applies (and the error band reads). No GPU is needed.
 """
-import math
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ RUN_KEYS = ("name", "flags", "tokens_per_s_per_gpu", "step_s")
 # the GpuSpec.end_to_end field each fitted constant lands in (the clock: the GPU's architecture's)
 SPEC_FIELD = {"attention_scale": "attention_scale", "elementwise_scale": "elementwise_scale",
               "moe_traffic": "moe_traffic",
-              "sm_sharing": "sm_sharing", "layer_overhead": "layer_overhead",
+              "sm_sharing": "sm_sharing", "layer_overhead": "layer_overhead", "moe_sync_overhead": "moe_sync_overhead",
               "collective_overhead": "collective_overhead", "comm_efficiency": "comm_efficiency",
               "a2a_efficiency": "a2a_efficiency", "straggler_cv": "straggler_cv"}
 PRIOR_SCALE = 10.0   # one's own runs decide: the shipped fit only holds what they leave undetermined

@@ -55,10 +55,13 @@ def _share_before(U, P, j, ends=True):
 
 def _embedding_aware(L, P):
     """Whether the default split counts the embedding and head as a layer each: p > 1, every
-    chunk keeps at least one layer, and it does not raise the heaviest chunk above an even
+    chunk keeps at least one layer (or, where fewer layers than chunks leave no other way, one unit),
+    and it does not raise the heaviest chunk above an even
     split's ceil(L/P) (so 96 layers on 8 stages stay 12 each, as Narayanan et al. ran GPT-3,
-    while 126 on 16 become 7, 8 x 14, 7)."""
-    return (P > 1) & ((L + 2) // P >= 2) & (-(-(L + 2) // P) == -(-L // P))
+    while 126 on 16 become 7, 8 x 14, 7; and 126 on 16 x 8 chunks give the first chunk the
+    embedding alone and the last the head alone, as Megatron-LM's
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split do)."""
+    return (P > 1) & (((L + 2) // P >= 2) | ((L < P) & (L + 2 >= P))) & (-(-(L + 2) // P) == -(-L // P))
 
 
 def chunk_layers(L, P, j):

@@ -60,6 +60,8 @@ class EndToEndSpec:
                                         file_only="fitted: compute lost per second of overlapped communication")
     layer_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
                                             file_only="fitted: seconds of host time per layer pass")
+    moe_sync_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
+                                               file_only="fitted: seconds of host sync per dropless MoE layer pass")
     collective_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
                                                  file_only="fitted: seconds of framework time per collective")
     comm_efficiency: float | None = declared("number", default=None, lo=0.01, hi=1, omitted="the shipped fit's",
@@ -80,7 +82,7 @@ class EndToEndSpec:
     def values(self) -> dict:
         """The fitted constants set here, by fitplan.timing.calibration's names (clock: every architecture's)."""
         out = {name: getattr(self, name) for name in ("attention_scale", "elementwise_scale", "moe_traffic", "sm_sharing",
-                                                      "layer_overhead", "collective_overhead", "comm_efficiency",
+                                                      "layer_overhead", "moe_sync_overhead", "collective_overhead", "comm_efficiency",
                                                       "a2a_efficiency",
                                                       "straggler_cv") if getattr(self, name) is not None}
         if self.clock is not None:

@@ -27,11 +27,13 @@ class Violation:
 
 
 def _layers_fit(L, c):
-    """Default split: every one of the p*v chunks keeps a layer. Pinned ends: pp > 1, the
+    """Default split: every one of the p*v chunks keeps a layer, or a unit where the embedding and the head count
+    as a layer each (counts.stages._embedding_aware). Pinned ends: pp > 1, the
     pins leave at least one layer per middle stage (exactly none when pp = 2)."""
     first, last = c.first_stage_layers, c.last_stage_layers
-    if first is None and last is None:
-        return L >= c.pp * c.virtual_stages
+    if first is None and last is None:   # the embedding and the head count as a layer each where that fills them
+        P = c.pp * c.virtual_stages
+        return (L >= P) | ((c.pp > 1) & (L + 2 >= P) & (-(-(L + 2) // P) == -(-L // P)))
     pinned = (first or 0) + (last or 0)
     both = first is not None and last is not None
     middle = L - pinned

@@ -50,8 +50,12 @@ CONSTANTS = (
              "of its routed token copies", "fitplan.timing.elementwise", 2.0, 1.0),
     Constant("sm_sharing", "s/s", "compute time lost per second of communication overlapped with it (the SMs "
              "and HBM bandwidth collectives take)", "fitplan.timing.step", 0.1, 1.0),
-    Constant("layer_overhead", "s", "host-side time per layer pass not hidden behind the GPU (kernel launches, "
-             "framework bookkeeping); none under CUDA graphs", "fitplan.timing.step", 20e-6, 1.0),
+    Constant("layer_overhead", "s", "host time to launch one layer pass's kernels (Python, the framework, the CUDA "
+             "driver); a pass takes at least this, the GPU idling when its own work is shorter; none under CUDA "
+             "graphs", "fitplan.timing.overheads", 300e-6, 1.0),
+    Constant("moe_sync_overhead", "s", "time a dropless MoE layer pass loses reading its token counts on the host "
+             "(the stream drains, then the rest is launched); none under CUDA graphs",
+             "fitplan.timing.overheads", 300e-6, 1.0),
     Constant("collective_overhead", "s", "framework time per collective issued on top of NCCL's own (stream "
              "synchronisation, bucketing, launch)", "fitplan.timing.axes.collective", 10e-6, 1.0),
     Constant("comm_efficiency", "ratio", "achieved over modelled bandwidth of the collectives and sends a "
@@ -99,11 +103,14 @@ ATTENTION_EFFICIENCY = {
 # (fitplan.specs.framework), else these
 DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn"}
 
-# HBM bytes a layer's memory-bound kernels move per byte of activation the layer stores for backward, by
-# kernel family, counted op by op (docs/calibration.md#elementwise-traffic): fused (Transformer Engine, apex:
-# one read and one write per fused norm, bias-activation, RoPE and residual), compiled (torch.compile's
-# fusions, a few more passes), eager (every elementwise op its own kernel, norms in fp32)
-ELEMENTWISE_TRAFFIC = {"fused": 2.0, "compiled": 2.5, "eager": 4.5}
+# HBM bytes a layer's memory-bound kernels move per byte of activation the layer stores for backward, by kernel
+# family, counted op by op for a Llama layer in its forward (docs/calibration.md#elementwise-traffic): a stored
+# A = 17*e*h per token (norm inputs and outputs, q/k/v and the MLP's inputs, flash) against 23*e*h moved by fused
+# kernels (Transformer Engine: norm 2, RoPE 2.5, each residual add 3, the other norm 2, SwiGLU 10.5) and 68*e*h
+# by eager PyTorch (RMSNorm in fp32 16 each, complex RoPE in fp32 12.5, SwiGLU as two kernels 17.5, adds 3 each);
+# torch.compile fuses the chains back to about the fused count. One fitted scale (elementwise_scale) carries what
+# the tally leaves out (casts, amax, bias and dropout kernels, the backward's own chains).
+ELEMENTWISE_TRAFFIC = {"fused": 1.35, "compiled": 1.5, "eager": 4.0}
 
 # dynamic power ~ C*V^2*f with the voltage following the clock along the DVFS curve: P ~ f^3, so a cap
 # P below the board's limit P_tdp sustains (P/P_tdp)^(1/3) of the clock (an assumption, printed)
@@ -118,7 +125,8 @@ class EndToEnd:
     elementwise: object        # HBM bytes per stored activation byte of the memory-bound kernels
     moe_traffic: object        # HBM bytes per routed-copy byte of an MoE layer's token handling
     sm_sharing: object         # compute seconds lost per second of overlapped communication
-    layer_overhead_s: object   # per layer pass, unhidden host time
+    layer_overhead_s: object   # host time to launch one layer pass
+    moe_sync_s: object         # a dropless MoE layer pass's host synchronisation
     collective_overhead_s: object
     comm_efficiency: object    # achieved fraction of the modelled collective and send bandwidth
     a2a_efficiency: object     # the MoE all-to-alls', on top of comm_efficiency
@@ -152,6 +160,7 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
                     moe_traffic=v["moe_traffic"],
                     sm_sharing=maximum(v["sm_sharing"], 0.0),
                     layer_overhead_s=0.0 if cuda_graphs else v["layer_overhead"],
+                    moe_sync_s=0.0 if cuda_graphs else v["moe_sync_overhead"],
                     collective_overhead_s=v["collective_overhead"],
                     comm_efficiency=minimum(v["comm_efficiency"], 1.0),
                     a2a_efficiency=minimum(v["a2a_efficiency"], 1.0),

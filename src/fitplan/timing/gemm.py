@@ -225,6 +225,7 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e) -> LayerRates:
         eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
     F_h, T_h = class_flops_and_s(ev, head_gemms(model, T=T, t=c.tp), r["bf16"], gpu)
     eff_head = ev(sustained_efficiency, key="ratio/head_efficiency", F=F_h, T=T_h, peak=r["bf16"].peak)
-    mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise)
+    mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise,
+                                     kappa_moe=e2e.moe_traffic)
     cast_f, cast_b = E.fp8_casts(ev, setup, sh, kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch)
     return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b)

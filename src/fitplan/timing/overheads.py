@@ -4,8 +4,8 @@ per layer pass, and the wait for the slowest GPU.
 Each is one end-to-end constant of fitplan.timing.calibration times a quantity the model already has:
   overlap slowdown   sigma * (communication hidden behind compute)      collectives take SMs and HBM
                                                                         bandwidth from the GEMMs they overlap
-  host overhead      omega * m * L * passes                             launches and bookkeeping per layer
-                                                                        pass that the GPU waits for
+  host overhead      m * (max(0, L*omega - T_pass) per pass              launches per layer pass the GPU waits
+                       + passes * L_moe * sigma_moe)                    for; a dropless MoE layer's host sync
   stragglers         cv * sqrt(2 ln N) * (the rest of the step)         the expected maximum of N GPUs'
                                                                         times, each cv above or below the mean
 """
@@ -26,17 +26,21 @@ def overlap_slowdown_s(*, sigma, hidden):
     return sigma * maximum(hidden, 0)
 
 
-def _passes_text(*, recompute, **_):
-    return "m*L*(3 if full recompute else 2)*omega" if recompute is None else (
-        f"m*L*{3 if str(recompute) == 'full' else 2}*omega")
+def _host_text(**_):
+    return ("m*(max(0, L*omega - T_f) + max(0, k_b*L*omega - T_b) + k*L_moe*sigma_moe), k_b = 2 with full recompute "
+            "else 1, k = k_b + 1")
 
 
-@formula("time/host_overhead", _passes_text, CAL, SECONDS,
-         ("each layer's forward, backward (and full recompute) pass costs omega of host time the GPU waits for: "
-          "kernel launches and framework bookkeeping; none under CUDA graphs",))
-def host_overhead_s(*, m, L, omega, recompute=None):
-    passes = 3 if recompute == Recompute.FULL else 2
-    return m * L * passes * omega
+@formula("time/host_overhead", _host_text, CAL, SECONDS,
+         ("the host launches each layer pass's kernels in omega; the GPU waits only where its own work is shorter "
+          "(the CPU runs ahead otherwise): forward and backward each take at least L*omega",
+          "a dropless MoE layer reads its token counts on the host once per pass (sigma_moe): the queue drains and "
+          "restarts, serially",
+          "CUDA graphs launch a whole iteration at once: no host time"))
+def host_overhead_s(*, m, T_f, T_b, L, L_moe, omega, sigma_moe, recompute=None):
+    k_b = 2 if recompute == Recompute.FULL else 1
+    return m * (maximum(0 * T_f, L * omega - T_f) + maximum(0 * T_b, k_b * L * omega - T_b)
+                + (k_b + 1) * L_moe * sigma_moe)
 
 
 def _sqrt_2ln(N):
