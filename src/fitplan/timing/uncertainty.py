@@ -2,10 +2,11 @@
 
 bench/fidelity.py fits the end-to-end constants leaving one model family out at a time and records,
 for every published run, r = ln(published/predicted) from the fit that did not see its family
-(fitplan.timing.fitted.BAND: the 10th and 90th percentiles of r, and how many runs each GPU
-architecture, GEMM precision and kernel family has). A plan's band is
+(fitplan.timing.fitted.BAND: the alpha and 1 - alpha quantiles of r, alpha the largest that lets bands
+drawn from the other families hold 80% of the runs, and how many runs each GPU architecture, GEMM
+precision and kernel family has). A plan's band is
 
-    [T*exp(w*q_10), T*exp(w*q_90)],  w = sqrt(1 + N0/(n + 1))
+    [T*exp(w*q_low), T*exp(w*q_high)],  w = sqrt(1 + N0/(n + 1))
 
 n being the fewest calibration runs that share its architecture, precision or kernel family: where the
 set has many runs like it, w is near 1; where it has none, the band is sqrt(1 + N0) times wider. N0 = 4,
@@ -65,7 +66,8 @@ def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
         n = counts[dim]
         w = widening(n)
         lo, hi, runs = table["q_low"], table["q_high"], table["runs"]
-        basis = (f"cross-validated errors over {runs} published runs (leave one model family out); "
-                 f"{n} of them share this plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
+        basis = (f"cross-validated errors over {runs} published runs (leave one model family out; their "
+                 f"{table.get('alpha', 0.1):.0%}-{1 - table.get('alpha', 0.1):.0%} quantiles); {n} of them share this "
+                 f"plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
     return Band(low_s=step_s * math.exp(w * min(lo, 0.0)), high_s=step_s * math.exp(w * max(hi, 0.0)),
                 coverage=COVERAGE, basis=basis, runs=runs)
