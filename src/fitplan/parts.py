@@ -58,7 +58,7 @@ TABLE = (
     Part("time/offload", "offload: host-link traffic and the CPU optimizer step, exposed", "#7f7f7f", TIME),
     Part("time/overlap_slowdown", "compute slowed by the communication it hides", "#9ecae1", TIME),
     Part("time/host_overhead", "host time per layer pass (launches, framework)", "#d9d9d9", TIME),
-    Part("time/straggler", "waiting for the slowest GPU", "#fdae6b", TIME),
+    Part("time/straggler", "waiting for the slowest GPU", "#d4b9da", TIME),
     Part("host/weights", "weights in host memory", "#1b7837", HOST),
     Part("host/grads", "gradients in host memory", "#5aae61", HOST),
     Part("host/master", "master weights in host memory", "#a6dba0", HOST),
