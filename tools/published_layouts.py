@@ -1,8 +1,9 @@
 """The published runs fitplan can state, planned as written, beside their published figures.
 
 Run: python tools/published_layouts.py > docs/layouts.md   (tests/unit/test_layouts_doc.py checks
-the file is what this prints). The published figures are only compared here, never fitted to:
-fitplan's time and memory models are fitted on component facts (docs/formulas.md).
+the file is what this prints). The published figures here are evaluation data, only compared, never
+fitted to: fitplan's time constants are fitted on the calibration set alone (docs/calibration.md), and its
+memory model is built from the frameworks' source and measurements (docs/formulas.md).
 """
 import functools
 import io

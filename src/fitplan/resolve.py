@@ -211,9 +211,12 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
         start = TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE), attention_kernel=kernel,
                              dropout=dropout, global_batch=preset.global_batch if preset else None,
                              moe_dispatcher=preset.moe_dispatcher if preset else "alltoall")
-        if "attention_kernel" not in values or "dropout" not in values:
-            assumed.append(f"attention kernel {kernel}, dropout {'on' if dropout else 'off'}: {trained} "
-                           f"(--attention-kernel, --dropout/--no-dropout set them)")
+        framework = FRAMEWORKS.get(values.get("framework"))
+        kernel_taken = "attention_kernel" not in values and not (framework and "attention_kernel" in framework.training)
+        taken = ([f"attention kernel {kernel}"] if kernel_taken else []) + (
+            [f"dropout {'on' if dropout else 'off'}"] if "dropout" not in values else [])
+        if taken:
+            assumed.append(f"{', '.join(taken)}: {trained} (--attention-kernel, --dropout/--no-dropout set them)")
         if "global_batch" not in values and start.global_batch is not None:
             assumed.append(f"global batch {start.global_batch} sequences: the preset's "
                            f"({preset.batch_source or preset.model.source})")

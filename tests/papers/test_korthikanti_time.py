@@ -17,6 +17,7 @@ from fitplan.memory.breakdown import Setup
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.timing import compute as C
 from fitplan.timing import evaluate_step
+from fitplan.timing.uncertainty import band
 
 S, V, PEAK = 2048, 51200, 312e12
 #        name    a    h      L   t  p   B    b  v  full_s  sel_s  MFU%  HFU%  MFU check  HFU check
@@ -109,56 +110,53 @@ def _config(row, recompute, sp):
     return ParallelConfig(tp=t, pp=p, micro_batch=b, virtual_stages=v, sequence_parallel=sp, recompute=recompute)
 
 
-# Why the rows below moved with the shape-aware GEMM model (bench/calibrate.py prints every row):
-# the old single efficiency 0.83*h/(h + 4500) was fitted to these 8 times alone and absorbed all
-# non-GEMM time; now the GEMMs run at A100's curve, the memory-bound kernels cost KAPPA x the stored
-# activations at HBM bandwidth (KAPPA and A100's ceiling fitted to Table 4 and 5 together with A100's
-# measured maximum matmul rate) and the optimizer step its state traffic. Full recompute reruns the
-# memory-bound kernels, and its rows run without SP, whose norms and dropouts then move t times the
-# bytes; what the present-work rows pay and the model does not: SP's all-gathers repeated in the
-# backward and the slower RS + AG pair (Sec. 6.2); what the full-recompute rows save and the model
-# does not: the backward all-reduce overlapped with the weight-gradient GEMM (Sec. 6.2). Both are
-# communication (fitplan.timing.comm, traffic), so the present-work rows come out 1-8% fast.
-PREDICTED = {"22B": (1.3690, 44.84), "175B": (1.3675, 55.43), "530B": (1.3418, 59.32), "1T": (1.3361, 56.65)}
+# Since the end-to-end calibration (docs/calibration.md) these eight Table 5 times are part of the set the
+# constants are fitted on (bench/calibration/papers.toml), with Narayanan Table 1 the only A100 rows in it;
+# the Hopper and Blackwell tables outnumber them 16 to 1, so the fit does not bend to them: the model comes
+# out 2-13% fast on them (bench/fidelity.py prints each row). What it leaves out for these rows: the
+# present-work rows pay SP's all-gathers repeated in the backward and the slower RS + AG pair (Sec. 6.2),
+# the full-recompute rows save the backward all-reduce overlapped with the weight-gradient GEMM (Sec. 6.2).
+# The assertions: each published time inside the 80% band fitplan prints around its prediction, and the
+# measured speed-up's size and direction.
 
 
 @pytest.mark.parametrize("row", TABLE5, ids=IDS)
 def test_predicted_speedup_of_selective_over_full_recompute(row):
     """Predicted vs measured, Table 5 "throughput increase" (full / present-work time):
-    1.291, 1.319, 1.297, 1.321. fitplan predicts 1.369, 1.368, 1.342, 1.336: 6.0%, 3.7%, 3.5%
-    and 1.1% high (the reasons above; before the shape-aware model, 1.328 / 1.323 / 1.308 /
-    1.307, within 3%). Pinned, and the measured direction and size asserted: selective
-    recompute with SP saves a quarter of the full-recompute step or more."""
+    1.291, 1.319, 1.297, 1.321; fitplan predicts 1.33-1.35 at the shipped constants (the reasons
+    above). Asserted: selective recompute with SP saves between a fifth and 2/7 of the full-recompute
+    step, in the paper and in the model."""
     setup = _setup(row)
     full = evaluate_step(setup, _config(row, Recompute.FULL, sp=False)).step_time_s
     present = evaluate_step(setup, _config(row, Recompute.SELECTIVE, sp=True)).step_time_s
-    assert full / present == pytest.approx(PREDICTED[row[0]][0], abs=5e-4)   # pins the model's current output
     assert 1.25 < full / present < 1.40 and 1.25 < row[9] / row[10] < 1.40
 
 
 @pytest.mark.parametrize("row", TABLE5, ids=IDS)
-def test_predicted_times_and_mfu_with_the_component_curve(row):
-    """Predicted vs published, Table 5 with the a100-80gb preset: MFU 44.8 / 55.4 / 59.3 / 56.7%
-    against 41.5 / 51.4 / 56.0 / 56.3% (before: 41.9 / 51.8 / 56.8 / 55.1% from the curve fitted
-    to these rows alone). Band: issue 14's target, every Table 5 time within 10% (predicted over
-    measured: full 0.985 / 0.962 / 0.978 / 1.005, present work 0.929 / 0.927 / 0.945 / 0.993);
-    not a tolerance tuned per row."""
-    r = evaluate_step(_setup(row), _config(row, Recompute.SELECTIVE, sp=True))
-    full = evaluate_step(_setup(row), _config(row, Recompute.FULL, sp=False))
-    assert 100 * r.mfu == pytest.approx(PREDICTED[row[0]][1], abs=0.05)       # pins the model's current output
-    assert r.step_time_s == pytest.approx(row[10], rel=0.10)
-    assert full.step_time_s == pytest.approx(row[9], rel=0.10)
+def test_published_times_fall_inside_the_printed_band(row):
+    """Predicted vs published, Table 5 with the a100-80gb preset, both recompute settings: each published
+    time lies inside the 80% band fitplan prints (time.uncertainty: the cross-validated errors'
+    7%/93% quantiles, fitplan.timing.fitted.BAND), and the model's MFU is above the published (it runs
+    fast on these rows) by less than the band's upper factor."""
+    for recompute, sp, published in ((Recompute.SELECTIVE, True, row[10]), (Recompute.FULL, False, row[9])):
+        setup = _setup(row)
+        r = evaluate_step(setup, _config(row, recompute, sp=sp))
+        b = band(setup, r.step_time_s)
+        assert b.low_s < published < b.high_s, (recompute, r.step_time_s, published)
+    assert row[11] < 100 * evaluate_step(_setup(row), _config(row, Recompute.SELECTIVE, sp=True)).mfu \
+        < row[11] * b.high_s / r.step_time_s
 
 
 def test_sec63_data_parallel_cost_is_underpredicted():
     """Predicted vs measured, Sec. 6.3: 8-way DP of the 530B model, gradient all-reduce not
     overlapped, raises the iteration from 37.83 s to 39.15 s (+1.32 s). fitplan, with fp32
     main gradients (megatron-fp32-grad, Megatron-LM's default then) and --no-overlap-grad-reduce,
-    predicts +0.69 s: 315 buckets of 25 MiB (8.24 GB of fp32 gradients per GPU) all-reduced
-    over 8 ranks on 8 nodes, one HDR NIC each at NCCL's 24 of 25 GB/s: per bucket 1.75 x 26.2 MB
-    / 24 GB/s = 1.91 ms of bandwidth and (8.4 + 14 x 14) x 1.4 = 286 us of ring latency.
-    The model underpredicts by about 1.9x: it leaves out the embedding all-reduce and
-    data-parallel synchronisation skew. Band: between 0.3x and 1x of the measured increase."""
+    predicts about +1.0 s at the shipped constants: 315 buckets of 25 MiB (8.24 GB of fp32 gradients
+    per GPU) all-reduced over 8 ranks on 8 nodes, one HDR NIC each at NCCL's 24 of 25 GB/s times the
+    fitted comm_efficiency: per bucket 1.75 x 26.2 MB / 24 GB/s = 1.91 ms of bandwidth at efficiency 1,
+    (8.4 + 14 x 14) x 1.4 = 286 us of ring latency, and the fitted per-collective overhead; the straggler
+    term grows with the 8x more GPUs. It leaves out the embedding all-reduce and data-parallel
+    synchronisation skew. Band: between 0.3x and 1x of the measured increase."""
     row = TABLE5[2]
     times = []
     for dp in (1, 8):
@@ -170,5 +168,4 @@ def test_sec63_data_parallel_cost_is_underpredicted():
         config = dataclasses.replace(_config(row, Recompute.SELECTIVE, sp=True), dp=dp)
         times.append(evaluate_step(setup, dataclasses.replace(config, overlap_grad_reduce=False)).step_time_s)
     increase = times[1] - times[0]
-    assert increase == pytest.approx(0.691, abs=0.001)
     assert 0.3 * 1.32 < increase < 1.32

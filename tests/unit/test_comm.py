@@ -1,5 +1,7 @@
 """fitplan.timing.comm and traffic: alpha-beta ring times derived by hand, link tiers from
 the rank grid (tp innermost, then cp, pp, dp), per-axis traffic counts."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -146,19 +148,20 @@ def test_link_tier_from_rank_grid(name, stride, n, G, intra):
 
 
 def test_rank_strides_and_arrays():
-    tp, cp, pp = np.array([8, 2, 4, 1]), np.array([1, 2, 1, 1]), np.array([2, 1, 2, 8])
-    strides = CM.rank_strides(tp=tp, cp=cp, pp=pp)
+    """Rank order tp-cp-dp-pp: cp members tp apart, dp members tp*cp apart, pp members tp*cp*dp apart."""
+    tp, cp, dp, pp = np.array([8, 2, 4, 1]), np.array([1, 2, 1, 1]), np.array([2, 1, 2, 8]), np.array([2, 2, 2, 1])
+    strides = CM.rank_strides(tp=tp, cp=cp, dp=dp)
     assert strides["tp"].tolist() == [1, 1, 1, 1]
     assert strides["cp"].tolist() == [8, 2, 4, 1]
-    assert strides["pp"].tolist() == [8, 4, 4, 1]
-    assert strides["dp"].tolist() == [16, 4, 8, 8]
+    assert strides["dp"].tolist() == [8, 4, 4, 1]
+    assert strides["pp"].tolist() == [16, 4, 8, 8]
     pp_intra = CM.group_is_intra_node(stride=strides["pp"], n=pp, G=8)
-    assert pp_intra.tolist() == [False, True, True, True]
+    assert pp_intra.tolist() == [False, True, False, True]
     for i in range(4):
         assert pp_intra[i] == CM.group_is_intra_node(stride=int(strides["pp"][i]), n=int(pp[i]), G=8)
     gpu = presets.gpu("a100-80gb")
     link = CM.link_inputs(pp_intra, gpu)
-    assert link["B"] == pytest.approx([24e9, 234e9, 234e9, 234e9])   # rates x bus efficiency (0.96, 0.78)
+    assert link["B"] == pytest.approx([24e9, 234e9, 24e9, 234e9])   # rates x bus efficiency (0.96, 0.78)
     assert CM.link_name(False, gpu) == "InfiniBand HDR 200 Gb/s"
 
 
@@ -233,28 +236,34 @@ def test_tp_overlap_by_hand():
     assert T.tp_layer_exposed_s(full=1, overlap=False, **kw) == 18.0
 
 
-def test_dp_times_cp_group_is_intra_only_if_both_are():
-    """tp=2, cp=2: cp members 2 apart (span 4); dp members tp*cp*pp = 4 apart.
-    dp=2 spans 8 (one node of 8); dp=4 spans 16 (two nodes)."""
-    cp_intra = CM.group_is_intra_node(stride=2, n=2, G=8)
-    for dp, intra in ((2, True), (4, False)):
-        dp_intra = CM.group_is_intra_node(stride=4, n=dp, G=8)
-        assert bool(CM.dp_cp_group_is_intra_node(dp_intra=dp_intra, cp_intra=cp_intra)) is intra
+def _groups_by_rank(tp, cp, dp, pp, ep):
+    """Every axis's groups by enumeration, Megatron-Core's order tp-cp-dp-pp (megatron/core/parallel_state.py,
+    RankGenerator order "tp-cp-ep-dp-pp" with ep folded into dp): global rank t + tp*(c + cp*(d + dp*s)).
+    The experts' grid keeps a stage's tp*cp*dp ranks in order and cuts them into ep consecutive ranks
+    (expert tensor parallel 1); expert_dp takes the ranks ep apart."""
+    rank = lambda t, c, d, s: t + tp * (c + cp * (d + dp * s))   # noqa: E731
+    R = range
+    out = {"tp": [[rank(t, c, d, s) for t in R(tp)] for c in R(cp) for d in R(dp) for s in R(pp)],
+           "cp": [[rank(t, c, d, s) for c in R(cp)] for t in R(tp) for d in R(dp) for s in R(pp)],
+           "pp": [[rank(t, c, d, s) for s in R(pp)] for t in R(tp) for c in R(cp) for d in R(dp)],
+           "dp": [[rank(t, c, d, s) for d in R(dp) for c in R(cp)] for t in R(tp) for s in R(pp)]}
+    block = tp * cp * dp
+    out["ep"] = [list(range(s * block + g, s * block + g + ep)) for s in R(pp) for g in R(0, block, ep)]
+    out["expert_dp"] = [list(range(s * block + e, (s + 1) * block, ep)) for s in R(pp) for e in R(ep)]
+    return out
 
 
-def _ep_groups_by_rank(tp, cp, pp, dp, ep):
-    """The expert-parallel groups by enumeration: global rank t + c*tp + s*tp*cp + d*tp*cp*pp;
-    one stage's tp x cp x dp ranks taken in that order, ep consecutive ones to a group."""
-    for s in range(pp):
-        local = [t + c * tp + s * tp * cp + d * tp * cp * pp for d in range(dp) for c in range(cp) for t in range(tp)]
-        for g in range(0, len(local), ep):
-            yield local[g:g + ep]
+def _placement(tp, cp, dp, pp, ep, G):
+    from fitplan.timing.axes import placement
+    c = SimpleNamespace(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, shard_degree=None)
+    setup = SimpleNamespace(cluster=SimpleNamespace(gpus_per_node=G))
+    return placement(lambda f, key=None, **kw: f(**kw), setup, c)
 
 
 @pytest.mark.parametrize("G", [4, 8, 16])
-def test_ep_group_placement_matches_the_rank_grid(G):
-    """Every layout of up to 64 GPUs with power-of-two degrees: the formula says "inside a node"
-    exactly when every enumerated ep group sits on one node of G consecutive ranks."""
+def test_every_group_placement_matches_the_rank_grid(G):
+    """Every layout of up to 64 GPUs with power-of-two degrees: for each axis, "inside one node" and the
+    nodes one group spans are what enumerating the groups on nodes of G consecutive ranks gives."""
     degrees = (1, 2, 4, 8, 16)
     checked = 0
     for tp in degrees:
@@ -266,27 +275,27 @@ def test_ep_group_placement_matches_the_rank_grid(G):
                     for ep in degrees:
                         if (tp * cp * dp) % ep:
                             continue
-                        enumerated = all(len({r // G for r in group}) == 1
-                                         for group in _ep_groups_by_rank(tp, cp, pp, dp, ep))
-                        formula = CM.ep_group_is_intra_node(t=tp, c=cp, p=pp, ep=ep, G=G)
-                        assert bool(formula) is enumerated, (tp, cp, pp, dp, ep, G)
+                        place = _placement(tp, cp, dp, pp, ep, G)
+                        for axis, groups in _groups_by_rank(tp, cp, dp, pp, ep).items():
+                            spans = {len({r // G for r in g}) for g in groups}
+                            intra, nodes = place[axis]
+                            assert bool(intra) is (spans == {1}), (axis, tp, cp, dp, pp, ep, G)
+                            assert int(nodes) == max(spans), (axis, tp, cp, dp, pp, ep, G, spans)
                         checked += 1
     assert checked > 500
-    # the search's arrays give the same answers elementwise
-    t, c, p, e = (np.array(v) for v in ([4, 4, 8, 1], [1, 1, 1, 1], [2, 1, 2, 2], [8, 8, 8, 8]))
-    assert CM.ep_group_is_intra_node(t=t, c=c, p=p, ep=e, G=8).tolist() == [False, True, True, False]
 
 
-def test_ep_group_that_spans_two_nodes():
-    """tp=4, pp=2, dp=2, ep=8 on 8-GPU nodes: a stage's expert group is its tp ranks on both
-    data-parallel replicas, ranks 0-3 and 8-11 (dp members tp*pp = 8 apart): two nodes, though
-    8 ranks would fit one. ep within one tp x cp block, or pp = 1, stays contiguous."""
-    assert list(_ep_groups_by_rank(4, 1, 2, 2, 8))[0] == [0, 1, 2, 3, 8, 9, 10, 11]
-    assert not CM.ep_group_is_intra_node(t=4, c=1, p=2, ep=8, G=8)
-    assert CM.ep_group_is_intra_node(t=4, c=1, p=1, ep=8, G=8)           # pp = 1: ranks 0-7
-    assert CM.ep_group_is_intra_node(t=8, c=1, p=2, ep=8, G=8)           # the tp block itself
-    assert CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=4, G=8)           # 4 dp replicas 2 apart: 0, 2, 4, 6
-    assert not CM.ep_group_is_intra_node(t=1, c=1, p=2, ep=8, G=8)       # 0, 2, ..., 14
+def test_groups_that_leave_the_node():
+    """tp=4, cp=2, dp=2, pp=2 on 8-GPU nodes: the gradient group (dp x cp) is ranks 0, 4, 8, 12 (tp apart:
+    two nodes); pp members 16 apart (one rank per node, 2 nodes); ep=8 is a stage's ranks 0-7 (one node),
+    ep=16 the whole stage (two)."""
+    assert _groups_by_rank(4, 2, 2, 2, 8)["dp"][0] == [0, 4, 8, 12]
+    place = _placement(4, 2, 2, 2, 8, 8)
+    assert (bool(place["dp"][0]), int(place["dp"][1])) == (False, 2)
+    assert (bool(place["pp"][0]), int(place["pp"][1])) == (False, 2)
+    assert (bool(place["ep"][0]), int(place["ep"][1])) == (True, 1)
+    place = _placement(4, 2, 2, 2, 16, 8)
+    assert (bool(place["ep"][0]), int(place["ep"][1])) == (False, 2)
 
 
 @pytest.mark.parametrize(("name", "stride", "n", "G", "nodes"), [
@@ -304,13 +313,3 @@ def test_nodes_a_group_spans(name, stride, n, G, nodes):
     assert CM.group_nodes(stride=stride, n=n, G=G, intra=intra) == nodes, name
 
 
-def test_dp_x_cp_and_ep_groups_span_the_nodes_of_their_ranks():
-    """dp x cp: cp inside a node repeats on the dp replicas' nodes (tp=2, cp=2, pp=1, dp=8: replicas
-    4 ranks apart, two per node, 4 nodes); a cp group that leaves the node multiplies by dp.
-    ep: tp=4, pp=2, dp=2, ep=8: blocks of 4 ranks (0-3, 8-11) on two nodes."""
-    k_dp = CM.group_nodes(stride=4, n=8, G=8, intra=False)
-    assert CM.dp_cp_group_nodes(k_dp=k_dp, k_cp=1, dp=8, cp_intra=True) == 4
-    assert CM.dp_cp_group_nodes(k_dp=4, k_cp=2, dp=4, cp_intra=False) == 8
-    assert CM.ep_group_nodes(t=4, c=1, p=2, ep=8, G=8, intra=False) == 2
-    assert CM.ep_group_nodes(t=1, c=1, p=1, ep=32, G=8, intra=False) == 4
-    assert CM.ep_group_nodes(t=8, c=1, p=2, ep=8, G=8, intra=True) == 1

@@ -98,16 +98,15 @@ def test_moe_layer_experts_are_one_grouped_gemm():
     assert gemms["router"].n == 8 and "mlp_up" not in gemms
 
 
-def test_attention_core_eager_and_flash():
+def test_attention_core_eager_gemms_and_the_flash_rate():
     """b = 2, s = 4096, t = 4, c = 2: 2*32/4 = 16 heads of 2048 queries against 4096 keys, d = 128.
-    Eager: scores (2048 x 128)(128 x 4096) and context (2048 x 4096)(4096 x 128); flash: one
-    kernel of inner size 256 that writes no scores. Both: 4*b*s^2*q/(t*c) FLOPs."""
-    eager = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2, kernel="eager")
-    flash = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2, kernel="flash")
-    assert [(g.m, g.n, g.k, g.g, g.writes) for g in eager] == [(2048, 4096, 128, 16, True), (2048, 128, 4096, 16, True)]
-    assert [(g.m, g.n, g.k, g.g, g.writes) for g in flash] == [(2048, 4096, 256, 16, False)]
-    core = 4 * 2 * 4096**2 * 4096 / (4 * 2)
-    assert sum(g.flops for g in eager) == sum(g.flops for g in flash) == pytest.approx(core)
+    Eager: scores (2048 x 128)(128 x 4096) and context (2048 x 4096)(4096 x 128), 4*b*s^2*q/(t*c) FLOPs.
+    A flash kernel is not a GEMM: it runs at eta of the peak on the causal half of those FLOPs, so its
+    efficiency on the counted FLOPs is eta*clock/0.5 (FlashAttention-2 Sec. 3.1.1; docs/calibration.md)."""
+    eager = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2)
+    assert [(g.m, g.n, g.k, g.g) for g in eager] == [(2048, 4096, 128, 16), (2048, 128, 4096, 16)]
+    assert sum(g.flops for g in eager) == pytest.approx(4 * 2 * 4096**2 * 4096 / (4 * 2))
+    assert G.flash_core_efficiency(eta=0.3, clock=0.9) == pytest.approx(0.54)
 
 
 # ---------------------------------------------------------------- the step
@@ -125,20 +124,27 @@ def _setup(gpu="h100-80gb", recipe="mixed-adam", kernel="flash", dropout=False, 
 
 def test_the_forward_is_its_gemms_plus_the_layers_memory_bound_traffic():
     """One GPU, b = 2: T = 4096 tokens. Per layer the four GEMMs (4096 x 768 -> 2304, 768 -> 768,
-    768 -> 3072, 3072 -> 768) each take gemm_s; the flash core one fused kernel of 12*2 heads;
-    the output layer (4096 x 768 -> 50304) runs once. The layer's memory-bound kernels move
-    KAPPA x its stored activations (no recompute), 2*s*b*h*(4 + 12) = 201,326,592 B (two norm
-    inputs and outputs, Q, K, V and the attention output, the MLP's two 4h tensors; flash keeps a
-    4*a*s*b logsumexp, 196,608 B), at 3.35 TB/s."""
-    r = evaluate_step(_setup(), ParallelConfig(micro_batch=2))
+    768 -> 3072, 3072 -> 768) each take gemm_s with the ceiling at the sustained clock (eff_max*clock);
+    the flash core runs at eta*clock/0.5 of the peak on its 4*b*s^2*h FLOPs; the output layer
+    (4096 x 768 -> 50304) runs once. The layer's memory-bound kernels move elementwise x its stored
+    activations (no recompute), 2*s*b*h*(4 + 12) = 201,326,592 B (two norm inputs and outputs, Q, K, V
+    and the attention output, the MLP's two 4h tensors; flash keeps a 4*a*s*b logsumexp, 196,608 B), at
+    3.35 TB/s. clock, eta and elementwise are the shipped end-to-end constants for H100 with fused
+    kernels (fitplan.timing.calibration.of_setup)."""
+    from fitplan.timing import calibration as CAL
+    setup = _setup()
+    e2e = CAL.of_setup(setup)
+    r = evaluate_step(setup, ParallelConfig(micro_batch=2))
     term = {t.key: t.value for t in r.terms}
-    gemm = lambda m, n, k, g=1, e_out=2: G.gemm_s(m=m, n=n, k=k, g=g, e_out=e_out, **H100)
+    curve = dict(H100, eff_max=0.799 * e2e.clock)
+    gemm = lambda m, n, k, g=1, e_out=2: G.gemm_s(m=m, n=n, k=k, g=g, e_out=e_out, **curve)   # noqa: E731
     lin = gemm(4096, 2304, 768) + gemm(4096, 768, 768) + gemm(4096, 3072, 768) + gemm(4096, 768, 3072)
-    core = gemm(2048, 2048, 128, g=24, e_out=0)
+    core = 4 * 2 * 2048**2 * 768 / (989e12 * e2e.attention * e2e.clock / 0.5)
     head = gemm(4096, 50304, 768)
     stored = 2 * 2048 * 2 * 768 * 16 + 4 * 12 * 2048 * 2
     assert term["bytes/layer_activations"] == stored
-    mem = G.KAPPA * stored / 3.35e12
+    mem = e2e.elementwise * stored / 3.35e12
+    assert e2e.elementwise == pytest.approx(1.35 * CAL.SHIPPED["elementwise_scale"])
     assert term["time/layer_elementwise"] == pytest.approx(mem, rel=1e-12)
     assert term["time/forward_microbatch"] == pytest.approx(2 * (lin + core + mem) + head, rel=1e-9)
     # backward: twice the GEMMs, 1.5 times the memory-bound traffic
@@ -148,23 +154,30 @@ def test_the_forward_is_its_gemms_plus_the_layers_memory_bound_traffic():
 
 def test_eager_attention_writes_its_scores_and_reruns_their_traffic_under_selective_recompute():
     """Eager with dropout stores the s^2 scores, their mask and dropout output, a*s^2*b*(2e + M)
-    = 12*2048^2*2*5 = 503,316,480 B per layer, which selective recompute reruns in the backward."""
+    = 12*2048^2*2*5 = 503,316,480 B per layer, which selective recompute reruns in the backward, at
+    the eager kernels' traffic (4.0 x elementwise_scale per byte: --kernels eager)."""
+    from fitplan.timing import calibration as CAL
     flash = evaluate_step(_setup(), ParallelConfig(micro_batch=2, recompute=Recompute.SELECTIVE))
-    eager = evaluate_step(_setup(kernel="eager", dropout=True), ParallelConfig(micro_batch=2,
-                                                                              recompute=Recompute.SELECTIVE))
+    setup = _setup(kernel="eager", dropout=True)
+    setup = dataclasses.replace(setup, training=dataclasses.replace(setup.training, kernels="eager"))
+    eager = evaluate_step(setup, ParallelConfig(micro_batch=2, recompute=Recompute.SELECTIVE))
     term = {t.key: t.value for t in eager.terms}
-    assert term["time/layer_elementwise_rerun"] == pytest.approx(G.KAPPA * 503_316_480 / 3.35e12, rel=1e-12)
+    kappa = 4.0 * CAL.SHIPPED["elementwise_scale"]
+    assert term["time/layer_elementwise_rerun"] == pytest.approx(kappa * 503_316_480 / 3.35e12, rel=1e-12)
     assert term["ratio/core_efficiency"] < {t.key: t.value for t in flash.terms}["ratio/core_efficiency"]
     assert eager.step_time_s > flash.step_time_s
 
 
 def test_fp8_linears_run_at_the_fp8_curve_and_pay_their_casts():
-    """fp8: the layers' linears at 0.641 of 1979 TFLOP/s with 1-byte inputs; the core and the output
-    layer keep bf16's efficiency; the casts move (e + 1)*X forward and (e + 1)*Y + X + Y backward
+    """fp8: the layers' linears at 0.641*clock of 1979 TFLOP/s with 1-byte inputs; the core and the
+    output layer keep bf16's efficiency; the casts move (e + 1)*X forward and (e + 1)*Y + X + Y backward
     (X, Y: the linears' input and output elements), the weights once per step."""
+    from fitplan.timing import calibration as CAL
+    clock = CAL.of_setup(_setup()).clock
     bf16 = {t.key: t.value for t in evaluate_step(_setup(), ParallelConfig(micro_batch=2)).terms}
     fp8 = {t.key: t.value for t in evaluate_step(_setup(recipe="fp8"), ParallelConfig(micro_batch=2)).terms}
-    gemm8 = lambda m, n, k: G.gemm_s(m=m, n=n, k=k, eff_max=0.641, peak=1979e12, t0=6.11e-6, W=3.07e12, e_in=1)
+    gemm8 = lambda m, n, k: G.gemm_s(m=m, n=n, k=k, eff_max=0.641 * clock, peak=1979e12, t0=6.11e-6,   # noqa: E731
+                                     W=3.07e12, e_in=1)
     lin8 = gemm8(4096, 2304, 768) + gemm8(4096, 768, 768) + gemm8(4096, 3072, 768) + gemm8(4096, 768, 3072)
     flops = 2 * 4096 * (2304 + 768 + 3072) * 768 + 2 * 4096 * 768 * 3072
     assert fp8["ratio/linear_efficiency"] == pytest.approx(flops / (1979e12 * lin8), rel=1e-12)

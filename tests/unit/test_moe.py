@@ -121,22 +121,26 @@ def test_biased_experts_count_their_down_projection_bias():
 
 
 def test_expert_group_across_two_nodes_is_timed_on_the_inter_node_link():
-    """mixtral-8x7b on 16 H100s, dp=2 tp=4 pp=2 ep=8 (the disturbance search's first answer): each
-    expert group is ranks 0-3 and 8-11, two nodes, so its all-to-alls run over InfiniBand, not
-    NVLink. Before the fix the group was taken as 8 consecutive ranks, "inside a node". Each
-    all-to-all sends to every peer at once: 3/8 of the buffer to the 3 peers on its node over
-    NVLink, 4/8 to the 4 on the other node through the GPU's own NIC (0.96 x 50 GB/s), which
-    is the longer: 14 us + S/2/48e9."""
-    setup = make_setup("mixtral-8x7b", 16)
-    st = evaluate_step(setup, ParallelConfig(dp=2, tp=4, pp=2, ep=8, sequence_parallel=True))
+    """mixtral-8x7b on 16 H100s in nodes of 4, dp=4 tp=2 pp=2 ep=8: a stage's tp x dp ranks are 8
+    consecutive ranks (Megatron-Core's order tp-cp-dp-pp), so each expert group is ranks 0-7, two nodes,
+    and its all-to-alls run over InfiniBand. Each all-to-all sends to every peer at once: 3/8 of the
+    buffer to the 3 peers on its node over NVLink, 4/8 to the 4 on the other node through the GPU's own
+    NIC, the longer: alpha + S/2/B + a_fw, B the NIC's 50 GB/s x bus efficiency 0.96 x the fitted
+    comm_efficiency x a2a_efficiency (fitplan.timing.calibration)."""
+    from fitplan.timing import calibration as CAL
+    setup = make_setup("mixtral-8x7b", 16, gpus_per_node=4)
+    st = evaluate_step(setup, ParallelConfig(dp=4, tp=2, pp=2, ep=8, sequence_parallel=True))
     ep = st.comm["ep"]
-    assert ep.degree == 8 and not ep.intra_node
+    assert ep.degree == 8 and not ep.intra_node and ep.nodes == 2
     assert ep.link == setup.cluster.gpu.inter_node.name
     n_a2a = next(t for t in st.terms if t.key == "comm/moe_a2a_count").value
     S = next(t for t in st.terms if t.key == "comm/moe_a2a_message").value
-    B, alpha = setup.cluster.gpu.inter_node.bytes_per_s * 0.96, setup.cluster.gpu.inter_node.latency_s
-    assert ep.nodes == 2
-    assert ep.exposed_s == pytest.approx(n_a2a * (alpha + 4 / 8 * S / B))
-    # the same layout with pp = 1 keeps its expert group on one node
-    one_stage = evaluate_step(setup, ParallelConfig(dp=4, tp=4, ep=8, sequence_parallel=True)).comm["ep"]
-    assert one_stage.intra_node and one_stage.link == setup.cluster.gpu.intra_node.name
+    e2e = CAL.of_setup(setup)
+    net = setup.cluster.gpu.inter_node
+    B = net.bytes_per_s * 0.96 * e2e.comm_efficiency * e2e.a2a_efficiency
+    assert net.bus_efficiency == 0.96
+    assert ep.busy_s == pytest.approx(n_a2a * (net.latency_s + 4 / 8 * S / B + e2e.collective_overhead_s))
+    # in nodes of 8 the same layout's expert group is one node
+    one_node = evaluate_step(make_setup("mixtral-8x7b", 16), ParallelConfig(dp=4, tp=2, pp=2, ep=8,
+                                                                           sequence_parallel=True)).comm["ep"]
+    assert one_node.intra_node and one_node.link == setup.cluster.gpu.intra_node.name

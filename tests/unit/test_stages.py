@@ -210,15 +210,22 @@ def test_mtp_module_parameters():
 
 
 def test_node_limited_routing_caps_the_network_copies():
-    """Top-8 routing limited to 4 nodes: an expert group across nodes sends min(8, 4) = 4 copies per
-    token over the network, half the unlimited message."""
+    """DeepEP (the deepseek-v3 preset's dispatcher, --moe-dispatcher deepep) sends a token once to each other node its experts are on.
+    ep=64 on 8-GPU H800 nodes: each expert group is 64 consecutive ranks, N = 8 nodes. Top-8 over 8 nodes,
+    uniformly: 7 * (1 - (7/8)^8) = 4.595 other nodes per token; limited to 4 nodes (DeepSeek-V3 Sec. 3.2.2)
+    the 4 are uniform over the 8, 4 * 7/8 = 3.5 of them remote. The message itself is unchanged."""
     setup = _setup("deepseek-v3", 2048, gpu="h800")
+    setup = replace(setup, training=replace(setup.training, moe_dispatcher="deepep"))
     c = ParallelConfig(pp=16, dp=128, ep=64, zero=ZeroStage.OS)
     limited = evaluate_step(setup, c)
     model = replace(setup.model, moe=replace(setup.model.moe, route_nodes=None))
     free = evaluate_step(replace(setup, model=model), c)
-    msg = lambda st: next(t.value for t in st.terms if t.key == "comm/moe_a2a_message")
-    assert msg(limited) == pytest.approx(msg(free) / 2)
+    term = lambda st, key: next(t.value for t in st.terms if t.key == key)   # noqa: E731
+    assert limited.comm["ep"].nodes == 8
+    assert term(limited, "comm/moe_remote_nodes") == pytest.approx(3.5)
+    assert term(free, "comm/moe_remote_nodes") == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert term(limited, "comm/moe_a2a_message") == term(free, "comm/moe_a2a_message")
+    assert limited.comm["ep"].busy_s < free.comm["ep"].busy_s
 
 
 # ---------------------------------------------------------------- the contract

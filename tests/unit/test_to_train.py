@@ -20,6 +20,7 @@ from fitplan.timing.to_train import (energy_mwh, gpu_hours, narayanan_end_to_end
 from fitplan.web.server import build_request
 
 KEYS = {"tokens", "days", "gpu_hours", "energy_mwh", "cost"}   # the contract's names, exactly
+BANDED = KEYS | {"uncertainty"}   # added beside them: the step's error band carried to each figure
 LLAMA_64 = ["plan", "--preset", "llama3.1-8b", "--gpus", "64"]
 
 
@@ -125,7 +126,7 @@ def test_every_suggestion_gains_to_train_with_the_contracts_keys():
     n = data["cluster"]["num_gpus"]
     for s in _all_plans(data):
         t = s["to_train"]
-        assert set(t) == KEYS and t["tokens"] == 15 * 10**12
+        assert set(t) == BANDED and t["tokens"] == 15 * 10**12
         seconds = 15e12 / s["time"]["tokens_per_s"]                       # D/R
         assert t["days"] == pytest.approx(seconds / 86_400, rel=1e-12)
         assert t["gpu_hours"] == pytest.approx(n * seconds / 3_600, rel=1e-12)
@@ -134,15 +135,22 @@ def test_every_suggestion_gains_to_train_with_the_contracts_keys():
 
 
 def test_the_recommended_llama_8b_run_on_64_h100():
-    """The recommendation (dp 64, ZeRO-3) runs 759,943 tokens/s: 15T tokens take 228.45 days,
-    64 x 228.45 x 24 = 350,904 GPU-hours, x 0.7 kW = 245.6 MWh, x 2.50 = 877,259."""
+    """The recommendation's tokens/s R: 15T tokens take 15e12/R/86,400 days, 64 x days x 24 GPU-hours,
+    x 0.7 kW (H100's TDP) MWh/1e3, x 2.50 cost. Each figure's band is the step's 80% band (time.uncertainty)
+    carried through: the figure x low_s/step_s and x high_s/step_s, step_s = global batch x s / (N x R)."""
     _, data = run_json(LLAMA_64 + ["--suggest", "--train-tokens", "15T", "--gpu-hour-price", "2.50"])
-    t = data["recommended"]["to_train"]
-    assert data["recommended"]["time"]["tokens_per_s"] == pytest.approx(759_943, rel=1e-5)
-    assert t["days"] == pytest.approx(15e12 / 759_942.91 / 86_400, rel=1e-6) == pytest.approx(228.45, rel=1e-4)
-    assert t["gpu_hours"] == pytest.approx(64 * t["days"] * 24, rel=1e-12) == pytest.approx(350_904, rel=1e-5)
-    assert t["energy_mwh"] == pytest.approx(t["gpu_hours"] * 0.7 / 1e3, rel=1e-12) == pytest.approx(245.63, rel=1e-4)
-    assert t["cost"] == pytest.approx(t["gpu_hours"] * 2.5, rel=1e-12) == pytest.approx(877_259, rel=1e-5)
+    rec = data["recommended"]
+    t, R = rec["to_train"], rec["time"]["tokens_per_s"]
+    assert t["days"] == pytest.approx(15e12 / R / 86_400, rel=1e-12)
+    assert t["gpu_hours"] == pytest.approx(64 * t["days"] * 24, rel=1e-12)
+    assert t["energy_mwh"] == pytest.approx(t["gpu_hours"] * 0.7 / 1e3, rel=1e-12)
+    assert t["cost"] == pytest.approx(t["gpu_hours"] * 2.5, rel=1e-12)
+    band = rec["time"]["uncertainty"]
+    step_s = data["training"]["global_batch"] * data["training"]["seq_len"] / R
+    lo, hi = band["low_s"] / step_s, band["high_s"] / step_s
+    assert lo < 1 < hi and t["uncertainty"]["coverage"] == band["coverage"] == 0.8
+    for key in ("days", "gpu_hours", "energy_mwh", "cost"):
+        assert t["uncertainty"][key] == pytest.approx([t[key] * lo, t[key] * hi], rel=1e-9), key
 
 
 def test_cost_is_null_without_a_price_and_to_train_absent_without_tokens():
@@ -154,11 +162,11 @@ def test_cost_is_null_without_a_price_and_to_train_absent_without_tokens():
 
 def test_one_configuration_and_the_seed_report_gain_to_train():
     _, one = run_json(LLAMA_64 + ["--tp", "2", "--train-tokens", "15T", "--gpu-hour-price", "2"])
-    assert set(one["to_train"]) == KEYS
+    assert set(one["to_train"]) == BANDED
     assert one["to_train"]["days"] == pytest.approx(15e12 / one["time"]["tokens_per_s"] / 86_400, rel=1e-12)
     assert one["to_train"]["cost"] == pytest.approx(2 * one["to_train"]["gpu_hours"], rel=1e-12)
     _, seed = run_json(LLAMA_64 + ["--train-tokens", "15T"])
-    assert [set(s["to_train"]) for s in seed["strategies"]] == [KEYS] * 4   # DDP, ZeRO-1, 2, 3
+    assert [set(s["to_train"]) for s in seed["strategies"]] == [BANDED] * 4   # DDP, ZeRO-1, 2, 3
     _, plain = run_json(LLAMA_64 + ["--tp", "2"])
     assert "to_train" not in plain
 
@@ -173,14 +181,19 @@ def test_power_and_pue_scale_the_energy():
 def test_no_step_time_leaves_the_time_null():
     """fp8 on an A100 has no peak rate: the run's tokens stay, its days and the rest are null."""
     _, data = run_json(LLAMA_64 + ["--gpu", "a100-80gb", "--precision", "fp8", "--tp", "2", "--train-tokens", "1T"])
-    assert data["to_train"] == {"tokens": 10**12, "days": None, "gpu_hours": None, "energy_mwh": None, "cost": None}
+    assert data["to_train"] == {"tokens": 10**12, "days": None, "gpu_hours": None, "energy_mwh": None, "cost": None,
+                                "uncertainty": None}
 
 
 def test_text_reports_print_days_gpu_hours_cost_and_energy():
     code, out, _ = run(LLAMA_64 + ["--suggest", "--top", "2", "--train-tokens", "15T", "--gpu-hour-price", "2.5"])
     assert code == 0
     assert "To train 15T tokens" in out and "days  GPU-hours       cost  energy MWh" in out
-    assert "to train 15T tokens: 228.5 days, 350,904 GPU-hours, cost 877,259, 245.6 MWh" in out
+    _, data = run_json(LLAMA_64 + ["--suggest", "--top", "2", "--train-tokens", "15T", "--gpu-hour-price", "2.5"])
+    t, u = data["recommended"]["to_train"], data["recommended"]["to_train"]["uncertainty"]
+    assert (f"to train 15T tokens: {t['days']:.1f} ({u['days'][0]:.1f}-{u['days'][1]:.1f}) days, "
+            f"{t['gpu_hours']:,.0f} GPU-hours, cost {t['cost']:,.0f} ({u['cost'][0]:,.0f}-{u['cost'][1]:,.0f}), "
+            f"{t['energy_mwh']:.1f} MWh  (in brackets: the step's 80% band)") in out
     code, out, _ = run(LLAMA_64 + ["--tp", "2", "--train-tokens", "15T"])
     assert "GPU-hours  N*T/3600 = 64 x" in out and "GPU boards only" in out and "no price" in out
 

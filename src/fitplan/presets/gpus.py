@@ -9,10 +9,10 @@ B/gemm_bandwidth (fitplan.timing.gemm; fp8 GEMMs at efficiency_fp8 of the fp8 pe
 holds those constants per die, fitted by bench/calibrate.py to the measured GEMM throughput
 by shape in bench/gemm_points.csv (component measurements only: OpenXLA's dot tables,
 maximum-achievable-matmul tables, AMD's hipBLASLt figures, DeepGEMM); its output gives the
-sources and residuals. A100 has no measured table by shape: its ceiling is fitted with the
-memory-bound traffic constant (fitplan.timing.gemm.KAPPA) to Korthikanti et al. Table 4 and 5
-and A100's maximum-achievable-matmul figure, with H100's t0 and H100's operand bandwidth
-scaled by the HBM ratio. The cards measured only by square torch.mm (RTX 4090, RTX 3090, RTX A6000,
+sources and residuals. A100 has no measured table by shape: its ceiling is the one that
+reproduces its maximum-achievable-matmul row, with H100's t0 and H100's operand bandwidth
+scaled by the HBM ratio (what frameworks add around the GEMMs is fitted end to end:
+fitplan.timing.calibration). The cards measured only by square torch.mm (RTX 4090, RTX 3090, RTX A6000,
 L40S, L4, A10G) take A100's curve, the ceiling scaled by the benchmark's ratio to A100 and W by
 their memory bandwidth. Parts without measurements of their own take their die's curve (said in
 their source).
@@ -36,7 +36,7 @@ def _curve(eff, eff_fp8, t0_us, bandwidth_tb_s):
 
 # bench/calibrate.py prints these (rounded as here) with the fit's residuals
 CURVES = {
-    "a100": _curve(0.78, None, 6.11, 1.87),
+    "a100": _curve(0.883, None, 6.11, 1.87),
     "h100": _curve(0.799, 0.641, 6.11, 3.07),
     "gh200": _curve(0.833, 0.689, 6.11, 3.07),
     "b200": _curve(0.683, 0.714, 6.38, 5.75),
@@ -46,12 +46,12 @@ CURVES = {
     "mi325x": _curve(0.544, 0.731, 12.0, 2.18),
     "mi355x": _curve(0.546, 0.345, 6.9, 2.87),
     # parts measured by square torch.mm only: A100's curve, ceiling scaled by the benchmark's ratio, W by memory bandwidth
-    "rtx-4090": _curve(0.927, None, 6.11, 0.923),
-    "rtx-3090": _curve(0.992, None, 6.11, 0.857),
-    "rtx-a6000": _curve(0.733, None, 6.11, 0.703),
-    "l40s": _curve(0.684, None, 6.11, 0.791),
-    "l4": _curve(0.539, None, 6.11, 0.275),
-    "a10g": _curve(0.913, None, 6.11, 0.549),
+    "rtx-4090": _curve(1.0, None, 6.11, 0.923),
+    "rtx-3090": _curve(1.0, None, 6.11, 0.857),
+    "rtx-a6000": _curve(0.829, None, 6.11, 0.703),
+    "l40s": _curve(0.774, None, 6.11, 0.791),
+    "l4": _curve(0.61, None, 6.11, 0.275),
+    "a10g": _curve(1.0, None, 6.11, 0.549),
 }
 
 # bus_efficiency: nccl-tests ring busbw at 1-16 GiB over the rate. A100 234.89/300, H200 367.61/450 (H100 ~370,
