@@ -58,3 +58,37 @@ def test_search_refuses_a_space_too_large():
 def test_absurd_gpu_count_is_a_clear_error():
     code, _, err = run(["plan", "--preset", "gpt3-175b", "--gpus", str(10**12)])
     assert code == 2 and "--gpus = 1,000,000,000,000 is out of range; give 1 to 1,048,576" in err
+
+
+def test_the_work_limit_counts_degree_triples_in_closed_form():
+    """degree_triples (the search's and the sweep's work count) is the brute-force count of
+    (tp, pp, cp) whose product divides n, for full divisor axes, fixed axes and odd subsets."""
+    from itertools import product
+
+    from fitplan.search import default_space, degree_triples, divisors
+    for n in (1, 2, 7, 12, 64, 96, 360, 1000, 5040, 65536, 720720 // 7):
+        d = divisors(n)
+        space = default_space(n, max_cp=16)
+        for tp, pp, cp in [(space.tp, space.pp, space.cp), (d, (2,), space.cp), ((4,), d, (1, 2, 3)),
+                           ((1, 3), (2, 5, 7), (1, 2)), (d, d, (1,)), ((8, 16, 1), d, d[:5])]:
+            brute = sum(1 for t, p, c in product(tp, pp, cp) if n % (t * p * c) == 0)
+            assert degree_triples(n, tp, pp, cp) == brute, (n, tp, pp, cp)
+
+
+def test_a_sweep_too_large_is_refused_without_enumerating():
+    """The sweep issue 27 reports (64 GPU counts with ~200 divisors each, max_cp 64, micro-batch
+    64): its 2,171,966,496 candidates are the sum of the closed-form counts, refused with the
+    same figure the enumeration gave, and the enumeration (itertools.product over the degrees)
+    is never run for it."""
+    from unittest import mock
+
+    import fitplan.search as S
+    values = "720720,831600,942480,982800,997920,665280,786240,960960,1028160,554400,655200,776160,856800,887040," \
+             "900900,917280,957600,970200,1029600,1048320,907200,498960,589680,771120,861840,926640,1043280,332640," \
+             "360360,393120,415800,443520,471240,480480,491400,514080,524160,526680,540540,556920,574560,582120," \
+             "600600,604800,617760,622440,628320,637560,642600,685440,687960,693000,695520,702240,706860,718200," \
+             "739200,742560,748440,753480,756000,766080,772200,785400"
+    with mock.patch.object(S, "product", side_effect=AssertionError("enumerated")):
+        code, out, err = run(["sweep", "--preset", "gpt3-175b", "--gpus", "8", "--over", "gpus", "--max-cp", "64",
+                              "--micro-batch", "64", "--values", values])
+    assert code == 2 and "would search 2,171,966,496 candidates (limit 40,000,000)" in err
