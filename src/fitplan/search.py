@@ -203,6 +203,15 @@ def _groups(space: SearchSpace):
     return [(z, sp, rc) for rc in space.recompute for z in space.zero for sp in space.sequence_parallel]
 
 
+def check_size(num_gpus: int, space: SearchSpace, where: str = "") -> None:
+    """One search's limit, MAX_CANDIDATES, checked in closed form before anything is enumerated."""
+    size = space_size(num_gpus, space)
+    if size > MAX_CANDIDATES:
+        raise SpecError(f"{where}the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
+                        f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
+                        f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
+
+
 def space_size(num_gpus: int, space: SearchSpace) -> int:
     """Candidates in every offload tier: an upper bound on what one search evaluates."""
     return tier_size(num_gpus, space) * len(space.offload)
@@ -325,11 +334,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     timed = rank in ("throughput", "cost") or recommend and _has_time(setup)
     tokens = setup.training.train_tokens or COST_TOKENS
     num_gpus = setup.cluster.num_gpus
-    size = space_size(num_gpus, space)
-    if size > MAX_CANDIDATES:
-        raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
-                        f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
-                        f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
+    check_size(num_gpus, space)
     usable = setup.cluster.usable_bytes
     host_limit = setup.cluster.host_memory_bytes
     margin_limit = margin_limit_bytes(capacity=setup.cluster.gpu.memory_bytes, usable=usable)

@@ -92,3 +92,17 @@ def test_a_sweep_too_large_is_refused_without_enumerating():
         code, out, err = run(["sweep", "--preset", "gpt3-175b", "--gpus", "8", "--over", "gpus", "--max-cp", "64",
                               "--micro-batch", "64", "--values", values])
     assert code == 2 and "would search 2,171,966,496 candidates (limit 40,000,000)" in err
+
+
+def test_a_sweep_point_over_the_search_limit_is_refused_before_any_point_is_searched():
+    """Under the sweep's total (40M) but one point over one search's limit (20M): refused up
+    front, naming the point; it used to be found only when the sweep reached that point, after
+    searching the points before it (seconds of work for an error)."""
+    from unittest import mock
+
+    import fitplan.search as S
+    with mock.patch.object(S, "search", side_effect=AssertionError("searched")):
+        code, out, err = run(["sweep", "--preset", "deepseek-v3", "--gpus", "8", "--over", "gpus", "--values",
+                              "20480,10240,40960,30720", "--max-cp", "64", "--micro-batch", "16"])
+    assert code == 2 and err.startswith("fitplan: --values 30720: the search space has 20,442,240 candidates "
+                                        "(limit 20,000,000)")

@@ -17,7 +17,7 @@ from fitplan.service import respond
 from fitplan.timing.step import evaluate_step
 from fitplan.timing.to_train import (energy_mwh, gpu_hours, narayanan_end_to_end_s, to_train, train_cost,
                                      train_days, train_seconds)
-from fitplan.web.server import build_request
+from fitplan.web.schema import build_request
 
 KEYS = {"tokens", "days", "gpu_hours", "energy_mwh", "cost"}   # the contract's names, exactly
 LLAMA_64 = ["plan", "--preset", "llama3.1-8b", "--gpus", "64"]
