@@ -35,7 +35,7 @@ def test_core_is_pure():
 
 def test_the_server_does_not_go_through_the_command_line():
     files = [p for p in sorted((SRC / "web").glob("*.py")) if p.name != "__main__.py"]   # that one is `fitplan serve`
-    assert len(files) >= 7      # server, connection, app, schema, lanes, pool, limits
+    assert len(files) >= 8      # server, connection, app, schema, lanes, pool, worker, limits
     for path in files:
         tree = ast.parse(path.read_text())
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {

@@ -19,7 +19,7 @@ def no_disk(request):
     import tempfile
     from pathlib import Path
 
-    from fitplan.web.pool import run_analysis
+    from fitplan.web.worker import run_analysis
 
     def refuse(*a, **k):
         raise AssertionError("the server wrote to disk")
@@ -32,7 +32,7 @@ def no_disk(request):
 
 def slow(request):
     """The real analysis, two seconds late: time for a test to kill the worker mid-request."""
-    from fitplan.web.pool import run_analysis
+    from fitplan.web.worker import run_analysis
     time.sleep(2)
     return run_analysis(request)
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fitplan.web import app, pool
+from fitplan.web import app, worker
 
 OUT_OF_RANGE = [
     ("plan", {"preset": "gpt3-175b", "gpus": 16, "suggest": True, "gemm_efficiency": 1e-320}),    # was 200 with Infinity
@@ -33,5 +33,5 @@ def test_the_server_never_writes_nan(monkeypatch):
 
 
 def test_a_nan_reply_is_caught_in_the_worker():
-    assert pool.finite_json('{"a": 1.5}') and not pool.finite_json('{"a": NaN}')
-    assert not pool.finite_json('{"a": [Infinity]}') and not pool.finite_json('{"a": -Infinity}')
+    assert worker.finite_json('{"a": 1.5}') and not worker.finite_json('{"a": NaN}')
+    assert not worker.finite_json('{"a": [Infinity]}') and not worker.finite_json('{"a": -Infinity}')

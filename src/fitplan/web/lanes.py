@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 
 from fitplan.web import limits as L
-from fitplan.web.pool import AnalysisPool, run_analysis
+from fitplan.web.pool import AnalysisPool
+from fitplan.web.worker import run_analysis
 
 
 def is_light(request) -> bool:

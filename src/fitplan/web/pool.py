@@ -17,25 +17,19 @@ A worker that dies mid-request (killed from outside, out of memory) is replaced 
 is run once more on a fresh worker; if that one dies too the answer is WorkerLost (a 503), never
 a 500: the request may be fine and the machine short of memory. An exception inside the analysis
 is a bug in fitplan, reported as ("crash", traceback) and answered 500 with one generic line.
+What runs inside a worker is fitplan.web.worker.
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
-import os
-import signal
 import threading
 import time
-import traceback
 
 from fitplan.web import limits as L
-from fitplan.web.schema import no_constants
+from fitplan.web.worker import READY, run_analysis, worker_main
 
-READY = "ready"      # a new worker's first message
 STARTUP_S = 120.0    # the longest a new worker may take to import fitplan
 POLL_S = 0.1         # how often a waiting request asks whether its client is still there
-OUT_OF_RANGE = ("request: these inputs take the arithmetic out of range (a result is not a finite number); "
-                "check the smallest and largest values given")
 
 
 class Busy(Exception):
@@ -67,59 +61,6 @@ class WorkerLost(Exception):
         self.detail = detail
 
 
-def run_analysis(request) -> tuple:
-    """In a worker process: one Request -> a small picklable result.
-        ("reply", exit_code, text, notes)   what the CLI prints
-        ("bad", line, traceback or None)    a 400: the CLI's one line (or OUT_OF_RANGE)
-    An ArithmeticError, or a JSON answer holding NaN or infinity, means the inputs drove the
-    numbers out of range: a 400, never a 500 or a 200 with NaN (the traceback goes to the log)."""
-    from fitplan.errors import SpecError, one_line
-    from fitplan.service import respond
-    try:
-        reply = respond(request)
-    except SpecError as err:
-        return ("bad", f"fitplan: {one_line(str(err))}", None)
-    except ArithmeticError:
-        return ("bad", OUT_OF_RANGE, traceback.format_exc())
-    if request.values.get("format") == "json" and not finite_json(reply.text):
-        return ("bad", OUT_OF_RANGE, None)
-    return ("reply", reply.exit_code, reply.text, tuple(reply.notes))
-
-
-def finite_json(text: str) -> bool:
-    try:
-        json.loads(text, parse_constant=no_constants)
-    except ValueError:
-        return False
-    return True
-
-
-def _worker_main(conn, target, nice: int) -> None:
-    """A worker process: import fitplan's analyses, say it is ready, then answer jobs from the
-    pipe until it closes. Ctrl-C is the server's to handle; the worker ends when the server
-    closes the pipe or kills it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if nice:
-        os.nice(nice)
-    import fitplan.service  # noqa: F401 -- imported before the first job, so no budget pays for it
-    conn.send(READY)
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            result = target(job)
-        except BaseException:     # noqa: B036 -- anything the analysis raises is reported, not fatal
-            result = ("crash", traceback.format_exc())
-        try:
-            conn.send(result)
-        except (EOFError, OSError):
-            return
-        except Exception:         # an unpicklable result
-            conn.send(("crash", traceback.format_exc()))
-
-
 def _context():
     """spawn: a fresh interpreter per worker (fork+exec, so forking this threaded process is never
     a question), given this process's sys.path before it imports anything, so a worker runs the
@@ -132,7 +73,7 @@ def _context():
 class _Worker:
     def __init__(self, ctx, target, nice: int):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, target, nice), daemon=True,
+        self.process = ctx.Process(target=worker_main, args=(child, target, nice), daemon=True,
                                    name="fitplan-analysis")
         self.process.start()
         child.close()

@@ -28,6 +28,7 @@ The server, by idea:
     lanes.py        the fast lane (a single plan, infer, an export of a given layout) and the
                     heavy lane (searches, sweeps, compare), each a pool of worker processes
     pool.py         a pool: workers, queue, time budget, a dead worker replaced and its request retried
+    worker.py       what runs inside a worker process: fitplan.service.respond, as a picklable result
     limits.py       every limit's value, and what happens past it
 
 Standard library only (http.server.ThreadingHTTPServer): the server needs one JSON API, a
