@@ -106,3 +106,19 @@ def test_a_sweep_point_over_the_search_limit_is_refused_before_any_point_is_sear
                               "20480,10240,40960,30720", "--max-cp", "64", "--micro-batch", "16"])
     assert code == 2 and err.startswith("fitplan: --values 30720: the search space has 20,442,240 candidates "
                                         "(limit 20,000,000)")
+
+
+def test_validate_refuses_a_shape_too_large_before_running_anything(monkeypatch):
+    """`validate --seq-len 100000000` on tiny-llama: fitplan's own prediction of the reference
+    run's activations (2,682,212,521 GiB: the s^2 attention scores dominate) is past any
+    machine's memory, so it is one line, exit 2, and the runner (torch) is never reached."""
+    import sys
+    import types
+    fake = types.ModuleType("fitplan.validate.runner")
+    fake.run = lambda **kw: (_ for _ in ()).throw(AssertionError("ran"))
+    monkeypatch.setitem(sys.modules, "fitplan.validate.runner", fake)
+    code, out, err = run(["validate", "--model", "tiny-llama", "--seq-len", "100000000", "--no-distributed"])
+    assert code == 2 and err.startswith("fitplan: --seq-len 100000000 --micro-batch 2: the reference tiny-llama "
+                                        "would hold 2,682,212,521.1 GiB of activations")
+    code, out, err = run(["validate", "--model", "tiny-moe", "--micro-batch", "100000000", "--device", "cuda"])
+    assert code == 2 and "more than the largest GPU's memory" in err
