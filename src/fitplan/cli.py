@@ -265,11 +265,41 @@ def run_calibrate(args, out) -> int:
     """Measure here (fitplan.calibrate, torch) and write the GPU spec file --output names."""
     request = request_from_args(args)
     check_files(request)     # before torch is imported and anything is measured
+    check_calibrate_size(request)
     try:
         from fitplan.calibrate.runner import run_calibrate as run
     except ImportError as error:
         raise SpecError(f"calibrate: needs torch ({error}); install it with pip install -e '.[torch]'") from None
     return run(request, out)
+
+
+def check_calibrate_size(request: Request) -> None:
+    """calibrate's largest buffers, in closed form before torch is imported: the biggest GEMM it
+    times (fitplan.timing.gemm's layer and output GEMMs at micro-batch x seq-len / cp tokens, its
+    three operands at 4 B an element, the widest it makes) and the collective's message must fit
+    the memory the run has (fitplan.validate.memory_limit)."""
+    from dataclasses import replace
+
+    from fitplan.request import CalibrateOptions, options
+    from fitplan.resolve import resolve
+    from fitplan.timing import gemm as G
+    from fitplan.validate import memory_limit
+    opts = options(CalibrateOptions, request)
+    r = resolve(replace(request, values={"gpus": 1, **request.values}))
+    model, c = r.setup.model, r.config
+    T = max(1, r.micro_batch * r.setup.training.seq_len // c.get("cp", 1))
+    gemms = G.linear_gemms(model, T=T, t=c.get("tp", 1)) + G.head_gemms(model, T=T, t=c.get("tp", 1))
+    if model.moe is not None:
+        gemms += G.linear_gemms(model, T=T, t=c.get("tp", 1), ep=c.get("ep", 1), moe_layer=True)
+    largest = max(4 * g.g * (g.m * g.k + g.k * g.n + g.m * g.n) for g in gemms)
+    limit, where = memory_limit(opts.device)
+    if largest > limit:
+        raise SpecError(f"--seq-len {r.setup.training.seq_len} --micro-batch {r.micro_batch}: calibrate's largest "
+                        f"GEMM would take {largest / 2**30:,.1f} GiB, more than {where} ({limit / 2**30:,.0f} GiB); "
+                        f"lower them")
+    if opts.message_bytes is not None and opts.message_bytes > limit:
+        raise SpecError(f"--message {opts.message_bytes / 2**30:,.1f} GiB: more than {where} "
+                        f"({limit / 2**30:,.0f} GiB); lower it")
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:

@@ -122,3 +122,24 @@ def test_validate_refuses_a_shape_too_large_before_running_anything(monkeypatch)
                                         "would hold 2,682,212,521.1 GiB of activations")
     code, out, err = run(["validate", "--model", "tiny-moe", "--micro-batch", "100000000", "--device", "cuda"])
     assert code == 2 and "more than the largest GPU's memory" in err
+
+
+def test_calibrate_refuses_a_shape_or_message_too_large_before_torch(monkeypatch):
+    """calibrate's largest GEMM at --seq-len 1000000 --micro-batch 64 on llama3.1-8b is the output
+    layer, (64M x 4096)(4096 x 128256): 4 B x (m k + k n + m n) = 31,557.1 GiB, past any GPU; and
+    on a machine with less memory, a 64 GiB --message. One line each; the measuring never starts."""
+    import sys
+    import types
+    fake = types.ModuleType("fitplan.calibrate.runner")
+    fake.run_calibrate = lambda request, out: (_ for _ in ()).throw(AssertionError("measured"))
+    monkeypatch.setitem(sys.modules, "fitplan.calibrate.runner", fake)
+    m, k, n = 64 * 10**6, 4096, 128256
+    code, _, err = run(["calibrate", "--preset", "llama3.1-8b", "--seq-len", "1000000", "--micro-batch", "64",
+                        "--device", "cuda", "--output", "/tmp/unused-fitplan-gpu.toml"])
+    assert code == 2 and f"largest GEMM would take {4 * (m * k + k * n + m * n) / 2**30:,.1f} GiB" in err
+    assert "more than the largest GPU's memory" in err
+    import os
+    if os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") < 64 * 2**30:   # the declared largest --message
+        code, _, err = run(["calibrate", "--preset", "llama3.1-8b", "--message", "64 GiB", "--device", "cpu",
+                            "--output", "/tmp/unused-fitplan-gpu.toml"])
+        assert code == 2 and err.startswith("fitplan: --message 64.0 GiB: more than this machine's memory")
