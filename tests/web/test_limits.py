@@ -190,3 +190,18 @@ def test_two_content_lengths_are_refused(server):
                   b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}")
         status, headers, body = status_and_json(read_reply(s))
     assert status == 400 and headers["connection"] == "close" and "one Content-Length" in body["error"]
+
+
+def test_the_readme_states_the_limits_the_server_has():
+    from fitplan.web import limits as L
+
+    from .conftest import ROOT
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for row in (f"| {L.LIGHT_WORKERS} worker processes |", f"| {L.HEAVY_WORKERS} worker processes, at nice {L.HEAVY_NICE} |",
+                f"| fast lane {L.LIGHT_QUEUE}, heavy lane {L.HEAVY_QUEUE}, each for at most {L.QUEUE_WAIT_S:g} s |",
+                f"| {L.ANALYSIS_BUDGET_S:g} s wall clock |", f"| connections open at once | {L.MAX_CONNECTIONS} |",
+                f"| connections open from one client address | {L.MAX_CLIENT_CONNECTIONS} |",
+                f"| request line and headers | {L.HEADER_DEADLINE_S:g} s |",
+                f"| whole request (line, headers, body) | {L.REQUEST_DEADLINE_S:g} s |",
+                f"| request body | {L.MAX_BODY_BYTES // 1024} KiB |"):
+        assert row in readme, row
