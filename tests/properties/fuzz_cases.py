@@ -217,9 +217,10 @@ def stand_ins():
     runner = types.ModuleType("fitplan.validate.runner")
     runner.run = lambda *, model, seq_len, micro_batch, device, **_: ValidationReport(
         model=model.name, seq_len=seq_len, micro_batch=micro_batch, device=device, torch_version="stand-in", rows=())
-    saved = {"runner": sys.modules.get("fitplan.validate.runner"), "serve_forever": FitplanServer.serve_forever,
-             "start": Lanes.start}
-    sys.modules["fitplan.validate.runner"] = runner
+    import fitplan.validate as V
+    saved = {"runner": sys.modules.get("fitplan.validate.runner"), "attribute": getattr(V, "runner", None),
+             "serve_forever": FitplanServer.serve_forever, "start": Lanes.start}
+    sys.modules["fitplan.validate.runner"] = V.runner = runner   # `from fitplan.validate import runner` reads both
     FitplanServer.serve_forever = lambda self, *a, **k: None
     Lanes.start = lambda self: None
     try:
@@ -237,6 +238,10 @@ def stand_ins():
             sys.modules.pop("fitplan.validate.runner", None)
         else:
             sys.modules["fitplan.validate.runner"] = saved["runner"]
+        if saved["attribute"] is None:
+            del V.runner
+        else:
+            V.runner = saved["attribute"]
         FitplanServer.serve_forever, Lanes.start = saved["serve_forever"], saved["start"]
         if M is not None:
             M.gemm_seconds = saved["gemm_seconds"]
