@@ -197,7 +197,7 @@ def test_the_readme_states_the_limits_the_server_has():
 
     from .conftest import ROOT
     readme = " ".join((ROOT / "README.md").read_text().split())
-    for row in (f"| {L.LIGHT_WORKERS} worker processes |", f"| {L.HEAVY_WORKERS} worker processes, at nice {L.HEAVY_NICE} |",
+    for row in (f"| {L.LIGHT_WORKERS} worker processes |", f"| {L.HEAVY_WORKERS} worker processes, SCHED_BATCH |",
                 f"| fast lane {L.LIGHT_QUEUE}, heavy lane {L.HEAVY_QUEUE}, each for at most {L.QUEUE_WAIT_S:g} s |",
                 f"| {L.ANALYSIS_BUDGET_S:g} s wall clock |", f"| connections open at once | {L.MAX_CONNECTIONS} |",
                 f"| connections open from one client address | {L.MAX_CLIENT_CONNECTIONS} |",

@@ -4,8 +4,8 @@ Light: a single plan (one configuration, or the seed report), infer, and the exp
 layout: each is a few milliseconds of arithmetic. Heavy: everything that searches (plan
 --suggest, search, an export without a layout), sweeps (a search per point) and compare.
 Each lane is its own AnalysisPool, with its own workers, queue and budget; the heavy lane's
-workers run at a lower CPU priority (limits.HEAVY_NICE), so even with every core busy on
-searches the fast lane's workers, and the threads that serve the page, are scheduled first.
+workers run under SCHED_BATCH, so with every core busy on searches a waking fast-lane worker,
+or a thread that serves the page, preempts them rather than waiting for its turn.
 
 A request put in the wrong lane is only slower or faster, never wrong: both lanes answer with
 the same fitplan.service.respond under the same budget.
@@ -46,7 +46,7 @@ class Lanes:
     def __init__(self, light: AnalysisPool | None = None, heavy: AnalysisPool | None = None, target=run_analysis):
         self.light = light or AnalysisPool(workers=L.LIGHT_WORKERS, queue=L.LIGHT_QUEUE, target=target)
         self.heavy = heavy or AnalysisPool(workers=L.HEAVY_WORKERS, queue=L.HEAVY_QUEUE, target=target,
-                                           nice=L.HEAVY_NICE)
+                                           batch=True)
 
     @property
     def workers(self) -> int:

@@ -16,16 +16,20 @@ Connections (fitplan.web.connection, fitplan.web.server)
 Analyses (fitplan.web.pool, fitplan.web.lanes): two lanes of worker processes, so a light answer
 (a single plan, infer, the export of a given layout) never queues behind a search or a sweep
     LIGHT_WORKERS, LIGHT_QUEUE   the fast lane: its workers, and the requests that may wait for one
-    HEAVY_WORKERS, HEAVY_QUEUE   searches, sweeps, compares and exports that search; their workers run
-                                 at HEAVY_NICE, so on a busy machine the fast lane gets the CPU first
+    HEAVY_WORKERS, HEAVY_QUEUE   searches, sweeps, compares and exports that search (the page asks for
+                                 three at once, then a compare); their workers run under Linux's
+                                 SCHED_BATCH policy, so a light answer's wake-up preempts them, while
+                                 their share of the CPU stays that of any other process (a lower
+                                 nice would starve them on a machine shared with other work)
     QUEUE_WAIT_S                 the longest wait for a worker; one more request than a lane's workers
                                  and queue, or a longer wait, is 503 "server busy: ..."
     ANALYSIS_BUDGET_S            wall-clock seconds one analysis may run; past it its worker process is
                                  killed and replaced, and the answer is 503 with one line
 
 The figures are for a small machine: 2 fast-lane workers answer a few hundred light requests a
-second (one takes ~5 ms), and 2 heavy workers keep a 2-core machine's searches from starving it.
-bench/server_load.py measures them under trickling clients and heavy sweeps.
+second (one takes ~5 ms); 4 heavy workers answer one update of the page (three searches or
+sweeps, then a compare) without queueing. bench/server_load.py measures them under trickling
+clients and heavy sweeps.
 """
 MAX_BODY_BYTES = 256 * 1024
 DISCARD_LIMIT = 16 * MAX_BODY_BYTES
@@ -36,9 +40,8 @@ REQUEST_DEADLINE_S = 15.0
 WRITE_TIMEOUT_S = 15.0
 LIGHT_WORKERS = 2
 LIGHT_QUEUE = 64
-HEAVY_WORKERS = 2
+HEAVY_WORKERS = 4
 HEAVY_QUEUE = 8
-HEAVY_NICE = 10       # os.nice increment: CFS weight 110 against 1024 at nice 0 (kernel sched_prio_to_weight)
 QUEUE_WAIT_S = 5.0
 ANALYSIS_BUDGET_S = 10.0
 ANALYSIS_WORKERS = LIGHT_WORKERS + HEAVY_WORKERS

@@ -71,9 +71,9 @@ def _context():
 
 
 class _Worker:
-    def __init__(self, ctx, target, nice: int):
+    def __init__(self, ctx, target, batch: bool):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker_main, args=(child, target, nice), daemon=True,
+        self.process = ctx.Process(target=worker_main, args=(child, target, batch), daemon=True,
                                    name="fitplan-analysis")
         self.process.start()
         child.close()
@@ -106,14 +106,14 @@ class AnalysisPool:
     budget per analysis. `run` answers at once with Busy when the queue is full, with Busy
     after queue_wait_s without a free worker, with OverBudget (the worker killed and a fresh
     one started) after budget_s, with WorkerLost when the worker dies and so does the one the
-    request is retried on, else with the worker's result (see run_analysis). nice: the
-    workers' os.nice increment (the heavy lane's run behind the fast lane's)."""
+    request is retried on, else with the worker's result (see run_analysis). batch: the workers
+    run under SCHED_BATCH (the heavy lane's: fitplan.web.worker.worker_main)."""
 
     def __init__(self, workers: int = L.ANALYSIS_WORKERS, queue: int = L.HEAVY_QUEUE,
                  budget_s: float = L.ANALYSIS_BUDGET_S, queue_wait_s: float = L.QUEUE_WAIT_S, target=run_analysis,
-                 nice: int = 0):
+                 batch: bool = False):
         self.workers, self.queue, self.budget_s, self.queue_wait_s = workers, queue, budget_s, queue_wait_s
-        self.target, self.nice = target, nice
+        self.target, self.batch = target, batch
         self.running = 0          # analyses in a worker now
         self.retried = 0          # requests run again after their worker died
         self._admitted = 0        # running + waiting
@@ -254,7 +254,7 @@ class AnalysisPool:
         with self._start_lock:
             if self._ctx is None:
                 self._ctx = _context()
-            worker = _Worker(self._ctx, self.target, self.nice)
+            worker = _Worker(self._ctx, self.target, self.batch)
         if wait:
             worker.wait_ready()
         with self._lock:

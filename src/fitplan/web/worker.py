@@ -40,13 +40,17 @@ def finite_json(text: str) -> bool:
     return True
 
 
-def worker_main(conn, target, nice: int) -> None:
+def worker_main(conn, target, batch: bool) -> None:
     """A worker process: import fitplan's analyses, say it is ready, then answer jobs from the
     pipe until it closes. Ctrl-C is the server's to handle; the worker ends when the server
-    closes the pipe or kills it."""
+    closes the pipe or kills it. batch: run under SCHED_BATCH (Linux, sched(7): CPU-bound work
+    that a waking interactive process preempts; the same CPU share as any process otherwise)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if nice:
-        os.nice(nice)
+    if batch and hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:
+            pass      # not permitted here: the worker runs as any process does
     import fitplan.service  # noqa: F401 -- imported before the first job, so no budget pays for it
     conn.send(READY)
     while True:
