@@ -195,7 +195,10 @@ class AnalysisPool:
     def _attempt(self, request, cancelled=None):
         """One run on one worker: its result, or _DIED when the worker died under it (it is then
         replaced). Past the budget, or with the client gone, the worker is killed and replaced."""
-        worker = self._checkout()
+        try:
+            worker = self._checkout()
+        except OSError:                     # a fresh worker did not start (or the pool closed meanwhile)
+            return _DIED
         done = False
         try:
             try:
@@ -251,14 +254,21 @@ class AnalysisPool:
             raise
 
     def _new_worker(self, wait: bool = True) -> _Worker:
+        """A started worker, counted in _all from the start so that close() kills it even while it
+        is still importing (wait_ready then raises OSError)."""
         with self._start_lock:
             if self._ctx is None:
                 self._ctx = _context()
             worker = _Worker(self._ctx, self.target, self.batch)
-        if wait:
-            worker.wait_ready()
         with self._lock:
             self._all.add(worker)
+        if wait:
+            try:
+                worker.wait_ready()
+            except OSError:
+                with self._lock:
+                    self._all.discard(worker)
+                raise
         return worker
 
     def pids(self) -> list[int]:
