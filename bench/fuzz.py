@@ -33,14 +33,17 @@ def main() -> None:
 
     found: list = []
 
-    with F.case_folder() as folder:
+    with F.case_folder() as folder, F.stand_ins():
         cli, t0 = Counter(), time.perf_counter()
+        commands, outputs = Counter(), Counter()
 
         @settings(max_examples=args.cli, suppress_health_check=list(HealthCheck), deadline=None, database=None)
         @given(F.cli_cases(folder))
         def cli_case(argv):
             outcome, detail = F.run_cli(argv, folder)
             cli[outcome] += 1
+            commands[argv[0]] += 1
+            outputs.update(f"{argv[0]} {a}" for a in set(argv) if a in F.OUTPUT_FLAGS)
             if outcome not in F.GOOD:
                 found.append(("cli", outcome, f"{detail}\n    argv: {argv}"))
 
@@ -61,6 +64,8 @@ def main() -> None:
     api_s = time.perf_counter() - t0
     print(f"fitplan from {args.src}")
     print(f"CLI: {sum(cli.values()):,} cases in {cli_s:,.0f} s: " + ", ".join(f"{k} {v:,}" for k, v in sorted(cli.items())))
+    print("CLI cases by command: " + ", ".join(f"{k} {v:,}" for k, v in sorted(commands.items())))
+    print("CLI cases by output flag: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outputs.items())))
     print(f"API: {sum(api.values()):,} cases in {api_s:,.0f} s: " + ", ".join(f"{k} {v:,}" for k, v in sorted(api.items())))
     for where, outcome, detail in found[:40]:
         print(f"  {where} {outcome}: {detail}")

@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else ROOT / "docs" / "measurements" / (
         f"gpu-{record['date']}-{''.join(c if c.isalnum() else '-' for c in name.lower()).strip('-')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    from fitplan.files.write import write_file
+    write_file(out, json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(f"wrote {out}")
     return 0 if report.ok else 1
 

@@ -7,7 +7,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from fitplan.files.load import reference_markdown  # noqa: E402
+from fitplan.files.write import write_file  # noqa: E402
 
 if __name__ == "__main__":
-    (ROOT / "docs" / "spec-files.md").write_text(reference_markdown())
+    write_file(ROOT / "docs" / "spec-files.md", reference_markdown())
     print("wrote docs/spec-files.md")

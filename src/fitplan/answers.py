@@ -102,9 +102,10 @@ def plan(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, sugge
 def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict, start: int) -> dict:
     """The smallest GPU count from the lower bound upwards where the search finds a fit,
     in general and among powers of two. Bounded: at most SMALLEST_TRIES counts each, never
-    past MAX_GPUS, and at most WORK_CANDIDATES candidates in all (a count past the budget is
-    not tried, and `searched_up_to` says how far the scan got)."""
-    from fitplan.search import search, space_size
+    past MAX_GPUS, and at most WORK_CANDIDATES candidates in all (a count past the budget, or
+    whose own search would pass fitplan.search.MAX_CANDIDATES, is not tried, and
+    `searched_up_to` says how far the scan got)."""
+    from fitplan.search import MAX_CANDIDATES, search, space_size
     seen: dict = {}
     work = [0]
 
@@ -112,8 +113,9 @@ def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed:
         if n not in seen:
             s = replace(setup, cluster=replace(setup.cluster, num_gpus=n))
             space = space_for(s, micro_batch, opts, fixed)
-            work[0] += space_size(n, space)
-            if work[0] > WORK_CANDIDATES:
+            size = space_size(n, space)
+            work[0] += size
+            if work[0] > WORK_CANDIDATES or size > MAX_CANDIDATES:   # past a budget: not tried
                 return False
             seen[n] = bool(search(s, space, top=1, explain=False).suggestions)   # one exact fit confirms
         return seen[n]
@@ -186,7 +188,7 @@ def sweep_values(over: str, values, *, global_batch: int | None = None) -> list[
 def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOptions, fixed: dict) -> SweepAnswer:
     """At each x, the least per-GPU bytes any legal configuration needs, and that configuration.
     Over micro-batches each point searches that micro-batch alone (not its halvings)."""
-    from fitplan.search import search, space_size
+    from fitplan.search import check_size, search, space_size
     setups = []
     for x in sweep_values(over, values, global_batch=setup.training.global_batch):
         if over == "gpus":
@@ -203,6 +205,8 @@ def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOpti
     if work > WORK_CANDIDATES:
         raise SpecError(f"this sweep would search {work:,} candidates (limit {WORK_CANDIDATES:,}); give fewer or "
                         f"smaller --values, a smaller --micro-batch or --max-cp, or fix an axis such as --tp")
+    for (x, s), space in zip(setups, spaces):     # each point's own search limit, before any point is searched
+        check_size(s.cluster.num_gpus, space, where=f"--values {x}: ")
     points = []
     for (x, s), space in zip(setups, spaces):
         least = search(s, space, top=1, rank="disturbance").least_loaded

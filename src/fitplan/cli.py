@@ -9,7 +9,6 @@ import argparse
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from fitplan.errors import SpecError, one_line
 from fitplan.request import Request, command_flags
@@ -120,23 +119,38 @@ def request_from_args(args) -> Request:
     return Request(command=args.command, values=values)
 
 
+OUTPUT_KEYS = {"output": "--output", "plot": "--plot", "plot_timeline": "--plot-timeline"}   # files fitplan writes
+
+
+def check_files(request: Request) -> None:
+    """Every file the request names, checked before any work (fitplan.files.write.check_outputs):
+    the outputs can be written, none is an input (--spec, --hf-config, --gpu-spec: every path the
+    API does not take), and no two are one file."""
+    from fitplan.files.write import check_outputs
+    flags = {f.key: f.flag for f in command_flags(request.command)}
+    outputs = [(flag, request.values.get(key)) for key, flag in OUTPUT_KEYS.items() if key in flags]
+    inputs = [(f.flag, request.values.get(f.key)) for f in command_flags(request.command)
+              if not f.decl.api and f.decl.kind == "str" and f.key not in OUTPUT_KEYS]
+    check_outputs(outputs, inputs)
+
+
 def run_request(args, out, err) -> int:
     """Answer the request; files a flag names (--output, --plot) are checked before any work
-    and written before anything is printed, so a destination that fails is one line, exit 2."""
+    and written (all or nothing, fitplan.files.write) before anything is printed, so a
+    destination that fails is one line, exit 2."""
+    from fitplan.files.write import write_output
     from fitplan.service import respond
     request = request_from_args(args)
     output, plot = request.values.get("output"), request.values.get("plot")
     plot_timeline = request.values.get("plot_timeline")
-    for path, flag in ((output, "--output"), (plot, "--plot"), (plot_timeline, "--plot-timeline")):
-        if path is not None:
-            _check_writable(path, flag)
+    check_files(request)
     reply = respond(request)
     if plot is not None:
         _write_file(plot, "--plot", lambda: _plot(plot, reply))
     if plot_timeline is not None:
         _write_file(plot_timeline, "--plot-timeline", lambda: _plot_timeline(plot_timeline, reply))
     if output is not None and reply.exit_code == 0:
-        _write_file(output, "--output", lambda: Path(output).write_text(reply.text))
+        write_output(output, reply.text, "--output")
         out.write(f"wrote {output}\n")
     else:
         out.write(reply.text)
@@ -145,34 +159,12 @@ def run_request(args, out, err) -> int:
     return reply.exit_code
 
 
-def _check_writable(path: str, flag: str) -> None:
-    """A destination that cannot be written is bad input, found before any work is done."""
-    try:
-        _check_destination(Path(path), path, flag)
-    except OSError as error:   # e.g. a name longer than the file system allows
-        raise _unwritable(path, flag, error) from None
-
-
-def _check_destination(p: Path, path: str, flag: str) -> None:
-    if p.is_dir():
-        raise SpecError(f"{flag} {path}: that is a folder; name a file in it")
-    if not p.parent.is_dir():
-        raise SpecError(f"{flag} {path}: the folder {str(p.parent)!r} does not exist; create it or pick another path")
-    if p.exists() and not p.is_file():
-        raise SpecError(f"{flag} {path}: not a regular file (a device or pipe); name a file")
-    if not os.access(p.parent, os.W_OK) or p.exists() and not os.access(p, os.W_OK):
-        raise SpecError(f"{flag} {path}: not writable here; pick another path")
-
-
 def _write_file(path: str, flag: str, write) -> None:
+    from fitplan.files.write import unwritable
     try:
         write()
     except OSError as error:
-        raise _unwritable(path, flag, error) from None
-
-
-def _unwritable(path: str, flag: str, error: OSError) -> SpecError:
-    return SpecError(f"{flag} {path}: cannot write it ({error.strerror or type(error).__name__}); pick another path")
+        raise unwritable(path, flag, error) from None
 
 
 def _plot(path: str, reply) -> None:
@@ -230,6 +222,9 @@ def run_presets(args, out) -> int:
     from fitplan.report import document
     from fitplan.report.render import render_text
     if args.action == "list":
+        if args.name is not None:
+            raise SpecError(f"presets list: unexpected argument {args.name!r}; it lists every preset "
+                            f"(to show one: fitplan presets show NAME)")
         out.write(render_text(document.preset_list()))
         return 0
     if not args.name:
@@ -269,15 +264,45 @@ def run_validate(args, out) -> int:
 def run_calibrate(args, out) -> int:
     """Measure here (fitplan.calibrate, torch) and write the GPU spec file --output names."""
     request = request_from_args(args)
-    _check_writable(request.values["output"], "--output")
+    check_files(request)     # before torch is imported and anything is measured
     if request.values.get("runs"):   # one's own measured runs: a fit, no measurement (fitplan.calibrate.own_runs)
         from fitplan.calibrate.own_runs import run as run_own
         return run_own(request, out)
+    check_calibrate_size(request)
     try:
         from fitplan.calibrate.runner import run_calibrate as run
     except ImportError as error:
         raise SpecError(f"calibrate: needs torch ({error}); install it with pip install -e '.[torch]'") from None
     return run(request, out)
+
+
+def check_calibrate_size(request: Request) -> None:
+    """calibrate's largest buffers, in closed form before torch is imported: the biggest GEMM it
+    times (fitplan.timing.gemm's layer and output GEMMs at micro-batch x seq-len / cp tokens, its
+    three operands at 4 B an element, the widest it makes) and the collective's message must fit
+    the memory the run has (fitplan.validate.memory_limit)."""
+    from dataclasses import replace
+
+    from fitplan.request import CalibrateOptions, options
+    from fitplan.resolve import resolve
+    from fitplan.timing import gemm as G
+    from fitplan.validate import memory_limit
+    opts = options(CalibrateOptions, request)
+    r = resolve(replace(request, values={"gpus": 1, **request.values}))
+    model, c = r.setup.model, r.config
+    T = max(1, r.micro_batch * r.setup.training.seq_len // c.get("cp", 1))
+    gemms = G.linear_gemms(model, T=T, t=c.get("tp", 1)) + G.head_gemms(model, T=T, t=c.get("tp", 1))
+    if model.moe is not None:
+        gemms += G.linear_gemms(model, T=T, t=c.get("tp", 1), ep=c.get("ep", 1), moe_layer=True)
+    largest = max(4 * g.g * (g.m * g.k + g.k * g.n + g.m * g.n) for g in gemms)
+    limit, where = memory_limit(opts.device)
+    if largest > limit:
+        raise SpecError(f"--seq-len {r.setup.training.seq_len} --micro-batch {r.micro_batch}: calibrate's largest "
+                        f"GEMM would take {largest / 2**30:,.1f} GiB, more than {where} ({limit / 2**30:,.0f} GiB); "
+                        f"lower them")
+    if opts.message_bytes is not None and opts.message_bytes > limit:
+        raise SpecError(f"--message {opts.message_bytes / 2**30:,.1f} GiB: more than {where} "
+                        f"({limit / 2**30:,.0f} GiB); lower it")
 
 
 def main(argv: list[str] | None = None, out=None, err=None) -> int:

@@ -203,14 +203,75 @@ def _groups(space: SearchSpace):
     return [(z, sp, rc) for rc in space.recompute for z in space.zero for sp in space.sequence_parallel]
 
 
+def check_size(num_gpus: int, space: SearchSpace, where: str = "") -> None:
+    """One search's limit, MAX_CANDIDATES, checked in closed form before anything is enumerated."""
+    size = space_size(num_gpus, space)
+    if size > MAX_CANDIDATES:
+        raise SpecError(f"{where}the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
+                        f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
+                        f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
+
+
 def space_size(num_gpus: int, space: SearchSpace) -> int:
     """Candidates in every offload tier: an upper bound on what one search evaluates."""
     return tier_size(num_gpus, space) * len(space.offload)
 
 
 def tier_size(num_gpus: int, space: SearchSpace) -> int:
-    num_degrees = sum(1 for t, p, c in product(space.tp, space.pp, space.cp) if num_gpus % (t * p * c) == 0)
+    num_degrees = degree_triples(num_gpus, space.tp, space.pp, space.cp)
     return num_degrees * len(space.micro_batches) * len(space.virtual_stages) * len(space.ep) * len(_groups(space))
+
+
+def degree_triples(n: int, tp, pp, cp) -> int:
+    """#{(t, p, c) in tp x pp x cp : t*p*c divides n}, in closed form rather than by enumeration,
+    so a work limit is known before anything is enumerated (a GPU count such as 720,720 has
+    240 divisors: 240^2 x |cp| triples to test, seconds for a sweep of 64 such counts).
+    When an axis holds every divisor of n (default_space's tp and pp), the count of its
+    values dividing m (m | n) is the divisor function d(m) = prod (e_i + 1) over m = prod
+    q_i^e_i; when both do, the pairs (t, p) with t*p | m number sum_{k | m} d(k) =
+    prod (e_i + 1)(e_i + 2)/2 (both are multiplicative, the second as the Dirichlet product of d
+    and 1: Hardy & Wright, An Introduction to the Theory of Numbers, ch. 16, the divisor function)."""
+    primes = _prime_factors(n)
+    divs = set(divisors(n))
+    full_t, full_p = divs <= set(tp), divs <= set(pp)
+    cs = [c for c in cp if n % c == 0]
+    if full_t and full_p:
+        return sum(_product((e + 1) * (e + 2) // 2 for e in _exponents(n // c, primes)) for c in cs)
+    if full_t or full_p:
+        other = pp if full_t else tp
+        return sum(_product(e + 1 for e in _exponents(n // (x * c), primes))
+                   for x in other for c in cs if n % (x * c) == 0)
+    return sum(1 for t, p, c in product(tp, pp, cs) if n % (t * p * c) == 0)
+
+
+def _prime_factors(n: int) -> tuple[int, ...]:
+    out, q = [], 2
+    while q * q <= n:
+        if n % q == 0:
+            out.append(q)
+            while n % q == 0:
+                n //= q
+        q += 1
+    return tuple(out + ([n] if n > 1 else []))
+
+
+def _exponents(m: int, primes) -> list[int]:
+    """The exponent of each prime in m (m's primes are among them)."""
+    out = []
+    for q in primes:
+        e = 0
+        while m % q == 0:
+            m //= q
+            e += 1
+        out.append(e)
+    return out
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.ndarray:
@@ -273,11 +334,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     timed = rank in ("throughput", "cost") or recommend and _has_time(setup)
     tokens = setup.training.train_tokens or COST_TOKENS
     num_gpus = setup.cluster.num_gpus
-    size = space_size(num_gpus, space)
-    if size > MAX_CANDIDATES:
-        raise SpecError(f"the search space has {size:,} candidates (limit {MAX_CANDIDATES:,}); narrow it: a "
-                        f"smaller --micro-batch (it and its halvings are searched), a smaller --max-cp, or fix an axis "
-                        f"with --tp, --pp, --cp, --ep, --zero, --recompute, --virtual-stages or --offload")
+    check_size(num_gpus, space)
     usable = setup.cluster.usable_bytes
     host_limit = setup.cluster.host_memory_bytes
     margin_limit = margin_limit_bytes(capacity=setup.cluster.gpu.memory_bytes, usable=usable)

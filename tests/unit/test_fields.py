@@ -25,7 +25,7 @@ from fitplan.request import Request, api_flags, command_flags
 from fitplan.resolve import config_of, resolve, typed
 from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
 from fitplan.specs.declare import decl_of, enum_value, spec_fields
-from fitplan.web.server import build_request
+from fitplan.web.schema import build_request
 
 # Bases tried in order: the first where the example changes the field and everything resolves.
 BASES = ("gpt3-125m", "llama3.1-8b", "mixtral-8x7b", "deepseek-v3")

@@ -187,7 +187,7 @@ def test_text_and_markdown_show_each_number_with_its_formula_and_source():
 
 def test_json_carries_the_contract_keys_and_the_api_answers_the_same():
     from fitplan.service import respond
-    from fitplan.web.server import build_request, fields_payload
+    from fitplan.web.schema import build_request, fields_payload
     argv = ["--preset", "llama3.1-70b", "--gpus", "8", "--context", "131072", "--batch", "2", "--kv-precision",
             "fp8", "--weight-precision", "int4", "--tp", "8", "--pp", "1"]
     code, j = run_json(argv)

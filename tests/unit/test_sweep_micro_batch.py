@@ -14,7 +14,7 @@ from fitplan.request import Request
 from fitplan.resolve import config_of, resolve
 from fitplan.service import respond
 from fitplan.specs import compat
-from fitplan.web.server import build_request
+from fitplan.web.schema import build_request
 
 GPT3_16 = ["--preset", "gpt3-175b", "--gpus", "16"]   # gpu-192gib: 192 - 10 GiB reserve = 182 GiB usable
 USABLE = 182 * 2**30                                   # 195,421,011,968 B

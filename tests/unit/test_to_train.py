@@ -17,7 +17,7 @@ from fitplan.service import respond
 from fitplan.timing.breakdown import evaluate_step
 from fitplan.timing.to_train import (energy_mwh, gpu_hours, narayanan_end_to_end_s, to_train, train_cost,
                                      train_days, train_seconds)
-from fitplan.web.server import build_request
+from fitplan.web.schema import build_request
 
 KEYS = {"tokens", "days", "gpu_hours", "energy_mwh", "cost"}   # the contract's names, exactly
 BANDED = KEYS | {"uncertainty"}   # added beside them: the step's error band carried to each figure

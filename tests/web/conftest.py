@@ -28,13 +28,17 @@ class Reply:
 
 
 class Client:
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
+    """source: the loopback address to connect from (127.0.0.x), so a test can be several clients
+    (the server caps connections per client address)."""
+
+    def __init__(self, host: str, port: int, source: str | None = None):
+        self.host, self.port, self.source = host, port, source
 
     def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None) -> Reply:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60,
+                                          source_address=(self.source, 0) if self.source else None)
         try:
-            hdrs = dict(headers or {})
+            hdrs = {"Host": self.host, **(headers or {})}
             data = raw
             if body is not None:
                 data = json.dumps(body).encode()
@@ -49,8 +53,8 @@ class Client:
         return self.request("POST", path, body=body, **kw)
 
     @classmethod
-    def of(cls, server) -> "Client":
-        return cls("127.0.0.1", server.server_address[1])
+    def of(cls, server, source: str | None = None) -> "Client":
+        return cls("127.0.0.1", server.server_address[1], source)
 
 
 @contextmanager

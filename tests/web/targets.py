@@ -19,7 +19,7 @@ def no_disk(request):
     import tempfile
     from pathlib import Path
 
-    from fitplan.web.server import run_analysis
+    from fitplan.web.worker import run_analysis
 
     def refuse(*a, **k):
         raise AssertionError("the server wrote to disk")
@@ -28,3 +28,17 @@ def no_disk(request):
         setattr(tempfile, name, refuse)
     Path.write_text = refuse
     return run_analysis(request)
+
+
+def slow(request):
+    """The real analysis, two seconds late: time for a test to kill the worker mid-request."""
+    from fitplan.web.worker import run_analysis
+    time.sleep(2)
+    return run_analysis(request)
+
+
+def die(request):
+    """A worker that dies mid-request, every time (as the out-of-memory killer would end it)."""
+    import os
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -8,7 +8,8 @@ import tempfile
 import pytest
 
 from fitplan import parts
-from fitplan.web import server as web
+from fitplan.web import app, server as web
+from fitplan.web.pool import AnalysisPool
 
 from . import targets
 from .conftest import ROOT, Client, cli, serving
@@ -129,7 +130,7 @@ def test_a_pasted_config_object_is_read_from_the_request_and_nothing_is_written(
     """No temporary folder, no file: the pasted config.json is parsed in memory (checked in the
     worker process, where the analysis runs, with every way to write a file refused)."""
     config = json.loads(LLAMA_HF.read_text())
-    with serving(pool=web.AnalysisPool(workers=1, target=targets.no_disk)) as srv:
+    with serving(pool=AnalysisPool(workers=1, target=targets.no_disk)) as srv:
         r = Client.of(srv).post("/api/plan", {"hf_config": config, "hf_name": "llama-3.1-8b", "gpus": 64,
                                               "seq_len": 8192})
     assert r.status == 200 and r.json["model"]["name"] == "llama-3.1-8b"
@@ -290,19 +291,19 @@ def test_a_foreign_host_is_refused(client):
 def test_an_internal_error_is_one_generic_line(capfd):
     """A bug in the analysis (here: the worker's target raises) is one generic line on the page;
     the traceback goes to the server's stderr."""
-    with serving(pool=web.AnalysisPool(workers=1, target=targets.crash)) as srv:
+    with serving(pool=AnalysisPool(workers=1, target=targets.crash)) as srv:
         r = Client.of(srv).post("/api/plan", {"preset": "gpt3-175b", "gpus": 16})
     assert r.status == 500
-    assert r.json == {"error": web.INTERNAL_ERROR}
+    assert r.json == {"error": app.INTERNAL_ERROR}
     assert b"Traceback" not in r.body and b"secret" not in r.body
     assert "ZeroDivisionError: secret detail" in capfd.readouterr().err
 
 
 def test_handle_never_raises():
-    r = web.handle("POST", "/api/plan", {"Content-Type": "application/json"}, b'{"preset": "gpt3-175b", "gpus": 16}')
+    r = app.handle("POST", "/api/plan", {"Content-Type": "application/json"}, b'{"preset": "gpt3-175b", "gpus": 16}')
     assert r.status in (200, 400)   # a plain function: the app without the socket
-    assert web.handle("GET", "/api/plan", {}, None).status == 405
-    assert web.handle("DELETE", "/", {}, None).status == 405
+    assert app.handle("GET", "/api/plan", {}, None).status == 405
+    assert app.handle("DELETE", "/", {}, None).status == 405
 
 
 # ---------------------------------------------------------------- routes and static files
@@ -316,12 +317,12 @@ def test_the_page_and_its_files(client):
     for name in ("style.css", "app.js", "charts.js"):
         assert f"/static/{name}" in html
         f = client.request("GET", f"/static/{name}")
-        assert f.status == 200 and f.body == (web.STATIC_DIR / name).read_bytes()
+        assert f.status == 200 and f.body == (app.STATIC_DIR / name).read_bytes()
     assert "http://" not in html and "https://" not in html      # nothing from the internet
 
 
 def test_static_files_fetch_nothing_from_the_internet():
-    for path in web.STATIC_DIR.iterdir():
+    for path in app.STATIC_DIR.iterdir():
         text = path.read_text(errors="replace")
         for url in ("http://", "https://", "//cdn", "@import"):
             assert url not in text.replace("http://www.w3.org/2000/svg", ""), (path.name, url)

@@ -238,7 +238,7 @@ def test_all_settings_are_generated_from_the_declarations(browser, server):
     """The 'All settings' section is built from GET /api/fields: one input per model, training
     and cluster field the hand-made form lacks; a value set there reaches the API and the
     CLI line, and the answer is the CLI's for the same flag."""
-    from fitplan.web.server import fields_payload
+    from fitplan.web.schema import fields_payload
     page = opened(browser, server)
     hand_made = {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "seq_len", "precision",
                  "gpu", "gpus", "gpus_per_node"}

@@ -12,7 +12,7 @@ import pytest
 
 from fitplan.cli import build_parser, main
 from fitplan.errors import SpecError
-from fitplan.web import server as web
+from fitplan.web import app, schema, server as web
 
 from .conftest import ROOT, Client, serving
 
@@ -85,13 +85,13 @@ def test_serve_on_every_interface_prints_the_warning():
 
 def test_static_files_never_follow_a_symlink_out_of_the_package(client, tmp_path, monkeypatch):
     static = tmp_path / "static"
-    shutil.copytree(web.STATIC_DIR, static)
+    shutil.copytree(app.STATIC_DIR, static)
     secret = tmp_path / "secret.js"
     secret.write_text("the secret")
     (static / "secret.js").symlink_to(secret)                # out of static/: not served
     (static / "up.css").symlink_to(tmp_path / ".." / tmp_path.name / "secret.js")
     (static / "alias.js").symlink_to(static / "app.js")      # inside static/: served
-    monkeypatch.setattr(web, "STATIC_DIR", static)
+    monkeypatch.setattr(app, "STATIC_DIR", static)
     for name in ("secret.js", "up.css"):
         r = client.request("GET", f"/static/{name}")
         assert r.status == 404 and b"secret" not in r.body.replace(f"/static/{name}".encode(), b"")
@@ -103,6 +103,6 @@ def test_names_take_no_trailing_newline(client):
     r = client.post("/api/plan", {"hf_config": "{}", "hf_name": "llama\n", "gpus": 8})
     assert r.status == 400 and "'hf_name' must be" in r.json["error"]
     assert client.request("GET", "/static/app.js%0A").status == 404
-    for value in vars(web).values():          # every pattern in the module is used whole, never with '$'
-        if isinstance(value, re.Pattern):
+    for value in list(vars(web).values()) + list(vars(schema).values()):   # every pattern is used whole,
+        if isinstance(value, re.Pattern):                                    # never with '$'
             assert not value.pattern.endswith("$")

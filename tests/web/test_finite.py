@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fitplan.web import server as web
+from fitplan.web import app, worker
 
 OUT_OF_RANGE = [
     ("plan", {"preset": "gpt3-175b", "gpus": 16, "suggest": True, "gemm_efficiency": 1e-320}),    # was 200 with Infinity
@@ -26,12 +26,12 @@ def test_out_of_range_arithmetic_is_a_400_with_one_line(client, endpoint, body):
 
 def test_the_server_never_writes_nan(monkeypatch):
     with pytest.raises(ValueError):
-        web.json_response(200, {"x": float("nan")})
-    monkeypatch.setattr(web, "presets_payload", lambda: {"x": float("inf")})
-    r = web.handle("GET", "/api/presets", {}, None)
-    assert r.status == 500 and json.loads(r.body) == {"error": web.INTERNAL_ERROR}
+        app.json_response(200, {"x": float("nan")})
+    monkeypatch.setattr(app, "presets_payload", lambda: {"x": float("inf")})
+    r = app.handle("GET", "/api/presets", {}, None)
+    assert r.status == 500 and json.loads(r.body) == {"error": app.INTERNAL_ERROR}
 
 
 def test_a_nan_reply_is_caught_in_the_worker():
-    assert web._finite_json('{"a": 1.5}') and not web._finite_json('{"a": NaN}')
-    assert not web._finite_json('{"a": [Infinity]}') and not web._finite_json('{"a": -Infinity}')
+    assert worker.finite_json('{"a": 1.5}') and not worker.finite_json('{"a": NaN}')
+    assert not worker.finite_json('{"a": [Infinity]}') and not worker.finite_json('{"a": -Infinity}')

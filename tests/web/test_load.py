@@ -1,87 +1,69 @@
-"""Load on loopback, bounded: many light requests from a few client threads all succeed with a
-bounded tail latency, and a light request stays fast while a slow client and a heavy analysis
-are in flight.
+"""Load on loopback: behaviour, not speed. Many light requests from concurrent clients are all
+answered 200 with the same bytes (the fast lane's queue holds them: never a 503), and light
+requests are answered while trickling clients are connected and a real heavy sweep runs.
 
-The bounds are for a shared 2-core machine. Unloaded, a small plan request takes ~5 ms; 200 of
-them from 8 threads (twice the 4 workers, so half of them queue) measure p99 0.04-0.07 s here.
-P99_BOUND_S = 2 s leaves ~30x for a noisy neighbour, a slow CI machine or a garbage
-collection, yet stays well under QUEUE_WAIT_S (5 s), past which a queued request would be a
-503, and under the 1 s SYN retry that a too-short listen backlog used to add to a burst.
-LIGHT_BOUND_S = 2 s likewise: beside a heavy analysis (one worker process busy on one of the
-two cores) and a trickling client (one thread asleep in recv) a light request measures 4-20
-ms here; before the worker pool it could wait behind heavy ones for minutes."""
+Latencies are not asserted here (a shared 2-core machine makes any tight bound flaky); the
+figures the issue asks for (p99 of 2,000 light requests from 16 clients; a normal client's
+share of answers beside 100 trickling clients and 6 heavy sweeps) are bench/server_load.py's."""
 import socket
 import threading
-import time
-
-from fitplan.web import server as web
 
 from .conftest import Client, serving
-from .test_pool import HEAVY, LIGHT, in_background, wait_until
+from .test_pool import HANG_S, HEAVY, LIGHT, in_background, wait_until
 
-REQUESTS, THREADS = 200, 8
-P99_BOUND_S = 2.0
-LIGHT_BOUND_S = 2.0
+REQUESTS, THREADS = 200, 16     # 16 clients, each from its own loopback address (the per-client cap is 8)
 
 
 def warm(srv) -> Client:
-    """Every worker process started (as `fitplan serve` does) and answering."""
-    client = Client.of(srv)
+    """Every worker process started (as `fitplan serve` does)."""
     srv.pool.start()
-    for t, _ in [in_background(client.post, "/api/plan", LIGHT) for _ in range(srv.pool.workers)]:
-        t.join(30)
-    return client
+    return Client.of(srv)
 
 
-def test_200_requests_from_8_threads():
+def test_200_light_requests_from_16_clients_are_all_answered():
     with serving() as srv:
         client = warm(srv)
         expected = client.post("/api/plan", LIGHT)
         assert expected.status == 200
-        latencies, failures, lock = [], [], threading.Lock()
+        statuses, bodies, lock = [], set(), threading.Lock()
 
-        def one_thread():
+        def one_client(i):
+            mine = Client.of(srv, source=f"127.0.0.{i + 2}")
             for _ in range(REQUESTS // THREADS):
-                t0 = time.perf_counter()
-                r = client.post("/api/plan", LIGHT)
-                dt = time.perf_counter() - t0
+                r = mine.post("/api/plan", LIGHT)
                 with lock:
-                    latencies.append(dt)
-                    if r.status != 200 or r.body != expected.body:
-                        failures.append((r.status, r.body[:200]))
+                    statuses.append(r.status)
+                    bodies.add(r.body)
 
-        threads = [threading.Thread(target=one_thread) for _ in range(THREADS)]
+        threads = [threading.Thread(target=one_client, args=(i,)) for i in range(THREADS)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(120)
-    assert not failures, failures[:3]
-    assert len(latencies) == REQUESTS
-    latencies.sort()
-    p99 = latencies[int(0.99 * REQUESTS) - 1]
-    assert p99 < P99_BOUND_S, f"p99 {p99:.3f} s"
+            t.join(HANG_S * 4)
+    assert statuses == [200] * (REQUESTS // THREADS * THREADS) and bodies == {expected.body}
 
 
-def test_a_slow_client_and_a_heavy_request_do_not_block_a_light_one():
-    pool = web.AnalysisPool(budget_s=2.5)
-    with serving(pool=pool) as srv:
+def test_tricklers_and_a_heavy_sweep_do_not_shut_out_a_light_request():
+    """Ten clients, each from its own loopback address, trickle headers; a real heavy sweep runs
+    in the heavy lane; a normal client's light requests are all answered 200 meanwhile."""
+    with serving() as srv:
         client = warm(srv)
-        with socket.create_connection(srv.server_address[:2]) as slow:
-            slow.sendall(b"POST /api/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100\r\n\r\n{")              # and then nothing more for a while
-            t0 = time.monotonic()
+        heavy_lane = srv.pool.heavy
+        address = srv.server_address[:2]
+        tricklers = []
+        for i in range(10):
+            s = socket.create_connection(address, source_address=(f"127.0.0.{i + 2}", 0))
+            s.sendall(b"GET /api/presets HTTP/1.1\r\nX-Slow: ")
+            tricklers.append(s)
+        try:
             heavy_thread, heavy = in_background(client.post, "/api/sweep", HEAVY)
-            wait_until(lambda: pool.running == 1)
-            times = []
-            for _ in range(5):
-                t = time.perf_counter()
-                r = client.post("/api/plan", LIGHT)
-                times.append(time.perf_counter() - t)
-                assert r.status == 200
-            assert pool.running == 1 and heavy_thread.is_alive()      # both still in flight
-            slow.sendall(b" ")
-            assert srv.connections >= 1
-        assert max(times) < LIGHT_BOUND_S, times
-        heavy_thread.join(15)
-        assert heavy[0].status == 503 and "budget" in heavy[0].json["error"]
-        assert time.monotonic() - t0 < 10
+            wait_until(lambda: heavy_lane.running == 1)
+            for endpoint in ("plan", "infer", "plan", "infer", "plan"):
+                assert client.post(f"/api/{endpoint}", LIGHT).status == 200
+            assert heavy_thread.is_alive()              # the light ones were answered while it ran
+            heavy_lane.close()                          # stop it rather than wait for it
+            heavy_thread.join(HANG_S)
+            assert heavy[0].status == 503
+        finally:
+            for s in tricklers:
+                s.close()

@@ -183,6 +183,7 @@ def run(request, out) -> int:
     from fitplan.request import CalibrateOptions, options
     opts = options(CalibrateOptions, request)
     res = fit_own(resolve_runs(read_runs(opts.runs)))
-    Path(opts.output).write_text(spec_text(res))
+    from fitplan.files.write import write_output
+    write_output(opts.output, spec_text(res), "--output")
     out.write(report(res, opts.output))
     return 0

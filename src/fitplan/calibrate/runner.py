@@ -261,8 +261,8 @@ def run_calibrate(request: Request, out) -> int:
     try:
         cal = calibrate(request)
         if cal is not None:
-            from pathlib import Path
-            Path(opts.output).write_text(spec_text(cal))
+            from fitplan.files.write import write_output
+            write_output(opts.output, spec_text(cal), "--output")
             out.write(report(cal, opts.output, opts.format))
     finally:
         if dist.is_initialized():

@@ -16,6 +16,7 @@ whole figure.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from fitplan.memory.breakdown import PARTS
@@ -223,8 +224,12 @@ def plot_timeline(events, path, *, usable_bytes: int, capacity_bytes: int, margi
 
 
 def _save(fig, plt, path) -> Path:
+    """Render to memory, then write all or nothing (fitplan.files.write)."""
+    from fitplan.files.write import write_file
     path = Path(path)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
+    write_file(path, png.getvalue())
     return path

@@ -8,7 +8,7 @@ declaration:
   - the command line's flags (fitplan.cli),
   - the spec-file reader and writer (fitplan.files.load), `presets show --toml` included,
   - the web API's request schema and validation, and the form schema the page reads
-    (fitplan.web.server, GET /api/fields),
+    (fitplan.web.schema, GET /api/fields),
 
 and tests/unit/test_fields.py walks every declared field through all three.
 

@@ -44,6 +44,38 @@ DEFAULT_MICRO_BATCH = 2
 DEVICES = ("cpu", "cuda")
 
 
+def memory_limit(device: str) -> tuple[int, str]:
+    """(bytes, in words) a run on `device` may allocate at most: this machine's physical memory
+    (os.sysconf) on the CPU, the largest GPU preset's on CUDA, and the smaller of the two for
+    "auto" (which of them torch will pick is known only once torch is imported)."""
+    import os
+
+    from fitplan import presets
+    host = (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine's memory")
+    gpu = (max(g.memory_bytes for g in presets.GPUS.values()), "the largest GPU's memory")
+    return host if device == "cpu" else gpu if device == "cuda" else min(host, gpu)
+
+
+def check_size(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str = "cpu") -> None:
+    """Before anything runs: the reference model's activations at this shape, in fp32 without
+    recompute (the largest run), by fitplan's own formulas (fitplan.validate.expected: every
+    layer plus the embedding and output), must fit the memory the run has (memory_limit). So a --seq-len
+    or --micro-batch of millions is one line, not an allocation of hundreds of GiB."""
+    from fitplan.specs import Recompute
+    from fitplan.validate.expected import planner_layer_bytes, planner_outside_bytes
+    kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=4)
+    moe_layers = model.num_layers - model.moe.first_dense_layers if model.moe is not None else 0
+    layers = (model.num_layers - moe_layers) * planner_layer_bytes(model, **kw, recompute=Recompute.NONE)
+    if moe_layers:
+        layers += moe_layers * planner_layer_bytes(model, **kw, recompute=Recompute.NONE, moe_layer=True)
+    total = layers + planner_outside_bytes(model, **kw)
+    limit, where = memory_limit(device)
+    if total > limit:
+        raise SpecError(f"--seq-len {seq_len} --micro-batch {micro_batch}: the reference {model.name} would hold "
+                        f"{total / 2**30:,.1f} GiB of activations (fitplan's own prediction), more than {where} "
+                        f"({limit / 2**30:,.0f} GiB); lower them")
+
+
 def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LEN,
                    micro_batch: int = DEFAULT_MICRO_BATCH, world_sizes=(2,), device: str = "cpu",
                    include_distributed: bool = True):
@@ -83,6 +115,7 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
     world_sizes = tuple(world_sizes)
     if any(not isinstance(w, int) or not 2 <= w <= 4 for w in world_sizes):
         raise SpecError(f"world sizes must be ints in 2..4 (local CPU processes), got {world_sizes!r}")
+    check_size(model, seq_len=seq_len, micro_batch=micro_batch, device=device)
     try:
         from fitplan.validate import runner
     except ImportError as exc:   # torch is an optional extra
