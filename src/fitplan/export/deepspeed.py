@@ -46,7 +46,7 @@ from fitplan.export.fields import card_lines
 from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
 from fitplan.specs import Offload, Recompute, ZeroStage
-from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_param_gather
+from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_ep_comm, overlaps_param_gather
 
 FORMAT = "deepspeed"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -266,6 +266,9 @@ def _experts(plan: Plan, reasons: list, notes: list) -> dict:
     if moe.capacity_factor is not None:
         reasons.append(f"--capacity-factor {moe.capacity_factor}: DeepSpeed's AutoEP layer is dropless (no "
                        f"capacity), and its older deepspeed.moe.layer.MoE is not configured from a ds_config")
+    if c.ep > 1 and overlaps_ep_comm(c):
+        reasons.append("--overlap-moe-expert-parallel-comm: DeepSpeed's AutoEP has no setting that hides the expert "
+                       "all-to-alls behind other compute")
     out = {"enabled": True, "autoep_size": c.ep, "expert_tensor_parallel_size": 1, "top_k": moe.experts_per_token}
     if moe.route_nodes is not None:
         nodes = max(1, c.ep // plan.gpus_per_node) if plan.gpus_per_node else None

@@ -173,6 +173,7 @@ def _settings(plan: Plan, *, legacy: bool):
                    "tensor_parallel_degree": c.tp, "pipeline_parallel_degree": c.pp, "context_parallel_degree": c.cp}
     if m.moe is not None:
         parallelism.update(_experts(plan, legacy, reasons))
+    parallelism.update(_overlaps(plan, legacy, reasons))
     local_batch = c.micro_batch
     parallelism.update(_pipeline(plan, legacy, reasons, notes))
     if c.pp > 1:
@@ -185,6 +186,36 @@ def _settings(plan: Plan, *, legacy: bool):
     }
     notes += _notes(plan)
     return sections, reasons, notes
+
+
+def _overlaps(plan: Plan, legacy: bool, reasons: list) -> dict:
+    """The overlaps the plan's step time assumed (docs/formulas.md#overlap), where torchtitan has
+    them: FSDP2 and DDP always reduce gradients during the backward and FSDP2 always prefetches
+    the next layer's weights; asynchronous TP needs torch.compile (not written); context parallel
+    overlaps its K/V exchange only with the alltoall rotation, a 0.2.x setting (0.3.x and main
+    keep torch's default all-gather, which gathers K/V before attention)."""
+    from fitplan.specs.parallel import overlaps_ep_comm, overlaps_param_gather
+    c, out = plan.parallel, {}
+    if c.dp * c.cp > 1 and not c.overlap_grad_reduce:
+        reasons.append("--no-overlap-grad-reduce: torchtitan's FSDP2 and DDP always reduce gradients during the "
+                       "backward; plan with --overlap-grad-reduce")
+    if c.zero == ZeroStage.OS_G_P and c.dp * c.cp > 1 and not overlaps_param_gather(c):
+        reasons.append("--no-overlap-param-gather: torchtitan's FSDP2 always prefetches the next layer's weights")
+    if c.tp > 1 and c.tp_comm_overlap:
+        reasons.append("--tp-comm-overlap: torchtitan's asynchronous TP runs only under torch.compile "
+                       "(compile.enable_async_tensor_parallel), which fitplan does not plan")
+    if c.cp > 1:
+        if legacy:
+            out["context_parallel_rotate_method"] = "alltoall" if c.cp_comm_overlap else "allgather"
+        elif c.cp_comm_overlap:
+            reasons.append("--cp-comm-overlap: torchtitan 0.3.x and main all-gather K/V before attention (torch's "
+                           "default rotation; no setting), so nothing hides it; plan --no-cp-comm-overlap, or export "
+                           "for --torchtitan-version 0.2 (context_parallel_rotate_method = \"alltoall\")")
+    if c.ep > 1 and overlaps_ep_comm(c):
+        reasons.append("--overlap-moe-expert-parallel-comm: torchtitan overlaps expert all-to-alls only inside "
+                       "DualPipeV (pipeline_parallel_expert_parallel_overlap), which it cannot run as the plan's "
+                       "schedule")
+    return out
 
 
 def _experts(plan: Plan, legacy: bool, reasons: list) -> dict:
