@@ -325,3 +325,29 @@ def test_the_cli_refuses_with_exit_1_or_writes(tmp_path):
         assert reply.exit_code in (0, 1)
         if reply.exit_code == 1:
             assert reply.text.startswith(f"{fmt} cannot express this plan: ")
+
+
+@pytest.mark.parametrize("pick,key", [(None, "recommended"), ("minimum-viable", "minimum_viable")])
+def test_export_without_a_layout_is_the_layout_plan_suggest_names(pick, key):
+    """Llama 3.1 70B on 64 H100 at 8K (the README's example): `export` writes the layout `plan --suggest`
+    prints as recommended (tp 2 + SP, pp 8, cp 4, ZeRO-1), or with --pick minimum-viable the other one,
+    and its header says which."""
+    from fitplan.request import Request
+    from fitplan.service import respond
+    base = {"preset": "llama3.1-70b", "gpus": 64, "seq_len": 8192}
+    suggested = json.loads(respond(Request(command="plan", values={**base, "suggest": True,
+                                                                   "format": "json"})).text)[key]
+    reply = respond(Request(command="export", values={**base, "format": "megatron",
+                                                      **({"pick": pick} if pick else {})}))
+    assert reply.exit_code == 0
+    a = megatron_parser().parse_args(reply.answer.data)
+    zero = 0 if not a.use_distributed_optimizer else 1 if not a.use_megatron_fsdp else \
+        {"optim_grads": 2, "optim_grads_params": 3}[a.data_parallel_sharding_strategy]
+    recompute = "none" if a.recompute_granularity is None else a.recompute_granularity
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size,
+            a.expert_model_parallel_size, zero, recompute, a.sequence_parallel) == \
+        (suggested["tp"], suggested["pp"], suggested["cp"], suggested["ep"], suggested["zero"], suggested["recompute"],
+         suggested["sequence_parallel"])
+    assert f"the {key.replace('_', ' ')} layout of 'fitplan plan --suggest'" in reply.text.splitlines()[0]
+    if key == "recommended":
+        assert (suggested["tp"], suggested["pp"], suggested["cp"], suggested["zero"]) == (2, 8, 4, 1)
