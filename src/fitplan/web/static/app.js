@@ -7,7 +7,7 @@
   const DEBOUNCE_MS = 250;
   const DEFAULT_PRESET = "llama3.1-8b";
   const EXPORTS = [["megatron", "Megatron-LM", "megatron-args.sh"], ["deepspeed", "DeepSpeed", "ds_config.json"],
-                   ["torchtitan", "torchtitan", "torchtitan.toml"]];
+                   ["torchtitan", "torchtitan", "torchtitan_config.py"]];   // 0.3.x, the release `export` writes by default
   const FIELD_IDS = { preset: "preset", hf_config: "hf-config", hf_name: "hf-name", layers: "layers",
                       hidden: "hidden", heads: "heads", kv_heads: "kv_heads", ffn: "ffn", vocab: "vocab",
                       mlp: "mlp", seq_len: "seq_len", micro_batch: "micro_batch", global_batch: "global_batch",
