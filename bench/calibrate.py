@@ -5,7 +5,7 @@
    bench/gemm_points.csv (their sources are in its header): eff_max per dtype (bf16, fp8),
    t0 and W shared, by fitplan.calibrate.fit (time-weighted squared log error: a step is a
    sum of GEMM times, so large GEMMs count most; rows under 1 GFLOP are not in the file).
-   Dies with only maximum-achievable points (gb200, gh200, mi325x) take their sibling die's
+   Dies with only maximum-achievable points (gb200, gh200, b300, mi325x) take their sibling die's
    curve with each ceiling scaled by the ratio of the two dies' figures in the same benchmark.
 2. A100 (no table by shape) and KAPPA, the memory-bound kernels' bytes per stored activation
    byte (fitplan.timing.gemm.KAPPA): fitted together to Korthikanti et al. Table 4 (the 22B
@@ -42,7 +42,8 @@ from fitplan.timing import gemm as G  # noqa: E402
 POINTS = ROOT / "bench" / "gemm_points.csv"
 # die -> the rows (their gpu column) it is fitted on; for a sibling: (rows, the die whose t0 and W it takes)
 DIES = {"h100": {"h100-80gb", "h800", "h200-141gb"}, "b200": {"b200"}, "mi300x": {"mi300x"}, "mi355x": {"mi355x"}}
-SIBLINGS = {"gh200": ({"gh200"}, "h100"), "gb200": ({"gb200"}, "b200"), "mi325x": ({"mi325x"}, "mi300x")}
+SIBLINGS = {"gh200": ({"gh200"}, "h100"), "gb200": ({"gb200"}, "b200"), "b300": ({"b300"}, "b200"),
+            "mi325x": ({"mi325x"}, "mi300x")}
 
 
 def load_points(path=POINTS) -> list[dict]:
@@ -208,7 +209,7 @@ def stored_form(curves: dict, a100: dict) -> dict:
     0.01 TB/s, KAPPA to 0.1; as GpuSpec field values (efficiency, efficiency_fp8, seconds, B/s)."""
     r3 = lambda x: None if x is None else round(x, 3)
     out = {"a100": (r3(a100["eff"]), None, round(a100["t0_s"] * 1e6, 2) / 1e6, round(a100["W"] / 1e12, 2) * 1e12)}
-    for die in ("h100", "gh200", "b200", "gb200", "mi300x", "mi325x", "mi355x"):
+    for die in ("h100", "gh200", "b200", "gb200", "b300", "mi300x", "mi325x", "mi355x"):
         c = curves[die]
         out[die] = (r3(c.eff_bf16), r3(c.eff_fp8), round(c.t0_s * 1e6, 2) / 1e6, round(c.W / 1e12, 2) * 1e12)
     return {"curves": out, "kappa": round(a100["kappa"], 1)}

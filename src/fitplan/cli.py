@@ -234,9 +234,9 @@ def run_presets(args, out) -> int:
         return 0
     if not args.name:
         raise SpecError("presets show: name a preset, e.g. 'fitplan presets show gpt3-175b'")
-    obj = presets.by_name(args.name)
     if args.toml:
         from fitplan.files.load import dump_toml
+        obj = presets.by_name(args.name)
         out.write(dump_toml(*obj) if isinstance(obj, tuple) else dump_toml(obj))
     else:
         out.write(render_text(document.preset_show(args.name)))
@@ -270,6 +270,9 @@ def run_calibrate(args, out) -> int:
     """Measure here (fitplan.calibrate, torch) and write the GPU spec file --output names."""
     request = request_from_args(args)
     _check_writable(request.values["output"], "--output")
+    if request.values.get("runs"):   # one's own measured runs: a fit, no measurement (fitplan.calibrate.own_runs)
+        from fitplan.calibrate.own_runs import run as run_own
+        return run_own(request, out)
     try:
         from fitplan.calibrate.runner import run_calibrate as run
     except ImportError as error:

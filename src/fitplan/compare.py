@@ -10,7 +10,7 @@ The seed's second exercise: for one model and N GPUs, what each layout costs in 
 (the simplified 10 B/param budget, then the full recipe, then activations by recompute
 mode), in communication (bytes per step per GPU, link), in bubble and in step time; which
 one to use and why; and what to watch on the real run. Pure: returns dataclasses built from
-fitplan.memory.breakdown.evaluate and fitplan.timing.step.evaluate_step; fitplan.report
+fitplan.memory.breakdown.evaluate and fitplan.timing.breakdown.evaluate_step; fitplan.report
 words them.
 """
 from dataclasses import dataclass, replace
@@ -22,7 +22,7 @@ from fitplan.parts import ACTIVATIONS, part_keys
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute
 from fitplan.timing import compute as C
-from fitplan.timing.step import StepBreakdown, evaluate_step
+from fitplan.timing.breakdown import StepBreakdown, evaluate_step
 
 STORED = [k for k in part_keys(ACTIVATIONS) if k != "activations/recompute_workspace"]
 

@@ -124,6 +124,10 @@ class CalibrateOptions:
     """What `fitplan calibrate` measures, and the GPU spec file it writes (fitplan.calibrate)."""
     output: str = declared("str", flag="--output", group="calibrate", api=False,
                            help="the GPU spec file (TOML [gpu]) to write; --gpu-spec or --spec loads it")
+    runs: str | None = declared("str", default=None, flag="--runs", group="calibrate", api=False,
+                                help="a TOML file of measured runs ([[run]] flags = \"...\", tokens_per_s_per_gpu "
+                                     "or step_s): fit the end-to-end constants on them instead of measuring here "
+                                     "(no GPU or torch needed)")
     device: str = declared("choice", default="auto", choices=("auto", "cuda", "cpu"), flag="--device",
                            group="calibrate", example="cpu", help="where to measure (auto: CUDA when torch sees "
                                                                   "it, else the CPU)")

@@ -9,11 +9,12 @@ shape dropping the published count).
 
 This module reads the files a request names, so it sits outside the pure core.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from fitplan import presets
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import Setup
+from fitplan.presets.frameworks import FRAMEWORKS
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
@@ -34,6 +35,7 @@ class Resolved:
     micro_batch: int
     config: dict
     search: SearchOptions
+    settings: dict = None     # the framework profile's settings no flag gave (fitplan.presets.frameworks)
 
 
 def given(request: Request, root: str) -> dict:
@@ -208,7 +210,8 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
         else:
             kernel, dropout, trained = "flash", False, "fitplan's defaults for a model from flags"
         start = TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE), attention_kernel=kernel,
-                             dropout=dropout, global_batch=preset.global_batch if preset else None)
+                             dropout=dropout, global_batch=preset.global_batch if preset else None,
+                             moe_dispatcher=preset.moe_dispatcher if preset else "alltoall")
         if "attention_kernel" not in values or "dropout" not in values:
             assumed.append(f"attention kernel {kernel}, dropout {'on' if dropout else 'off'}: {trained} "
                            f"(--attention-kernel, --dropout/--no-dropout set them)")
@@ -219,6 +222,9 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
     else:
         start = base
     training = replace(start, **{**values, "seq_len": seq_len, "recipe": _recipe(request, start.recipe)})
+    training, line = _framework_training(training, values, base)
+    if line:
+        assumed.append(line)
     given_lora = [flag for flag, key in (("--lora-rank", "lora_rank"), ("--lora-targets", "lora_targets"),
                                          ("--base-precision", "base_precision")) if key in values]
     if given_lora and training.finetune == "full":
@@ -235,6 +241,40 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
                        f"{DEFAULT_TOKENS_PER_STEP // 2**20}M tokens per step (Llama 3's first batch), none "
                        f"being given or published; --global-batch sets it")
     return training, tuple(assumed)
+
+
+def _framework_training(training: TrainingSpec, given_values: dict, base) -> tuple[TrainingSpec, str]:
+    """The framework profile's training defaults (fitplan.presets.frameworks) wherever no flag set the field,
+    nor a spec file (a spec-file value other than the field's own default), and the `assumed` line naming them."""
+    if training.framework is None:
+        return training, ""
+    profile = FRAMEWORKS[training.framework]
+    declared_default = {f.name: f.default for f in fields(TrainingSpec)}
+    changes = {}
+    for name, default in profile.training.items():
+        if name in given_values or (base is not None and getattr(base, name) != declared_default[name]):
+            continue
+        changes[name] = default.value
+    if not changes:
+        return training, ""
+    shown = ", ".join(f"{name.replace('_', ' ')} {_shown(value)}" for name, value in changes.items())
+    return replace(training, **changes), (f"framework {profile.name}: {shown} (its defaults, each cited in "
+                                         f"docs/frameworks.md; a flag sets any of them)")
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int) and value >= 2**20:
+        return f"{value / 2**20:,.0f} MiB" if value % 2**20 == 0 else f"{value / 1e6:,.0f} MB"
+    return str(value)
+
+
+def framework_settings(training: TrainingSpec, config: dict) -> dict:
+    """The framework profile's configuration settings (overlaps) that no flag gave."""
+    if training.framework is None:
+        return {}
+    return {name: d.value for name, d in FRAMEWORKS[training.framework].config.items() if name not in config}
 
 
 def _gpu(request: Request, spec, preset):
@@ -257,6 +297,12 @@ def _gpu(request: Request, spec, preset):
     changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
     if "efficiency" in changes and "efficiency_fp8" not in changes:
         changes["efficiency_fp8"] = None   # one --gemm-efficiency sets every GEMM's ceiling, as it always did
+    if "hbm_bytes_per_s" in changes and "gemm_bandwidth_bytes_per_s" not in changes \
+            and gpu.gemm_bandwidth_bytes_per_s is not None and gpu.hbm_bytes_per_s is not None:
+        # the fitted operand bandwidth is the fraction of the HBM peak a GEMM's traffic reaches (H100 3.07 of
+        # 3.35 TB/s): a new HBM peak keeps that fraction (bench/calibrate.py scales A100's W so), issue 25
+        changes["gemm_bandwidth_bytes_per_s"] = gpu.gemm_bandwidth_bytes_per_s * (changes["hbm_bytes_per_s"]
+                                                                                  / gpu.hbm_bytes_per_s)
     notes = []
     if changes:
         name, note = custom_gpu_name(gpu, changes)
@@ -326,7 +372,8 @@ def resolve(request: Request) -> Resolved:
         config["zero"] = ZeroStage(config["zero"])
     if not config.get("sequence_parallel", True):
         del config["sequence_parallel"]   # off is the default: it fixes nothing
-    return Resolved(setup=setup, micro_batch=micro_batch, config=config, search=options(SearchOptions, request))
+    return Resolved(setup=setup, micro_batch=micro_batch, config=config, search=options(SearchOptions, request),
+                    settings=framework_settings(training, config))
 
 
 def sliding_text(model: ModelSpec) -> str:
@@ -346,6 +393,10 @@ def model_assumptions(model: ModelSpec, hints: dict, *, serving: bool = False) -
     if not serving and model.qk_norm is not QkNorm.NONE:
         out.append(f"query/key norms ({model.qk_norm.value}): their inputs are not counted in activations (the "
                    f"parameters count them)")
+    if not serving and model.attention_sinks:
+        out.append("attention sinks (a learned logit per head): counted in the parameters; their FLOPs (one more "
+                   "score per query and head, no GEMM) and stored bytes (the flash kernel's logsumexp already "
+                   "covers them) are left out")
     if model.sliding_window is not None:
         out.append(f"{sliding_text(model)} not modelled in "
                    + ("the KV cache: every layer caches the whole context" if serving else
@@ -359,7 +410,7 @@ def explicit_config(resolved: Resolved) -> bool:
 
 def config_of(resolved: Resolved) -> ParallelConfig:
     """The one configuration the flags describe; dp defaults to the GPUs the others leave."""
-    c, setup = resolved.config, resolved.setup
+    c, setup = {**(resolved.settings or {}), **resolved.config}, resolved.setup
     tp, pp, cp = c.get("tp", 1), c.get("pp", 1), c.get("cp", 1)
     n = setup.cluster.num_gpus
     dp = c.get("dp")
@@ -381,7 +432,8 @@ def fixed_axes(resolved: Resolved) -> dict:
     """With --suggest, each configuration flag given fixes that axis of the search."""
     if "dp" in resolved.config:
         raise SpecError("--dp: with --suggest the data-parallel degree follows from the others; drop --dp")
-    return {axis: resolved.config[axis] for axis in AXES + SETTINGS if axis in resolved.config}
+    c = {**(resolved.settings or {}), **resolved.config}
+    return {axis: c[axis] for axis in AXES + SETTINGS if axis in c}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,13 @@ from fitplan.validate import expected as X
 from fitplan.validate.measure import count_flops, saved_activations
 from fitplan.validate.reference_model import IMPLEMENTED_RECOMPUTE
 
-from tests.torch.shapes import TINY_MIX
+from tests.torch.shapes import TINY_MIX, TINY_RELU2
 
 SHAPES = [(TINY_GPT, 128, 2),     # s = 128 > h = 64
           (TINY_LLAMA, 64, 2),    # GQA 8/2, SwiGLU, RMSNorm, RoPE
-          (TINY_MIX, 48, 1)]      # MQA, q = 128 != h = 96, LayerNorm + SwiGLU, biases
-IDS = ["gpt-s128", "llama-s64", "mix-s48"]
+          (TINY_MIX, 48, 1),      # MQA, q = 128 != h = 96, LayerNorm + SwiGLU, biases
+          (TINY_RELU2, 64, 2)]    # squared ReLU (n = 2: relu's output, reused by pow, and fc2's input), GQA 4/2
+IDS = ["gpt-s128", "llama-s64", "mix-s48", "relu2-s64"]
 
 
 @pytest.mark.parametrize(("spec", "s", "b"), SHAPES, ids=IDS)
@@ -53,7 +54,7 @@ def test_full_recompute_keeps_only_the_layer_input():
     assert got.per_layer == (2 * 64 * 2 * 128,) * 2   # e*s*b*h, no extras
 
 
-@pytest.mark.parametrize(("spec", "s", "b"), SHAPES[:2], ids=IDS[:2])
+@pytest.mark.parametrize(("spec", "s", "b"), SHAPES[:2] + SHAPES[3:], ids=IDS[:2] + IDS[3:])
 @pytest.mark.parametrize("recompute", IMPLEMENTED_RECOMPUTE, ids=lambda r: r.value)  # the reference model's modes
 def test_flops_exact(spec, s, b, recompute):
     pytest.importorskip("fitplan.counts.flops")

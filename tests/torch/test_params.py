@@ -2,6 +2,7 @@
 exactly; the validation package keeps torch out of `import fitplan.validate`."""
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -11,14 +12,14 @@ from fitplan.counts.params import shape_params
 from fitplan.errors import SpecError
 from fitplan.presets import model as preset
 from fitplan.specs.model import Mlp, ModelSpec, Norm, Position
-from fitplan.validate import TINY_GPT, TINY_LLAMA, run_validation
+from fitplan.validate import TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
 from fitplan.validate.measure import count_params
 from fitplan.validate.report import Extra, Row, ValidationReport, as_json, render_text
 
-from tests.torch.shapes import TINY_MIX
+from tests.torch.shapes import TINY_MIX, TINY_RELU2
 
-SPECS = [TINY_GPT, TINY_LLAMA, TINY_MIX, preset("gpt3-125m").model, preset("llama2-7b").model,
-         preset("llama3.1-8b").model, preset("llama3.1-70b").model]
+SPECS = [TINY_GPT, TINY_LLAMA, TINY_MIX, TINY_RELU2, preset("gpt3-125m").model, preset("llama2-7b").model,
+         preset("llama3.1-8b").model, preset("llama3.1-70b").model, preset("nemotron4-15b").model]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -64,6 +65,10 @@ def test_cuda_without_a_gpu_is_a_spec_error():
     (dict(device="tpu"), "--device"),
     (dict(seq_len=256), "learned-position table"),
     (dict(world_sizes=(8,)), "world sizes"),
+    # what the reference model cannot build: a GeGLU MLP, squared-ReLU experts, attention sinks
+    (dict(model=replace(TINY_LLAMA, mlp=Mlp.GEGLU)), "the reference model has no geglu MLP"),
+    (dict(model=replace(TINY_MOE, mlp=Mlp.RELU2)), "the reference model has no relu2 experts"),
+    (dict(model=replace(TINY_RELU2, attention_sinks=True)), "the reference attention has no sinks"),
 ])
 def test_bad_input_is_a_spec_error(kw, match):
     with pytest.raises(SpecError, match=match):

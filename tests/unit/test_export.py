@@ -83,7 +83,7 @@ def test_megatron_llama_tp_pp_interleaved_zero1_selective():
     assert a.bf16 and a.grad_reduce_in_bf16                           # mixed-adam: 2-byte grads
     assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (32, 4096, 14336, 32)
     assert a.group_query_attention and a.num_query_groups == 8 and a.kv_channels is None
-    assert (a.seq_length, a.max_position_embeddings, a.vocab_size) == (8192, 8192, 128256)
+    assert (a.seq_length, a.max_position_embeddings, a.vocab_size) == (8192, 131072, 128256)   # Llama 3.1: 128K
     assert (a.position_embedding_type, a.normalization) == ("rope", "RMSNorm")
     assert a.swiglu and not a.add_bias_linear and a.untie_embeddings_and_output_weights
     assert (a.hidden_dropout, a.attention_dropout) == (0.1, 0.1)      # Megatron's defaults: dropout on
@@ -136,8 +136,11 @@ def test_megatron_cannot_express(kwargs, needle):
 
 
 def test_megatron_rope_past_the_table_raises_max_positions():
-    result = export("megatron", plan(seq_len=16384, dp=8))
+    """Llama 2's 4,096-token table trained at 16,384 tokens: RoPE has no table to outgrow, so Megatron is told
+    the sequence length (Llama 3.1's own table is 131,072 and needs no raise)."""
+    result = export("megatron", plan(MODELS["llama2-7b"].model, seq_len=16384, dp=8))
     assert parse_megatron(result).max_position_embeddings == 16384
+    assert parse_megatron(export("megatron", plan(seq_len=16384, dp=8))).max_position_embeddings == 131072
 
 
 def expand_layout(text: str) -> list[str]:
@@ -676,3 +679,18 @@ def test_the_plans_overlaps_are_exported():
     c = parse_deepspeed(export("deepspeed", plan(seq_len=4096, global_batch=64, dp=8, zero=ZeroStage.OS_G_P,
                                                  micro_batch=2, overlap_param_gather=False)))
     assert c["zero_optimization"] == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 0}
+
+
+def test_megatron_squared_relu_and_what_gpt_oss_needs():
+    """Nemotron-4's squared-ReLU MLP is Megatron-LM's --squared-relu (arguments.py; activation_func
+    squared_relu), with LayerNorm, RoPE, no linear bias and untied embeddings. gpt-oss's learned attention
+    sinks (TransformerConfig softmax_type "learnable") have no command-line flag: the export says so."""
+    a = parse_megatron(export("megatron", plan(MODELS["nemotron4-15b"].model, seq_len=4096, tp=4, dp=16,
+                                               sequence_parallel=True, dropout=False)))
+    assert a.squared_relu and not a.swiglu and not a.add_bias_linear and a.untie_embeddings_and_output_weights
+    assert (a.normalization, a.position_embedding_type, a.num_query_groups, a.ffn_hidden_size) == (
+        "LayerNorm", "rope", 8, 24576)
+    refused = export("megatron", plan(MODELS["gpt-oss-20b"].model, seq_len=4096, dp=64))
+    assert not refused.ok and any(r.startswith("attention sinks") for r in refused.reasons)
+    titan = export("torchtitan", plan(MODELS["nemotron4-15b"].model, seq_len=4096, dp=64))
+    assert any("custom model registered with torchtitan" in n for n in titan.notes)

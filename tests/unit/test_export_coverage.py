@@ -11,6 +11,7 @@ code, so for them the model's fields are read from the model card the export sta
 file's header comment; DeepSpeed's notes, JSON having no comments)."""
 import json
 import re
+from dataclasses import replace
 import tomllib
 
 import pytest
@@ -34,7 +35,11 @@ def layouts(preset):
     return [dict(dp=16, zero=ZeroStage.OS),
             dict(dp=16, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL),
             dict(tp=2, pp=pp, dp=8 // pp, sequence_parallel=True, zero=ZeroStage.OS_G_P, ep=ep),
-            dict(cp=2, dp=8, zero=ZeroStage.OS_G_P, cp_comm_overlap=False)]
+            dict(cp=2, dp=8, zero=ZeroStage.OS_G_P, cp_comm_overlap=False),
+            dict(dp=16, zero=ZeroStage.OS, ep=ep)]
+
+
+TRAINING_VARIANTS = {4: dict(moe_dispatcher="deepep", attention_kernel="cudnn")}   # layout index -> training
 
 
 def plans():
@@ -42,7 +47,8 @@ def plans():
         training = TrainingSpec(seq_len=preset.seq_len, recipe=RECIPES["mixed-adam"], dropout=preset.dropout,
                                 attention_kernel=preset.attention_kernel, global_batch=preset.global_batch or 1024)
         for i, degrees in enumerate(layouts(preset)):
-            yield pytest.param(make_plan(model=preset.model, training=training, parallel=ParallelConfig(**degrees),
+            t = replace(training, **TRAINING_VARIANTS.get(i, {}))
+            yield pytest.param(make_plan(model=preset.model, training=t, parallel=ParallelConfig(**degrees),
                                          global_batch=training.global_batch, num_gpus=16, gpus_per_node=8),
                                id=f"{name}-{i}")
 
@@ -78,7 +84,8 @@ def megatron_view(plan, result) -> dict:
             "model.num_heads": a.num_attention_heads,
             "model.num_kv_heads": a.num_query_groups if a.group_query_attention else a.num_attention_heads,
             "model.ffn_hidden_size": a.ffn_hidden_size, "model.vocab_size": a.vocab_size,
-            "model.mlp": "swiglu" if a.swiglu else "gelu", "model.norm": a.normalization.lower(),
+            "model.mlp": "swiglu" if a.swiglu else "relu2" if a.squared_relu else "gelu",
+            "model.norm": a.normalization.lower(), "model.attention_sinks": False,
             "model.position": {"rope": "rope", "learned_absolute": "learned"}[a.position_embedding_type],
             "model.tied_embeddings": not a.untie_embeddings_and_output_weights,
             "model.linear_bias": a.add_bias_linear, "model.head_dim": a.kv_channels, "model.norms_per_layer": 2,
@@ -86,7 +93,9 @@ def megatron_view(plan, result) -> dict:
             "model.full_attention_every": None, "model.mtp_depth": a.mtp_num_layers or 0,
             "training.seq_len": a.seq_length, "training.act_bytes": 2 if a.bf16 else 4,
             "training.dropout": a.hidden_dropout > 0, "training.finetune": "full",
-            "training.attention_kernel": "eager" if a.attention_backend == "unfused" else "flash",
+            "training.attention_kernel": {"unfused": "eager", "auto": "flash", "fused": "cudnn"}.get(
+                a.attention_backend.removeprefix("AttnBackend."), plan.training.attention_kernel if plan.training.attention_kernel in (
+                    "flash2", "flash3") else "other"),
             "parallel.tp": a.tensor_model_parallel_size, "parallel.pp": a.pipeline_model_parallel_size,
             "parallel.cp": a.context_parallel_size, "parallel.ep": a.expert_model_parallel_size,
             "parallel.sequence_parallel": a.sequence_parallel, "parallel.micro_batch": a.micro_batch_size,
@@ -128,6 +137,9 @@ def megatron_view(plan, result) -> dict:
     view["parallel.ep_comm_overlap"] = (c.ep_comm_overlap if c.ep == 1 or a.overlap_moe_expert_parallel_comm ==
                                         overlaps_ep_comm(c) else "other")
     view["model.moe"] = None if a.num_experts is None else m.moe
+    dispatch = {"alltoall": "alltoall", "flex": "deepep" if a.moe_flex_dispatcher_backend == "deepep" else "other"}
+    view["training.moe_dispatcher"] = (plan.training.moe_dispatcher if a.num_experts is None or c.ep == 1
+                                       else dispatch.get(a.moe_token_dispatcher_type, "other"))
     if a.num_experts is not None:
         pattern = re.match(r"\(\[0\]\*(\d+)\+", str(a.moe_layer_freq))   # ([0]*3+[1]*58): 3 dense first
         dense = int(pattern[1]) if pattern else 0
@@ -229,6 +241,9 @@ def titan_view(plan, result, version) -> dict:
     view["parallel.tp_comm_overlap"] = False if c.tp > 1 else c.tp_comm_overlap
     view["parallel.cp_comm_overlap"] = cp_overlap if cp > 1 else c.cp_comm_overlap
     view["parallel.ep_comm_overlap"] = c.ep_comm_overlap if c.ep == 1 or not overlaps_ep_comm(c) else "other"
+    backend = par.get("expert_parallel_comm_backend", "standard")
+    view["training.moe_dispatcher"] = (plan.training.moe_dispatcher if m.moe is None or c.ep == 1 else
+                                       {"standard": "alltoall", "deepep": "deepep"}[backend])
     return view
 
 
@@ -266,6 +281,9 @@ def deepspeed_view(plan, result) -> dict:
     for name in ("tp_comm_overlap", "cp_comm_overlap"):
         view[f"parallel.{name}"] = getattr(c, name)       # no tp or cp to overlap: DeepSpeed exports only dp
     view["parallel.ep_comm_overlap"] = c.ep_comm_overlap if c.ep == 1 or not overlaps_ep_comm(c) else "other"
+    ep = d.get("expert_parallel", {})
+    view["training.moe_dispatcher"] = (plan.training.moe_dispatcher if not ep or c.ep == 1 else
+                                       {"comm": "alltoall", "deepep": "deepep"}[ep["comm_backend"]])
     return view
 
 

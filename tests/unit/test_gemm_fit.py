@@ -17,7 +17,7 @@ def _bench():
 def test_every_point_names_its_source_and_none_is_end_to_end():
     bench = _bench()
     points = bench.load_points()
-    assert len(points) == 2210
+    assert len(points) == 2212
     header = [line for line in (ROOT / "bench" / "gemm_points.csv").read_text().splitlines() if line.startswith("#")]
     keys = {p["source"].split(":")[0] for p in points}
     assert keys == {"xla-sm_90", "xla-sm_100_B200", "xla-gfx942", "xla-gfx950", "mamf", "maf", "deepgemm",

@@ -3,6 +3,7 @@ source and the arithmetic beside each assert), every preset says where its numbe
 and every GPU preset plans and round-trips through `presets show NAME --toml`."""
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,17 +13,19 @@ from fitplan.files.load import dump_toml, parse_document, specs_from_document
 from fitplan.presets import GPUS
 from fitplan.units import GiB
 
-# The names issue 13 contracts.
+# The names issue 13 contracts, and issue 29's Blackwell Ultra parts.
 NEW = ("h800", "a800", "h100-pcie", "h20", "gh200", "gb200", "mi325x", "mi355x")
+BLACKWELL_ULTRA = ("b300", "gb300")
 
 
 def test_the_contracted_names_are_presets():
-    assert set(NEW) <= set(GPUS)
+    assert set(NEW) <= set(GPUS) and set(BLACKWELL_ULTRA) <= set(GPUS)
 
 
 def test_h800():
     g = GPUS["h800"]
-    assert g.memory_bytes == 80 * GiB                  # H100 SXM5 datasheet: 80GB HBM3 (binary, as h100-80gb)
+    assert g.memory_bytes == 81_559 * 2**20            # H100 SXM5's nvidia-smi total (NVIDIA/nccl#1264): the same
+    assert g.memory_bytes == GPUS["h100-80gb"].memory_bytes  # board and HBM3 stacks (issue 25)
     assert g.peak_bf16_flops_per_s == 989e12           # H100 SXM5: 1,979 with sparsity / 2; verl: 989e12
     assert g.peak_fp8_flops_per_s == 1979e12           # H100 SXM5: 3,958 with sparsity / 2
     assert g.hbm_bytes_per_s == 3.35e12                # H100 SXM5: 3.35 TB/s
@@ -87,6 +90,88 @@ def test_gb200():
     assert g.default_reserve_bytes == 0
 
 
+def test_b300():
+    g = GPUS["b300"]
+    assert g.memory_bytes == 288 * 10**9              # DGX B300 datasheet: 2.3 TB for 8 GPUs = 288 GB (decimal) each
+    assert g.peak_bf16_flops_per_s == 36e15 / 8 / 2    # HGX B300: 36 PFLOPS bf16 with sparsity for 8 GPUs = 2,250
+    assert g.peak_fp8_flops_per_s == 72e15 / 8 / 2     # HGX B300: 72 PFLOPS fp8 with sparsity for 8 GPUs = 4,500
+    assert g.peak_fp4_flops_per_s == 105e15 / 8        # HGX B300: 105 PFLOPS fp4 dense for 8 GPUs = 13,125
+    assert g.hbm_bytes_per_s == 8e12                   # DGX B300 datasheet: 8 TB/s per GPU
+    assert g.intra_node.bytes_per_s == 900e9           # NVLink 5: 1.8 TB/s both directions / 2
+    assert g.inter_node.bytes_per_s == 800e9 / 8       # DGX B300: one 800 Gb/s ConnectX-8 per GPU = 100 GB/s
+    assert g.gpus_per_node == 8 and g.default_reserve_bytes == 0   # 8 per HGX/DGX node
+    assert g.blas_workspace_bytes == 32 * 2**20        # PyTorch's Hopper/Blackwell cuBLAS workspace
+    assert {k: getattr(g, f) for k, f in (("eff", "efficiency"), ("fp8", "efficiency_fp8"))} == \
+        {"eff": 0.692, "fp8": 0.697}                   # bench/calibrate.py: b200's curve x B300's MAMF rows
+
+
+def test_gb300():
+    g = GPUS["gb300"]
+    assert g.memory_bytes == 288 * 10**9              # GB300 NVL72, per GPU: 288 GB (decimal) HBM3e
+    assert g.peak_bf16_flops_per_s == 360e15 / 72 / 2  # GB300 NVL72: 360 PFLOPS bf16 with sparsity = 2,500 per GPU
+    assert g.peak_fp8_flops_per_s == 720e15 / 72 / 2   # GB300 NVL72: 720 PFLOPS fp8 with sparsity = 5,000 per GPU
+    assert g.peak_fp4_flops_per_s == 1080e15 / 72      # GB300 NVL72: 1,080 PFLOPS fp4 dense = 15,000 per GPU
+    assert g.hbm_bytes_per_s == 576e12 / 72            # GB300 NVL72: 576 TB/s for 72 GPUs = 8 TB/s
+    assert g.intra_node.bytes_per_s == 900e9           # NVLink 5: 1.8 TB/s both directions / 2
+    assert g.inter_node.bytes_per_s == 100e9           # GB300 NVL72: 72 ConnectX-8 at 800 Gb/s, one per GPU
+    assert g.gpus_per_node == 72                       # the NVL72 NVLink domain as one node
+    assert g.efficiency == GPUS["gb200"].efficiency    # gb200's curve: no GB300 GEMM measurement
+
+
+def test_gb300_plans_over_two_nvl72_racks():
+    """--gpus-per-node 72 (gb300's default) on 144 GPUs: two NVLink domains joined by ConnectX-8."""
+    out = io.StringIO()
+    code = main(["plan", "--preset", "llama3.1-70b", "--gpu", "gb300", "--gpus", "144", "--gpus-per-node", "72",
+                 "--suggest", "--json"], out=out, err=io.StringIO())
+    assert code == 0
+    data = json.loads(out.getvalue())
+    assert (data["cluster"]["gpu"], data["cluster"]["gpus_per_node"], data["cluster"]["num_gpus"]) == ("gb300", 72, 144)
+
+
+# fp4 dense peaks (GpuSpec.peak_fp4_flops_per_s, --peak-fp4-tflops): stated, not yet read by the time model.
+FP4 = {
+    "b200": 144e15 / 8 / 2,        # HGX B200: 144 PFLOPS fp4 with sparsity for 8 GPUs = 9,000 (pytorch/ao: 9.0e15)
+    "gpu-192gib": 9000e12,          # the exercise's part: b200's, assumed
+    "gb200": 1440e15 / 72 / 2,      # GB200 NVL72: 1,440 PFLOPS fp4 with sparsity for 72 GPUs = 10,000
+    "b300": 13125e12,               # HGX B300: 105 PFLOPS dense / 8
+    "gb300": 15000e12,              # GB300 NVL72: 1,080 PFLOPS dense / 72
+    "mi355x": 10.1e15,              # AMD MI355X: MXFP4 10.1 PFLOP/s (no sparsity qualifier: dense)
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_fp4_peaks(name):
+    assert GPUS[name].peak_fp4_flops_per_s == FP4.get(name)   # None: no fp4 tensor cores (Hopper, Ampere, CDNA3)
+
+
+def test_fp4_is_at_least_the_fp8_peak_where_both_are_stated():
+    for name, g in GPUS.items():
+        if g.peak_fp4_flops_per_s is not None:
+            assert g.peak_fp4_flops_per_s >= 2 * g.peak_fp8_flops_per_s, name   # every vendor: fp4 >= 2 x fp8
+
+
+def test_peak_fp4_tflops_parses():
+    g = _resolved_gpu("--peak-fp4-tflops", "9000")
+    assert g.peak_fp4_flops_per_s == 9000e12 and g.name == "h100-80gb (custom)"   # TFLOP/s x 1e12
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1e9", "nan", "abc"])
+def test_bad_peak_fp4_is_a_one_line_error(value):
+    err = io.StringIO()
+    code = main(["plan", "--preset", "llama3.1-8b", "--gpus", "8", f"--peak-fp4-tflops={value}"], out=io.StringIO(),
+                err=err)
+    assert code == 2
+    message = err.getvalue().strip()
+    assert "--peak-fp4-tflops" in message and "\n" not in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), True, "9000"])
+def test_a_spec_files_bad_fp4_peak_is_refused(value):
+    from fitplan.errors import SpecError
+    with pytest.raises(SpecError, match="peak_fp4"):
+        replace(GPUS["b200"], peak_fp4_flops_per_s=value)
+
+
 def test_mi325x():
     g = GPUS["mi325x"]
     assert g.memory_bytes == 256 * 10**9              # AMD MI325X: 256 GB (decimal) HBM3e
@@ -127,7 +212,7 @@ SOURCE_TEXT = {
     "h200-141gb": ("H200 SXM datasheet", "141 GB", "H100's compute", "4.8 TB/s"),
     "b200": ("DGX B200 datasheet", "180 GB", "2.25 PFLOP/s", "4.5", "64 TB/s", "8 TB/s"),
     "mi300x": ("MI300X datasheet", "192 GB", "1307.4", "2614.9", "5.3 TB/s", "896 GB/s"),
-    "h800": ("no public NVIDIA datasheet", "80GB", "989 TFLOP/s", "1979", "3.35 TB/s", "400 GB/s",
+    "h800": ("no public NVIDIA datasheet", "80GB", "81,559 MiB", "NVIDIA/nccl#1264", "989 TFLOP/s", "1979", "3.35 TB/s", "400 GB/s",
              "not officially published", "400 Gb/s"),
     "a800": ("no public NVIDIA datasheet", "80GB", "312", "2,039 GB/s", "400 GB/s", "200 Gb/s"),
     "h100-pcie": ("H100 datasheet, PCIe", "80GB", "1,513", "3,026", "756", "2 TB/s", "128 GB/s", "63 GB/s"),
@@ -136,7 +221,11 @@ SOURCE_TEXT = {
               "NDR200"),
     "gb200": ("GB200 NVL72", "186 GB", "2.5 PFLOP/s", "5 fp8", "8 TB/s", "1.8 TB/s", "72-GPU node", "400 Gb/s"),
     "mi325x": ("MI325X", "256 GB", "1307.4", "2614.9", "6 TB/s", "896 GB/s"),
-    "mi355x": ("MI355X", "288 GB", "2.5 PFLOP/s", "5 fp8", "8 TB/s", "153 GB/s", "535.5"),
+    "mi355x": ("MI355X", "288 GB", "2.5 PFLOP/s", "5 fp8", "8 TB/s", "153 GB/s", "535.5", "MXFP4 10.1"),
+    "b300": ("DGX B300 datasheet", "2.3 TB", "288 GB", "36 PFLOPS bf16", "72 fp8", "2.25 PFLOP/s", "105 dense",
+             "13.125", "8 TB/s", "1.8 TB/s", "800 Gb/s ConnectX-8"),
+    "gb300": ("GB300 NVL72", "288 GB", "2.5 PFLOP/s", "5 fp8", "15 fp4", "1,080 PFLOPS", "8 TB/s", "1.8 TB/s",
+              "72-GPU node", "800 Gb/s ConnectX-8"),
 }
 
 
@@ -201,6 +290,8 @@ POWER = {
     "mi300x": (750, "750 W peak total board power"),    # AMD MI300X datasheet (OAM)
     "mi325x": (1000, "1000 W peak total board power"),  # AMD MI325X
     "mi355x": (1400, "1400 W total board power"),       # AMD MI355X (MI350X 1000 W)
+    "b300": (1000, "TDP 1000 W: the DGX B300"),         # DGX B300 power-capping guide: max TGP 1000 W
+    "gb300": (1400, "1.4 kW per GPU"),                  # NVIDIA Mission Control power FAQ: GB300 at 1.4 kW
 }
 
 
@@ -225,6 +316,8 @@ HOST_LINK = {
     "gpu-192gib": (50e9, "assumed b200's"),
     "gh200": (450e9, "900 GB/s both directions = 450 GB/s each way"),       # GH200 datasheet: NVLink-C2C 900 GB/s
     "gb200": (225e9, "read as 225 GB/s per GPU each way"),               # one C2C for two GPUs, split evenly
+    "gb300": (225e9, "read as 225 GB/s per GPU each way"),               # as gb200
+    "b300": (50e9, "DGX B300's host CPUs (Xeon 6776P) are Gen5"),       # a Gen6 GPU behind Gen5 hosts, assumed
 }
 
 
@@ -237,3 +330,45 @@ def test_every_preset_states_its_host_link(name):
 def test_host_bandwidth_is_written_with_its_unit():
     assert 'host_bandwidth = "50 GB/s"' in dump_toml(GPUS["h100-80gb"])
     assert 'host_bandwidth = "450 GB/s"' in dump_toml(GPUS["gh200"])
+
+
+# Issue 25: --hbm-bandwidth reaches the GEMM operand bandwidth W (fitplan.timing.gemm.operand_bandwidth) when
+# --gemm-bandwidth is not given, by the ratio new/old HBM bandwidth (docs/formulas.md#gemm-efficiency).
+def _resolved_gpu(*argv):
+    from fitplan.cli import build_parser, request_from_args
+    from fitplan.resolve import resolve
+    args = build_parser().parse_args(["plan", "--preset", "llama3.1-8b", "--gpus", "8", *argv])
+    return resolve(request_from_args(args)).setup.cluster.gpu
+
+
+def test_hbm_bandwidth_scales_the_fitted_gemm_bandwidth():
+    from fitplan.timing.gemm import operand_bandwidth
+    h100 = GPUS["h100-80gb"]
+    assert operand_bandwidth(h100) == 3.07e12                       # CURVES["h100"]: W 3.07 TB/s of 3.35
+    g = _resolved_gpu("--hbm-bandwidth", "6.7 TB/s")
+    assert g.hbm_bytes_per_s == 6.7e12
+    assert operand_bandwidth(g) == pytest.approx(3.07e12 * 6.7 / 3.35, rel=1e-12)   # 6.14 TB/s: the same 91.6%
+    g = _resolved_gpu("--hbm-bandwidth", "1 TB/s")
+    assert operand_bandwidth(g) == pytest.approx(3.07e12 / 3.35, rel=1e-12)        # 0.916 TB/s
+
+
+def test_hbm_bandwidth_equal_to_the_presets_changes_nothing():
+    assert _resolved_gpu("--hbm-bandwidth", "3.35 TB/s").gemm_bandwidth_bytes_per_s == 3.07e12   # ratio exactly 1
+
+
+def test_gemm_bandwidth_given_wins_over_the_scaling():
+    g = _resolved_gpu("--hbm-bandwidth", "6.7 TB/s", "--gemm-bandwidth", "3 TB/s")
+    assert (g.hbm_bytes_per_s, g.gemm_bandwidth_bytes_per_s) == (6.7e12, 3e12)
+
+
+def test_a_faster_hbm_speeds_up_memory_bound_steps():
+    """TP 8 on an 8B model: small GEMMs at the memory bound. Doubling the HBM bandwidth shortens compute;
+    the same figure as the preset's leaves it exactly as it was."""
+    def compute_s(*argv):
+        out = io.StringIO()
+        assert main(["plan", "--preset", "llama3.1-8b", "--gpus", "8", "--tp", "8", "--json", *argv], out=out,
+                    err=io.StringIO()) == 0
+        return json.loads(out.getvalue())["time"]["compute_s"]
+    base = compute_s()
+    assert compute_s("--hbm-bandwidth", "3.35 TB/s") == base
+    assert compute_s("--hbm-bandwidth", "6.7 TB/s") < base < compute_s("--hbm-bandwidth", "1 TB/s")

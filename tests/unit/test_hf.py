@@ -26,9 +26,32 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"
     ("llama-3.1-8b", 8_030_261_248),
     # the same layers as Llama 3.1 8B, vocabulary 32000: 6,979,584,000 + 2*32000*4096 + 4,096 = 7,241,732,096
     ("mistral-7b", 7_241_732_096),
+    # meta-llama/Meta-Llama-3-8B and -70B: Llama 3.1's shapes and Hub totals (tests/papers/test_presets_counts.py)
+    ("llama-3-8b", 8_030_261_248),
+    ("llama-3-70b", 70_553_706_496),
+    # Qwen/Qwen3-30B-A3B's Hub total; Qwen3-235B-A22B's card: 235B (tests/papers/test_presets_counts.py)
+    ("qwen3-30b-a3b", 30_532_122_624),
+    ("qwen3-235b-a22b", 235_093_634_560),
+    # openai/gpt-oss-20b and -120b: the model card's 20.9B and 116.8B (tests/papers/test_presets_counts.py)
+    ("gpt-oss-20b", 20_914_757_184),
+    ("gpt-oss-120b", 116_829_156_672),
+    # moonshotai/Kimi-K2-Base: the card's 1T (tests/papers/test_presets_counts.py)
+    ("kimi-k2", 1_026_408_232_448),
 ])
 def test_example_parameter_counts(folder, params):
     assert shape_params(model_from_hf_config(EXAMPLES / folder)) == params
+
+
+@pytest.mark.parametrize(("folder", "preset"), [
+    ("llama-3-8b", "llama3-8b"), ("llama-3-70b", "llama3-70b"), ("qwen3-30b-a3b", "qwen3-30b-a3b"),
+    ("qwen3-235b-a22b", "qwen3-235b-a22b"), ("gpt-oss-20b", "gpt-oss-20b"), ("gpt-oss-120b", "gpt-oss-120b"),
+    ("kimi-k2", "kimi-k2")])
+def test_presets_are_their_config_files(folder, preset):
+    """Each preset is its config.json read by the importer, shape for shape (the context included):
+    the preset adds only its name, its source and the training settings it carries."""
+    m = model_from_hf_config(EXAMPLES / folder)
+    expected = MODELS[preset].model
+    assert m == replace(expected, name=m.name, source=m.source)
 
 
 def test_gpt2_shapes():
@@ -171,4 +194,4 @@ def test_missing_path(tmp_path):
 def test_examples_are_valid_json():
     for path in sorted(EXAMPLES.glob("*/config.json")):
         assert isinstance(json.loads(path.read_text()), dict), path
-    assert len(list(EXAMPLES.glob("*/config.json"))) == 5
+    assert len(list(EXAMPLES.glob("*/config.json"))) == 12

@@ -9,6 +9,9 @@ fitplan plans are stated, never absorbed: a tied output matrix that the files st
 time (Falcon), and parts that are not the decoder (a vision tower, DeepSeek-V3's
 multi-token-prediction layer and FP8 scales).
 """
+import json
+from pathlib import Path
+
 import pytest
 
 from fitplan.counts.params import active_params, shape_params
@@ -403,3 +406,58 @@ def test_megatron_export_refuses_what_its_flags_cannot_state(tmp_path):
                 out=out, err=err)
     assert code == 1
     assert "query/key norms (head): not among the flags fitplan emits" in out.getvalue() + err.getvalue()
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"
+
+
+def _example(folder: str) -> dict:
+    return json.loads((EXAMPLES / folder / "config.json").read_text())
+
+
+def test_gpt_oss_shapes():
+    """openai/gpt-oss-120b (examples/hf/gpt-oss-120b): 64 query heads of 64 on h = 2880 (q = 4096 != h), 8 KV
+    heads; q, k, v, o biases, a sink per head; 128 experts of 2880 with biases behind a biased router, top-4;
+    sliding (128 tokens) and full layers alternate, from a sliding first layer."""
+    m = model_from_hf_dict(_example("gpt-oss-120b"))
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.q_size) == (
+        36, 2880, 64, 8, 64, 4096)
+    assert (m.mlp, m.norm, m.position, m.tied_embeddings) == (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE, False)
+    assert (m.linear_bias, m.attention_sinks, m.sliding_window, m.full_attention_every) == (True, True, 128, 2)
+    e = m.moe
+    assert (e.num_experts, e.experts_per_token, e.expert_ffn_size, e.num_shared_experts, e.first_dense_layers,
+            e.expert_bias) == (128, 4, 2880, 0, 0, True)
+    assert training_hints(json.dumps(_example("gpt-oss-120b")))["dropout"] is False   # attention_dropout 0.0
+
+
+def test_gpt_oss_defaults_and_older_names():
+    """GptOssConfig's defaults: attention_bias true, layer_types alternating from a sliding first layer,
+    sliding_window 128; older files name the top-k experts_per_token and transformers maps num_experts."""
+    config = _example("gpt-oss-20b")
+    for key in ("attention_bias", "layer_types", "sliding_window", "num_experts_per_tok"):
+        del config[key]
+    config["num_experts"] = config.pop("num_local_experts")
+    m = model_from_hf_dict(config)
+    assert m == model_from_hf_dict(_example("gpt-oss-20b"))
+    assert (m.moe.num_experts, m.moe.experts_per_token, m.sliding_window, m.full_attention_every) == (32, 4, 128, 2)
+
+
+def test_kimi_k2_is_read_as_deepseek_v3():
+    """moonshotai/Kimi-K2-Base names model_type kimi_k2 with DeepseekV3ForCausalLM and DeepseekV3Config: the
+    same model as the file relabelled deepseek_v3 (topk_method noaux_tc: the score bias; n_group 1: no
+    node-limited routing; num_nextn_predict_layers 0)."""
+    config = _example("kimi-k2")
+    m = model_from_hf_dict(config)
+    assert m == model_from_hf_dict({**config, "model_type": "deepseek_v3"})
+    e, a = m.moe, m.mla
+    assert (e.num_experts, e.experts_per_token, e.num_shared_experts, e.first_dense_layers, e.expert_bias,
+            e.route_nodes, m.mtp_depth) == (384, 8, 1, 1, True, None, 0)
+    assert (m.num_heads, a.q_lora_rank, a.kv_lora_rank, m.vocab_size) == (64, 1536, 512, 163_840)
+    assert training_hints(json.dumps(config))["notes"] == ()
+
+
+def test_gpt_oss_without_attention_biases_is_refused():
+    with pytest.raises(SpecError) as err:
+        model_from_hf_dict({**_example("gpt-oss-20b"), "attention_bias": False}, where="x/config.json")
+    assert str(err.value).startswith("x/config.json: attention_bias is false; gpt-oss's experts and router keep "
+                                     "their biases")

@@ -17,7 +17,8 @@ from fitplan.memory import finetune as FT
 from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate
 from fitplan.search import SETTINGS, default_space, search
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
-from fitplan.timing.step import evaluate_step, step_flops
+from fitplan.timing.breakdown import evaluate_step
+from fitplan.timing.work import step_flops
 
 MODEL = presets.model("llama2-7b").model        # h 4096, 32 heads (MHA), ffn 11008, SwiGLU, 32 layers
 LORA = dict(finetune="lora", lora_rank=8, lora_targets="qkv,o,mlp")

@@ -12,7 +12,7 @@ from fitplan.memory.breakdown import Setup, busiest_totals, evaluate
 from fitplan.search import default_space, rank_key, search, space_size
 from fitplan.specs import ClusterSpec, Offload, ParallelConfig, Recompute, TrainingSpec, ZeroStage, compat
 from fitplan.specs.parallel import OFFLOAD_ORDER
-from fitplan.timing.step import evaluate_step
+from fitplan.timing.breakdown import evaluate_step
 from fitplan.units import GiB
 
 MODEL = presets.model("llama2-7b").model

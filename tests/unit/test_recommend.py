@@ -18,7 +18,7 @@ from fitplan.resolve import DEFAULT_TOKENS_PER_STEP, resolve
 from fitplan.request import Request
 from fitplan.search import search
 from fitplan.answers import space_for
-from fitplan.timing.step import evaluate_step
+from fitplan.timing.breakdown import evaluate_step
 
 
 def plan(*argv):

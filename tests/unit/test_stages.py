@@ -282,7 +282,7 @@ def test_a_stage_without_layers_is_timed():
     dense and MoE rates over its layer count, which was 0/0 on stage 0 (bench/fuzz.py found the
     ZeroDivisionError). Stage 0's micro-batch is the embedding lookup only: under a tenth of a
     21-layer stage's, and it does not pace the step."""
-    from fitplan.timing.step import per_layer
+    from fitplan.timing.breakdown import per_layer
     setup = _setup("deepseek-v3", 64)
     config = ParallelConfig(pp=4, dp=16, first_stage_layers=0)
     assert ST.split(61, 4, 1, 0, None) == (0, 21, 21, 19)

@@ -14,7 +14,7 @@ from fitplan.cli import main
 from fitplan.request import Request
 from fitplan.resolve import config_of, resolve
 from fitplan.service import respond
-from fitplan.timing.step import evaluate_step
+from fitplan.timing.breakdown import evaluate_step
 from fitplan.timing.to_train import (energy_mwh, gpu_hours, narayanan_end_to_end_s, to_train, train_cost,
                                      train_days, train_seconds)
 from fitplan.web.server import build_request

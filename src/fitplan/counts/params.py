@@ -6,7 +6,8 @@ t tensor-parallel degree, p pipeline-parallel degree.
 
 Per layer (GPT-3 / Megatron-LM GPT; Llama drops biases and uses RMSNorm):
   attention  h*(q + 2kv) + q*h weights, (q + 2kv) + h biases
-  mlp        n*h*f weights (n = 2 GeLU, 3 SwiGLU), f (GeLU) or 2f (SwiGLU) + h biases
+  mlp        n*h*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU), f (GeLU) or 2f
+             (SwiGLU) + h biases
   norms      n_norm x (2h LayerNorm | h RMSNorm); n_norm = 2 (before attention and before
              the MLP) unless the model says otherwise: Gemma 2/3 add post-attention and
              post-feedforward norms (4, transformers Gemma2DecoderLayer), Falcon-7B's parallel
@@ -15,6 +16,10 @@ Per layer (GPT-3 / Megatron-LM GPT; Llama drops biases and uses RMSNorm):
              transformers Qwen3Attention q_norm/k_norm, Gemma3Attention); projection: q + kv
              (RMSNorms over the whole projections: transformers Olmo2Attention)
 For GPT shapes (q = kv = h, f = 4h) a layer is 12h^2 + 13h, as in [narayanan Eq. 2].
+
+Attention sinks (gpt-oss): a learned logit per head that joins each softmax, a per layer
+(transformers GptOssAttention.sinks; Megatron-LM DotProductAttention softmax_offset of
+num_attention_heads_per_partition, so split by t with the heads).
 
 An MoE layer adds the router h*E, with a sigmoid gate on the shared experts h (Qwen2-MoE's
 shared_expert_gate, transformers Qwen2MoeSparseMoeBlock) and a routing-score bias E per
@@ -131,11 +136,12 @@ def attention_sharded_params(model: ModelSpec) -> int:
     MLA (DeepSeek-V2/V3, Megatron-LM MLASelfAttention): the up-projections from the latents
     q_lora*a*(d_nope + d_rope) (or h*a*(d_nope + d_rope) without a query latent) and
     kv_lora*a*(d_nope + d_v), and the output projection a*d_v*h; the down-projections are
-    replicated (attention_replicated_params)."""
+    replicated (attention_replicated_params). Either with attention sinks: a more, one per head."""
+    sinks = model.num_heads if model.attention_sinks else 0
     if model.mla is not None:
-        return _mla_up_out(model)
+        return _mla_up_out(model) + sinks
     biases = (model.q_size + 2 * model.kv_size) if (model.linear_bias or model.qkv_bias) else 0
-    return attention_matmul_params(model) + biases
+    return attention_matmul_params(model) + biases + sinks
 
 
 def attention_replicated_params(model: ModelSpec) -> int:
@@ -147,7 +153,8 @@ def attention_replicated_params(model: ModelSpec) -> int:
 
 
 def mlp_sharded_params(model: ModelSpec, f: int) -> int:
-    """A dense MLP of width f: n*h*f weights (n = 2 GeLU, 3 SwiGLU) and its column biases."""
+    """A dense MLP of width f: n*h*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU)
+    and its column biases."""
     col_biases = (2 * f if model.mlp.gated else f) if model.linear_bias else 0
     return _mlp_mats(model) * model.hidden_size * f + col_biases
 

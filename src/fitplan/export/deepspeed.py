@@ -270,6 +270,10 @@ def _experts(plan: Plan, reasons: list, notes: list) -> dict:
         reasons.append("--overlap-moe-expert-parallel-comm: DeepSpeed's AutoEP has no setting that hides the expert "
                        "all-to-alls behind other compute")
     out = {"enabled": True, "autoep_size": c.ep, "expert_tensor_parallel_size": 1, "top_k": moe.experts_per_token}
+    if c.ep > 1:   # AutoEP's comm_backend: "comm" (torch all-to-all) or "deepep"
+        out["comm_backend"] = "deepep" if plan.training.moe_dispatcher == "deepep" else "comm"
+        if out["comm_backend"] == "deepep":   # DeepEP's buffers: the tokens one rank routes (AutoEP requires it)
+            out["comm_max_tokens_per_rank"] = c.micro_batch * plan.training.seq_len
     if moe.route_nodes is not None:
         nodes = max(1, c.ep // plan.gpus_per_node) if plan.gpus_per_node else None
         if nodes is None:

@@ -18,6 +18,11 @@ PLANNER_ONLY = {
     "model.source": "prose: where the shapes come from",
     "model.published_params": "the published count the estimate scales to; the shapes build the model",
     "training.moe_imbalance": "the estimate's assumed load on the busiest expert rank, not a setting",
+    "training.framework": "the profile whose defaults the estimate takes; the export's format names the framework",
+    "training.kernels": "the step-time model's kernel family (fused, compiled, eager): its speed, not a setting "
+                        "the exports write",
+    "training.cuda_graphs": "the step-time model's host launch overhead per layer; the exports leave CUDA graphs "
+                            "to the framework's default",
     "training.train_tokens": "the run's length for the time and cost estimate; iterations come with the data "
                              "settings, which no export writes",
     "training.optimizer_impl": "the estimate's model of the optimizer step's temporaries (each framework's "

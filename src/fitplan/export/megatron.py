@@ -52,7 +52,8 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
   precision   bf16 weights: --bf16 (fp32 main params and, by default, fp32 main grads);
               2-byte grads: --grad-reduce-in-bf16; fp8 weights: --fp8-format hybrid
               --fp8-param-gather; fp32 weights: no precision flag; SGD: --optimizer sgd
-  shapes      --num-layers ... --vocab-size, --swiglu, --normalization, biases, tying
+  shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
+              tying
 
 Megatron's parser is not imported here: the flags are data, and the tests parse them
 back with an argparse parser that declares exactly these names.
@@ -69,6 +70,8 @@ FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
 FSDP_STRATEGY = {ZeroStage.OS_G: "optim_grads", ZeroStage.OS_G_P: "optim_grads_params"}
 VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
+# --attention-backend (megatron/core/transformer/enums.py AttnBackend) for each attention kernel the plan names
+ATTENTION_BACKENDS = {"eager": "unfused", "flash": "auto", "flash2": "flash", "flash3": "flash", "cudnn": "fused"}
 
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
@@ -342,6 +345,8 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
             _flag("--normalization", "RMSNorm" if m.norm == Norm.RMSNORM else "LayerNorm")]
     if m.mlp == Mlp.SWIGLU:
         out.append(_flag("--swiglu"))
+    elif m.mlp == Mlp.RELU2:
+        out.append(_flag("--squared-relu"))   # megatron/training/arguments.py: activation_func squared_relu
     if not m.linear_bias:
         out.append(_flag("--disable-bias-linear"))
         if m.qkv_bias and not m.linear_bias:   # Qwen2
@@ -354,9 +359,11 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
         out.append(_flag("--mtp-num-layers", m.mtp_depth))
     if not plan.training.dropout:
         out += [_flag("--hidden-dropout", 0.0), _flag("--attention-dropout", 0.0)]
-    if plan.training.attention_kernel == "eager":
-        # the plan stores the s^2 scores (Korthikanti's eager attention); Megatron's default picks a fused kernel
-        out.append(_flag("--attention-backend", "unfused"))
+    backend = ATTENTION_BACKENDS[plan.training.attention_kernel]
+    if backend != "auto":
+        # eager: the plan stores the s^2 scores (Korthikanti's eager attention), Megatron's unfused backend;
+        # a named kernel: flash (FlashAttention 2 or 3) or fused (cuDNN); flash alone: Megatron's auto choice
+        out.append(_flag("--attention-backend", backend))
     return out
 
 
@@ -382,8 +389,13 @@ def _moe(plan: Plan, reasons: list, notes: list) -> list:
         dense, sparse = moe.first_dense_layers, m.num_layers - moe.first_dense_layers
         out.append(_flag("--moe-layer-freq", f"([0]*{dense}+[1]*{sparse})"))
     out += [_flag("--expert-model-parallel-size", c.ep), _flag("--expert-tensor-parallel-size", 1),
-            _flag("--moe-grouped-gemm"),
-            _flag("--moe-token-dispatcher-type", "alltoall" if c.ep > 1 else "allgather")]
+            _flag("--moe-grouped-gemm")]
+    if c.ep == 1:     # no expert all-to-all: the experts are local (the dispatcher choice has nothing to send)
+        out.append(_flag("--moe-token-dispatcher-type", "allgather"))
+    elif plan.training.moe_dispatcher == "deepep":   # DeepEP: the flex dispatcher with its deepep backend
+        out += [_flag("--moe-token-dispatcher-type", "flex"), _flag("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        out.append(_flag("--moe-token-dispatcher-type", "alltoall"))
     if moe.expert_bias:
         out += [_flag("--moe-router-enable-expert-bias"), _flag("--moe-router-score-function", "sigmoid"),
                 _flag("--moe-router-load-balancing-type", "none")]
@@ -446,6 +458,9 @@ def _unexpressed(m) -> list:
                    "head (transformer_config.py qk_layernorm)")
     if m.sliding_window is not None:
         out.append(f"sliding-window attention ({m.sliding_window:,} tokens): not among the flags fitplan emits")
+    if m.attention_sinks:
+        out.append("attention sinks: Megatron-LM's learnable softmax offset (TransformerConfig softmax_type) has no "
+                   "command-line flag")
     return out
 
 

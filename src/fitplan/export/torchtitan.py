@@ -227,6 +227,12 @@ def _experts(plan: Plan, legacy: bool, reasons: list) -> dict:
     out = {"expert_parallel_degree": c.ep}
     if legacy:
         out["expert_tensor_parallel_degree"] = 1
+        if c.ep > 1:   # "standard" (torch all-to-all) or "deepep"
+            out["expert_parallel_comm_backend"] = "deepep" if plan.training.moe_dispatcher == "deepep" else "standard"
+    elif c.ep > 1 and plan.training.moe_dispatcher == "deepep":
+        reasons.append("--moe-dispatcher deepep: torchtitan 0.3.x and main choose DeepEP in the model's MoE "
+                       "config, not in the job config; export for --torchtitan-version 0.2 "
+                       "(expert_parallel_comm_backend = \"deepep\") or plan --moe-dispatcher alltoall")
     if c.ep > 1 and c.zero != ZeroStage.OS_G_P and c.dp * c.cp > 1:
         reasons.append(f"ep = {c.ep} without FSDP: torchtitan's expert parallelism borrows the FSDP shard ranks "
                        f"(dp_shard x cp x tp = efsdp x ep); plan ZeRO-3")
@@ -410,9 +416,9 @@ def _notes(plan: Plan) -> list:
                      f"(docs/engines.md#tensor-and-sequence-parallel-under-dtensor): "
                      f"{extra:,} B more per layer and micro-batch than the plan's Megatron-style SP")
     if ((m.mlp, m.norm, m.position) != (Mlp.SWIGLU, Norm.RMSNORM, Position.ROPE) or m.norms_per_layer != 2
-            or m.qk_norm != QkNorm.NONE or m.sliding_window is not None):
+            or m.qk_norm != QkNorm.NONE or m.sliding_window is not None or m.attention_sinks):
         notes.append("torchtitan ships Llama-style models (RMSNorm, SwiGLU, RoPE, two norms per layer, full "
-                     "attention); this model needs a custom model registered with torchtitan")
+                     "attention without sinks); this model needs a custom model registered with torchtitan")
     if t.dropout:
         notes.append("torchtitan's models have no dropout: the plan's dropout masks are not stored (re-plan "
                      "without dropout for an exact match)")

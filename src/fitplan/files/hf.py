@@ -50,6 +50,16 @@ transformers module (models/<family>/modeling_<family>.py) builds:
             per routed expert. The multi-token-prediction modules (num_nextn_predict_layers)
             become mtp_depth: planned for training on the last stage, outside the main count
             (transformers does not build them); n_group > 1 with topk_group is node-limited routing.
+  kimi_k2   Moonshot's Kimi K2: architectures DeepseekV3ForCausalLM, its auto_map's config a
+            DeepseekV3Config under model_type kimi_k2; read as deepseek_v3.
+  gpt_oss   hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+            vocab_size, max_position_embeddings, tie_word_embeddings (default false);
+            num_local_experts (alias num_experts), num_experts_per_tok (older files:
+            experts_per_token) experts of intermediate_size in every layer, each with biases on
+            its gate/up and down projections, behind a router with a bias (E numbers);
+            attention_bias (default true) on q, k, v and o; a learned sink per head (sinks);
+            sliding_window (default 128) on the layers layer_types names (default: every
+            other layer from the first). The experts' clamped SwiGLU has SwiGLU's weights.
 
 The importer rule (docs/engines.md#hugging-face-configjson-fields): the canonical name
 first, then the family alias (GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults
@@ -66,23 +76,15 @@ from pathlib import Path
 
 from fitplan.errors import SpecError
 from fitplan.files import parse_json, read_small_text
-from fitplan.specs.model import MoeSpec, Mlp, ModelSpec, Norm, Position
-
-import difflib
-import json
-from pathlib import Path
-
-from fitplan.errors import SpecError
-from fitplan.files import parse_json, read_small_text
 from fitplan.specs.model import MlaSpec, MoeSpec, Mlp, ModelSpec, Norm, Position, QkNorm
 
 DENSE_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma", "gemma2", "gemma3",
                   "gemma3_text", "gpt_neox", "falcon")
-MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
 FAMILIES = DENSE_FAMILIES + MOE_FAMILIES
 GEMMAS = ("gemma", "gemma2", "gemma3", "gemma3_text")
 QWEN_MOES = ("qwen2_moe", "qwen3_moe")
-DEEPSEEKS = ("deepseek_v2", "deepseek_v3")
+DEEPSEEKS = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
 SILUS = ("silu", "swish")
 _MISSING = object()
@@ -186,6 +188,8 @@ def _shape(cfg: "_Config") -> dict:
         return _falcon(cfg)
     if family in DEEPSEEKS:
         return _deepseek(cfg)
+    if family == "gpt_oss":
+        return _gpt_oss(cfg)
     if family in GEMMAS:
         return _gemma(cfg)
     kwargs = _llama_like(cfg)
@@ -555,7 +559,7 @@ def _deepseek(cfg: _Config) -> dict:
     if freq != 1:
         raise SpecError(f"{cfg.where}: moe_layer_freq = {freq}; fitplan's MoE layers are every layer after "
                         f"first_k_dense_replace (moe_layer_freq 1); describe the model in a model spec file")
-    bias = cfg.family == "deepseek_v3" or cfg.str("topk_method", default="greedy") == "noaux_tc"
+    bias = cfg.family != "deepseek_v2" or cfg.str("topk_method", default="greedy") == "noaux_tc"
     # group-limited routing (n_group groups, each token's experts from its best topk_group of them) is
     # DeepSeek's node-limited routing with a group per node (DeepSeek-V3 Sec. 3.2.2: at most 4 nodes)
     groups = cfg.int("n_group", default=1)
@@ -566,3 +570,32 @@ def _deepseek(cfg: _Config) -> dict:
                          route_nodes=cfg.int("topk_group", default=None) if groups > 1 else None)
     out["mtp_depth"] = cfg.int("num_nextn_predict_layers", default=0)   # DeepSeek-V3's multi-token prediction
     return out
+
+
+def _gpt_oss(cfg: _Config) -> dict:
+    """gpt-oss (transformers GptOssDecoderLayer): grouped-query attention of head_dim with
+    biases on q, k, v and o (attention_bias) and a learned sink logit per head (GptOssAttention
+    .sinks); in every layer a router with a bias (GptOssTopKRouter: E x h weights, E biases)
+    and num_local_experts experts of intermediate_size (GptOssExperts: gate_up_proj h -> 2f
+    and down_proj f -> h, each with a bias), RMSNorm, RoPE, untied embeddings. The experts'
+    activation is a clamped SwiGLU ((up + 1) * gate * sigmoid(1.702 gate)): SwiGLU's weights.
+    Sliding-window attention on the sliding_attention layers of layer_types (GptOssConfig's
+    default: every other layer, from the first)."""
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    layers = cfg.int("num_hidden_layers")
+    cfg.activation("hidden_act", default="silu", allowed=SILUS, what="SiLU")
+    if not cfg.bool("attention_bias", True):
+        raise SpecError(f"{cfg.where}: attention_bias is false; gpt-oss's experts and router keep their biases, and "
+                        f"fitplan's linear_bias covers every linear layer; describe the model in a model spec file")
+    ffn = cfg.int("intermediate_size")
+    moe = MoeSpec(num_experts=cfg.int("num_local_experts", "num_experts"),
+                  experts_per_token=cfg.int("num_experts_per_tok", "experts_per_token"), expert_ffn_size=ffn,
+                  expert_bias=True)
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads,
+                num_kv_heads=cfg.int("num_key_value_heads", default=heads), ffn_hidden_size=ffn,
+                vocab_size=cfg.int("vocab_size"), max_seq_len=cfg.int("max_position_embeddings"), mlp=Mlp.SWIGLU,
+                norm=Norm.RMSNORM, position=Position.ROPE, tied_embeddings=cfg.bool("tie_word_embeddings", False),
+                linear_bias=True, attention_sinks=True,
+                head_dim=_head_dim(cfg.int("head_dim", default=None), hidden, heads), moe=moe,
+                **_window(cfg, layers, every=2, default=128))

@@ -95,8 +95,8 @@ class Shapes:
         r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
                    n=3 if m.mlp.gated else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
-                   r_extra=r_extra, kernel=tr.attention_kernel, moe=moe,
-                   e_l=1 if tr.recipe.compute == "fp8" and tr.act_bytes > 1 else None, bias=P.bias_kind(m))
+                   r_extra=r_extra, kernel="eager" if tr.attention_kernel == "eager" else "flash", moe=moe,
+                   e_l=1 if tr.recipe.compute != "bf16" and tr.act_bytes > 1 else None, bias=P.bias_kind(m))
 
     def kw(self, recompute=None) -> dict:
         """The keywords of a per-layer formula call (activations.per_layer_bytes and its kin);
@@ -308,7 +308,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                             w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
-    if recipe.compute == "fp8":
+    if recipe.compute != "bf16":   # mxfp8 and nvfp4 held as fp8's for now (their scales: issue 29)
         out["runtime/fp8_weight_cache"] = ev(
             fp8_weight_cache_bytes, c8=2 if recipe.weights_bytes > 1 else 1, zero3=int(zero == 3),
             psi_lin=ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),

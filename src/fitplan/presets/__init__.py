@@ -1,7 +1,8 @@
-"""Named presets: models, GPUs, precision recipes. One registry per kind."""
+"""Named presets: models, GPUs, precision recipes, framework profiles. One registry per kind."""
 import difflib
 
 from fitplan.errors import SpecError
+from fitplan.presets.frameworks import FRAMEWORKS
 from fitplan.presets.gpus import GPUS
 from fitplan.presets.models import MODELS, ModelPreset
 from fitplan.presets.recipes import RECIPES
@@ -36,12 +37,16 @@ def by_name(name: str):
         from fitplan.specs import TrainingSpec
         p = MODELS[name]
         return p.model, TrainingSpec(seq_len=p.seq_len, recipe=RECIPES["mixed-adam"], global_batch=p.global_batch,
-                                     attention_kernel=p.attention_kernel, dropout=p.dropout)
+                                     attention_kernel=p.attention_kernel, dropout=p.dropout,
+                                     moe_dispatcher=p.moe_dispatcher)
     if name in GPUS:
         return GPUS[name]
     if name in RECIPES:
         return RECIPES[name]
+    if name in FRAMEWORKS:
+        raise SpecError(f"presets show {name} --toml: a framework profile is not a spec table; --framework {name} "
+                        f"applies it (fitplan presets show {name} lists its defaults)")
     return model(name)   # unknown: raises with suggestions
 
 
-__all__ = ["GPUS", "MODELS", "RECIPES", "ModelPreset", "by_name", "model", "gpu", "recipe"]
+__all__ = ["FRAMEWORKS", "GPUS", "MODELS", "RECIPES", "ModelPreset", "by_name", "model", "gpu", "recipe"]

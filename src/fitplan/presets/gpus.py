@@ -39,6 +39,7 @@ CURVES = {
     "gh200": _curve(0.833, 0.689, 6.11, 3.07),
     "b200": _curve(0.683, 0.714, 6.38, 5.75),
     "gb200": _curve(0.641, 0.677, 6.38, 5.75),
+    "b300": _curve(0.692, 0.697, 6.38, 5.75),
     "mi300x": _curve(0.460, 0.613, 12.0, 2.18),
     "mi325x": _curve(0.544, 0.731, 12.0, 2.18),
     "mi355x": _curve(0.546, 0.345, 6.9, 2.87),
@@ -65,6 +66,9 @@ PCIE5 = LinkSpec(name="PCIe 5.0 x16", bytes_per_s=63e9, latency_s=5.7e-6, bus_ef
 XGMI_MI355X = LinkSpec(name="Infinity Fabric (MI355X)", bytes_per_s=535.5e9, latency_s=3.4e-6,
                        bus_efficiency=0.70)  # 7 x 153 GB/s / 2; efficiency: MI300X's
 IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latency_s=14e-6, bus_efficiency=0.96)
+# Blackwell Ultra's NIC: one ConnectX-8 at 800 Gb/s (XDR InfiniBand or Ethernet) per GPU; no collective over it is
+# measured in a public source, so NDR's 0.96 is assumed
+CX8_800G = LinkSpec(name="ConnectX-8 800 Gb/s", bytes_per_s=100e9, latency_s=14e-6, bus_efficiency=0.96)
 
 # No preset reserves memory: the CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's pages
 # and the other runtime buffers are terms of the peak (fitplan.memory.runtime), so --reserve is the
@@ -73,10 +77,10 @@ IB_NDR200 = LinkSpec(name="InfiniBand NDR200 200 Gb/s", bytes_per_s=25e9, latenc
 # H200 143,771 MiB), else the datasheet's.
 _GPUS = (
     GpuSpec(name="gpu-192gib", blas_workspace_bytes=WS_HOPPER, memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
-            hbm_bytes_per_s=8e12, power_watts=1000,
+            peak_fp4_flops_per_s=9000e12, hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=8, default_reserve_bytes=10 * GiB,
             source="the exercise's part: 192 GiB, 10 GiB reserved, 8 per node fully connected; rates (HBM 8 TB/s "
-                   "included) and links assumed equal to b200's"
+                   "and fp4 9 PFLOP/s included) and links assumed equal to b200's"
                    "; board power 1000 W assumed, b200's TDP"),
     GpuSpec(name="a100-40gb", memory_bytes=40 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=1555e9, power_watts=400,
@@ -102,11 +106,13 @@ _GPUS = (
             source="NVIDIA H200 SXM datasheet: 141 GB HBM3e (nvidia-smi reports 143,771 MiB, 140.4 GiB) at 4.8 TB/s, H100's compute, NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable; H200 NVL 600 W)"),
     GpuSpec(name="b200", blas_workspace_bytes=WS_HOPPER, memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
-            hbm_bytes_per_s=8e12, power_watts=1000,
+            peak_fp4_flops_per_s=9000e12, hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR,
             source="NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs = 180 GB (decimal) each, 64 TB/s HBM3e for 8 = "
                    "8 TB/s each, 2.25 PFLOP/s bf16 dense, 4.5 fp8, NVLink 5 1.8 TB/s"
-                   "; NVIDIA HGX B200 specifications: max TDP up to 1,000 W per GPU"),
+                   "; NVIDIA HGX B200 specifications: max TDP up to 1,000 W per GPU; fp4 9 PFLOP/s dense: HGX B200's "
+                   "144 PFLOPS fp4 with sparsity for 8 GPUs / 8 / 2 (pytorch/ao torchao/testing/training/"
+                   "roofline_utils.py: 9.0e15)"),
     GpuSpec(name="mi300x", blas_workspace_bytes=WS_GFX94, memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=5.3e12, power_watts=750,
             **CURVES["mi300x"], intra_node=XGMI, inter_node=IB_NDR,
@@ -115,11 +121,12 @@ _GPUS = (
                    "; 750 W peak total board power (OAM)"),
     # Parts that published large runs used (issue 13). Figures no vendor publishes are said so in the source
     # and listed in docs/hardware.md.
-    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4_400, inter_node=IB_NDR,
             source="H800 SXM5: no public NVIDIA datasheet; H100 SXM5's die, so its datasheet figures: 80GB HBM3 at "
-                   "3.35 TB/s, 989 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py), 1979 fp8. "
+                   "3.35 TB/s (the same board and five HBM3 stacks as H100 SXM5, so what nvidia-smi reports for H100 "
+                   "SXM5: 81,559 MiB, NVIDIA/nccl#1264), 989 TFLOP/s bf16 dense (also volcengine/verl verl/utils/flops_counter.py), 1979 fp8. "
                    "NVLink cut to 400 GB/s bidirectional = 200 GB/s per direction: not officially published (issue "
                    "13's figure; a user in NVIDIA/nccl#1374 reads 200 GB/s peak; deepseek-ai/DeepEP docs/legacy.md: "
                    "~160 GB/s achievable). Inter-node one 400 Gb/s ConnectX-7 per GPU (DeepEP docs/legacy.md, the "
@@ -163,15 +170,43 @@ _GPUS = (
                    ". Power 1000 W: the superchip module's maximum (configurable from 450 to 1000 W), Grace CPU and "
                    "LPDDR5X included, so the energy is an upper bound"),
     GpuSpec(name="gb200", blas_workspace_bytes=WS_HOPPER, memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
-            hbm_bytes_per_s=8e12, power_watts=1200,
+            peak_fp4_flops_per_s=10000e12, hbm_bytes_per_s=8e12, power_watts=1200,
             **CURVES["gb200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=72,
             source="NVIDIA GB200 NVL72 specifications, per GPU: 186 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 "
-                   "dense, 5 fp8 (tabulated in stas00/ml-engineering compute/accelerator/README.md). NVLink 5 1.8 TB/s "
+                   "dense, 5 fp8, 10 fp4 (1,440 PFLOPS fp4 with sparsity for 72 GPUs / 72 / 2; tabulated in "
+                   "stas00/ml-engineering compute/accelerator/README.md). NVLink 5 1.8 TB/s "
                    "= 900 GB/s per direction to any of the rack's 72 GPUs, so the NVLink domain is modelled as one "
                    "72-GPU node. Inter-node one 400 Gb/s ConnectX-7 per GPU (DGX GB200 user guide, networking)"
                    ". Power 1200 W per GPU: NVIDIA quotes GB200's per-GPU peaks at 1,200 W per Blackwell GPU (HGX "
                    "B200: 1,000 W); the NVL72 specifications state no per-GPU power, and the Grace CPUs are not "
                    "counted"),
+    # Blackwell Ultra (issue 29): bf16 and fp8 as B200/GB200, 288 GB, faster fp4, ConnectX-8 at 800 Gb/s per GPU.
+    GpuSpec(name="b300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2250e12,
+            peak_fp8_flops_per_s=4500e12, peak_fp4_flops_per_s=13125e12, hbm_bytes_per_s=8e12, power_watts=1000,
+            **CURVES["b300"], intra_node=NVLINK5, inter_node=CX8_800G, gpus_per_node=8,
+            source="NVIDIA DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs = 288 GB (decimal) each (NVIDIA's Blackwell "
+                   "Ultra figure; its MIG profile 7g.269gb, 269 GiB, aws/sagemaker-hyperpod-cli#403, agrees), 8 TB/s "
+                   "each (tabulated in stas00/ml-engineering compute/accelerator/README.md). HGX B300 specifications, "
+                   "8 GPUs, with sparsity: 36 PFLOPS bf16, 72 fp8, so 2.25 PFLOP/s bf16 dense and 4.5 fp8 per GPU "
+                   "(pytorch/torchtitan get_peak_flops: 2.25e15); fp4 144 PFLOPS with sparsity, 105 dense = 13.125 "
+                   "per GPU (the HGX B300 table as glennklockwood.com/garden/processors/B300 copies it; pytorch/ao "
+                   "roofline_utils.py uses 14e15, stas00/ml-engineering 12,600: published readings differ). NVLink 5 "
+                   "1.8 TB/s = 900 GB/s per direction, 8 per HGX/DGX node. Inter-node one 800 Gb/s ConnectX-8 per "
+                   "GPU (DGX B300 datasheet: 8 single-port ConnectX-8, up to 800 Gb/s each)"
+                   ". TDP 1000 W: the DGX B300 power-capping guide's maximum TGP (tabulated in stas00/ml-engineering; "
+                   "HGX B300 boards may allow more)"),
+    GpuSpec(name="gb300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12,
+            peak_fp8_flops_per_s=5000e12, peak_fp4_flops_per_s=15000e12, hbm_bytes_per_s=8e12, power_watts=1400,
+            **CURVES["gb200"], intra_node=NVLINK5, inter_node=CX8_800G, gpus_per_node=72,
+            source="NVIDIA GB300 NVL72 specifications, per GPU (72 GPUs, rack figures with sparsity halved): 288 GB "
+                   "(decimal) HBM3e (the rack's 20.7 TB), 8 TB/s (576 TB/s / 72), 2.5 PFLOP/s bf16 dense (360 "
+                   "PFLOPS with sparsity), 5 fp8 (720), 15 fp4 dense (1,080 PFLOPS dense, 1,440 with sparsity; "
+                   "tabulated in stas00/ml-engineering compute/accelerator/README.md; pytorch/torchtitan "
+                   "get_peak_flops: 2.5e15). NVLink 5 1.8 TB/s = 900 GB/s per direction to any of the rack's 72 GPUs, "
+                   "so the NVLink domain is modelled as one 72-GPU node. Inter-node one 800 Gb/s ConnectX-8 per GPU "
+                   "(the NVL72's 72 ConnectX-8 SuperNICs). GEMM curve: gb200's (no GB300 GEMM measurement)"
+                   ". Power 1400 W per GPU: NVIDIA Mission Control's power-management FAQ budgets GB300 at 1.4 kW "
+                   "per GPU; the Grace CPUs are not counted"),
     GpuSpec(name="mi325x", blas_workspace_bytes=WS_GFX94, memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=6.0e12, power_watts=1000,
             **CURVES["mi325x"], intra_node=XGMI, inter_node=IB_NDR,
@@ -180,11 +215,12 @@ _GPUS = (
                    "platform. Inter-node 400 Gb/s per GPU assumed, as mi300x"
                    ". 1000 W peak total board power"),
     GpuSpec(name="mi355x", blas_workspace_bytes=WS_GFX94, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
-            hbm_bytes_per_s=8e12, power_watts=1400,
+            peak_fp4_flops_per_s=10100e12, hbm_bytes_per_s=8e12, power_watts=1400,
             **CURVES["mi355x"], intra_node=XGMI_MI355X, inter_node=IB_NDR,
             source="AMD Instinct MI355X specifications: 288 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 dense "
                    "(2400 MHz x 1024 matrix cores x 1024 FLOP = 2516.6; AMD rounds to 2.5), 5 fp8 dense (10.1 with "
-                   "sparsity), Infinity Fabric 7 links x 153 GB/s, read as both directions = 535.5 GB/s per "
+                   "sparsity), MXFP4 10.1 PFLOP/s (no sparsity qualifier: dense; stas00/ml-engineering "
+                   "compute/accelerator/README.md reads it so), Infinity Fabric 7 links x 153 GB/s, read as both directions = 535.5 GB/s per "
                    "direction (stas00/ml-engineering network/README.md), 8 per platform. Inter-node 400 Gb/s per GPU "
                    "assumed, as mi300x"
                    ". 1400 W total board power (MI350X: 1000 W)"),
@@ -203,7 +239,22 @@ HOST_LINKS = {
                      "datasheet)"),
     "gb200": (225e9, "host link NVLink-C2C: 900 GB/s both directions between the Grace CPU and its two Blackwell "
                      "GPUs, read as 225 GB/s per GPU each way (an even split; no per-GPU figure is published)"),
+    "gb300": (225e9, "host link NVLink-C2C: 900 GB/s both directions between each Grace CPU and its two Blackwell "
+                     "Ultra GPUs, read as 225 GB/s per GPU each way, as gb200 (no per-GPU figure is published)"),
+    "b300": (50e9, "host link PCIe Gen5 x16, 50 GB/s achievable, assumed: B300 and its ConnectX-8 speak PCIe Gen6, "
+                   "but DGX B300's host CPUs (Xeon 6776P) are Gen5, so host copies run at Gen5's 63 GB/s per "
+                   "direction raw"),
 }
-_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}")
+# The die's generation, which picks its end-to-end clock constant (fitplan.timing.calibration): the exercise's
+# part is taken as b200's die, the export parts (A800, H800, H20) as their parents'
+ARCHITECTURES = {
+    "gpu-192gib": "blackwell", "a100-40gb": "ampere", "a100-80gb": "ampere", "a800": "ampere",
+    "h100-80gb": "hopper", "h200-141gb": "hopper", "h800": "hopper", "h20": "hopper", "h100-pcie": "hopper",
+    "gh200": "hopper", "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
+    "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
+    "rtx-3090": "ampere", "rtx-a6000": "ampere", "a10g": "ampere", "rtx-4090": "ada", "l40s": "ada", "l4": "ada",
+}
+_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
+                      architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
               for g in _GPUS)
 GPUS = {g.name: g for g in _GPUS}

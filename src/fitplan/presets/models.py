@@ -1,7 +1,7 @@
 """Model presets with the training setup their source states. Shapes are cited."""
 from dataclasses import dataclass
 
-from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
+from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position, QkNorm
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,6 +19,7 @@ class ModelPreset:
     gpu: str = "h100-80gb"     # the GPU preset used when none is named
     attention_kernel: str = "flash"
     dropout: bool = False
+    moe_dispatcher: str = "alltoall"   # how its MoE tokens travelled (fitplan.specs.training.moe_dispatcher)
     batch_source: str = ""     # where the published global batch comes from
 
 
@@ -39,8 +40,8 @@ def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, globa
     released model takes, when longer (Llama 3.1: 131,072 after its long-context stage)."""
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
                       ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=max_seq or seq, mlp=Mlp.SWIGLU,
-                      norm=Norm.RMSNORM,
-                      position=Position.ROPE, tied_embeddings=False, linear_bias=False, source=source)
+                      norm=Norm.RMSNORM, position=Position.ROPE, tied_embeddings=False, linear_bias=False,
+                      source=source)
     return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch, batch_source=batch_source)
 
 
@@ -84,6 +85,98 @@ LLAMA2_BATCH = "Llama 2 Sec. 2.2 (4M tokens of 4,096-token sequences)"
 LLAMA3 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256, "
           "max_position_embeddings 131072: Sec. 3.4.2 extends the 8K pre-training context to 128K)")
 LLAMA31_MAX = 131072
+LLAMA3_0 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Meta-Llama-3-{} config.json: Llama 3.1's shapes "
+            "with an 8,192-token context and no rope_scaling (vocab 128256)")
+
+
+def _qwen25(name, layers, hidden, heads, kv_heads, ffn, repo, counts):
+    """Qwen2.5 dense (HF config.json of Qwen/Qwen2.5-*; model type qwen2): SwiGLU, RMSNorm, RoPE, biases on q, k and
+    v only, untied embeddings, vocab 152,064; trained on 4,096-token sequences before long context (the model
+    card's context is 131,072)."""
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=152064, max_seq_len=131072, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+                      position=Position.ROPE, tied_embeddings=False, linear_bias=False, qkv_bias=True,
+                      source=f"HF {repo} config.json and model card ({counts}): {layers} layers, h {hidden}, {heads} "
+                             f"heads of 128, {kv_heads} KV heads, ffn {ffn}, q/k/v biases, untied, vocab 152,064")
+    return ModelPreset(model=model, seq_len=4096)
+
+
+def _qwen3_moe(name, layers, hidden, heads, expert_ffn, dense_ffn, repo):
+    """Qwen3 MoE (Qwen3 Technical Report, arXiv:2505.09388, Table 2; HF config.json): 128 experts, top-8,
+    no shared expert, every layer routed, q/k RMSNorms of head_dim 128, 4 KV heads, untied; pre-trained
+    on 4,096-token sequences (the report's general and reasoning stages) before its long-context stage."""
+    model = ModelSpec(
+        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=4, head_dim=128,
+        ffn_hidden_size=dense_ffn, vocab_size=151936, max_seq_len=40960, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+        position=Position.ROPE, tied_embeddings=False, linear_bias=False, qk_norm=QkNorm.HEAD,
+        moe=MoeSpec(num_experts=128, experts_per_token=8, expert_ffn_size=expert_ffn),
+        source=f"Qwen3 Technical Report (arXiv:2505.09388) Table 2 and HF {repo} config.json: {layers} layers, "
+               f"h {hidden}, {heads} query heads of 128 and 4 KV heads with per-head q/k RMSNorm, 128 experts of "
+               f"{expert_ffn}, top-8, no shared expert; planned at the report's 4,096-token pre-training sequences")
+    return ModelPreset(model=model, seq_len=4096)
+
+
+def _gpt_oss(name, layers, experts, repo):
+    """gpt-oss (OpenAI's gpt-oss model card, arXiv:2508.10925; HF config.json)."""
+    model = ModelSpec(
+        name=name, num_layers=layers, hidden_size=2880, num_heads=64, num_kv_heads=8, head_dim=64,
+        ffn_hidden_size=2880, vocab_size=201088, max_seq_len=131072, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
+        position=Position.ROPE, tied_embeddings=False, linear_bias=True, attention_sinks=True,
+        sliding_window=128, full_attention_every=2,
+        moe=MoeSpec(num_experts=experts, experts_per_token=4, expert_ffn_size=2880, expert_bias=True),
+        source=f"OpenAI gpt-oss model card (arXiv:2508.10925) and HF {repo} config.json: {layers} layers, h 2880, "
+               f"64 query heads of 64 and 8 KV heads with q/k/v/o biases and a learned sink per head, banded "
+               f"(128-token window) and full attention alternating, {experts} experts of 2880 with biases "
+               f"(clamped SwiGLU), top-4, a router with a bias, vocab 201,088, untied; planned at its "
+               f"4,096-token initial context (initial_context_length)")
+    return ModelPreset(model=model, seq_len=4096)
+
+
+KIMI_K2 = ModelSpec(
+    name="kimi-k2", num_layers=61, hidden_size=7168, num_heads=64, num_kv_heads=64, ffn_hidden_size=18432,
+    vocab_size=163840, max_seq_len=131072, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
+    tied_embeddings=False, linear_bias=False,
+    moe=MoeSpec(num_experts=384, experts_per_token=8, expert_ffn_size=2048, num_shared_experts=1,
+                first_dense_layers=1, expert_bias=True),
+    mla=MlaSpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    source="Kimi K2 technical report (arXiv:2507.20534) and HF moonshotai/Kimi-K2-Base config.json (DeepSeek-V3's "
+           "architecture): 61 layers (1 dense), h 7168, MLA 64 heads, 384 routed + 1 shared experts of 2048, "
+           "top-8, the routers' score bias (noaux_tc), vocab 163,840, untied; no multi-token prediction module")
+
+# NeMo's GPT-3 as its NeMo Framework Launcher recipes train it (launcher_scripts/conf/training/gpt3/5b.yaml,
+# 20b.yaml; the same shapes as NeMo 2.0's GPTConfig5B and GPTConfig20B, nemo/collections/llm/gpt/model/base.py):
+# GPT-2 BPE vocabulary (Megatron pads it to a multiple of 128 x tp), learned positions, tied embeddings, biases,
+# hidden and attention dropout 0.1, 2,048-token sequences, global batch 2048.
+NEMO_GPT3 = ("NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{}.yaml (NeMo 2.0: GPTConfig{} in "
+             "nemo/collections/llm/gpt/model/base.py): {} layers, h {}, {} heads, ffn 4h, seq 2048, GPT-2 BPE "
+             "vocabulary 50257 (Megatron pads it to a multiple of 128 x tp), dropout 0.1")
+NEMO_GPT3_BATCH = "NeMo-Framework-Launcher gpt3/{}.yaml: global_batch_size 2048, micro_batch_size {}"
+
+
+def _nemo_gpt3(name, size, layers, hidden, heads, micro_batch):
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+                      ffn_hidden_size=4 * hidden, vocab_size=50257, max_seq_len=2048,
+                      source=NEMO_GPT3.format(size.lower(), size.upper(), layers, hidden, heads))
+    return ModelPreset(model=model, seq_len=2048, micro_batch=micro_batch, global_batch=2048, dropout=True,
+                       batch_source=NEMO_GPT3_BATCH.format(size.lower(), micro_batch))
+
+
+# Nemotron as NeMo trains it (nemo/collections/llm/gpt/model/nemotron.py NemotronConfig and its Nemotron3Config8B,
+# Nemotron3Config22B, Nemotron4Config15B, Nemotron4Config340B; NeMo-Framework-Launcher conf/training/nemotron/):
+# squared-ReLU MLP (two matrices), LayerNorm with zero-centred gamma (layernorm1p: weight and bias), no linear
+# biases, untied embeddings, RoPE on half of each head (rotary_percentage 0.5: no parameters), no dropout,
+# vocabulary 256,000 (a SentencePiece model; NeMo's performance scripts use a NullTokenizer of 256000).
+NEMOTRON = ("nemo/collections/llm/gpt/model/nemotron.py {}: {} layers, h {}, {} heads ({} KV), ffn {}, "
+            "squared-ReLU MLP, LayerNorm (layernorm1p), no linear bias, untied, RoPE on half of each head, vocab "
+            "256,000, seq 4096")
+
+
+def _nemotron(name, config, layers, hidden, heads, kv_heads, ffn, source="", global_batch=None, batch_source=""):
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=256000, max_seq_len=4096, mlp=Mlp.RELU2, norm=Norm.LAYERNORM,
+                      position=Position.ROPE, tied_embeddings=False, linear_bias=False,
+                      source=source + NEMOTRON.format(config, layers, hidden, heads, kv_heads, ffn))
+    return ModelPreset(model=model, seq_len=4096, global_batch=global_batch, batch_source=batch_source)
 
 _PRESETS = (
     _gpt3("gpt3-125m", 125_000_000, 12, 768, 12, 2**19),
@@ -108,7 +201,7 @@ _PRESETS = (
         attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)"),
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
-    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360,
+    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
                 batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
     ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
                 attention_kernel="eager", dropout=False,
@@ -123,5 +216,29 @@ _PRESETS = (
     _llama("llama3.1-405b", 126, 16384, 53248, 128, 8, 128256, 8192, LLAMA3, global_batch=2048,
            batch_source="Llama 3 Herd Sec. 3.4.1 (16M tokens of 8,192-token sequences after the ramp)",
            max_seq=LLAMA31_MAX),
+    _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3_0.format("8B")),
+    _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3_0.format("70B")),
+    _qwen25("qwen2.5-7b", 28, 3584, 28, 4, 18944, "Qwen/Qwen2.5-7B", "7.61B parameters, 6.53B non-embedding"),
+    _qwen25("qwen2.5-32b", 64, 5120, 40, 8, 27648, "Qwen/Qwen2.5-32B", "32.5B parameters, 31.0B non-embedding"),
+    _qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768, 6144, "Qwen/Qwen3-30B-A3B"),
+    _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, 12288, "Qwen/Qwen3-235B-A22B"),
+    _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b"),
+    _gpt_oss("gpt-oss-120b", 36, 128, "openai/gpt-oss-120b"),
+    ModelPreset(model=KIMI_K2, seq_len=4096, global_batch=16384,
+                batch_source="Kimi K2 technical report (arXiv:2507.20534): a global batch of 67M tokens throughout "
+                             "pre-training at a 4,096-token context, 16,384 sequences (67.1M tokens)"),
+    _nemo_gpt3("nemo-gpt3-5b", "5b", 24, 4096, 32, micro_batch=4),
+    _nemo_gpt3("nemo-gpt3-20b", "20b", 44, 6144, 48, micro_batch=2),
+    _nemotron("nemotron3-8b", "Nemotron3Config8B", 32, 4096, 32, 32, 16384),
+    _nemotron("nemotron3-22b", "Nemotron3Config22B", 40, 6144, 48, 48, 24576),
+    _nemotron("nemotron4-15b", "Nemotron4Config15B", 32, 6144, 48, 8, 24576,
+              source="Nemotron-4 15B technical report (arXiv:2402.16819) Table 1; ", global_batch=1152,
+              batch_source="Nemotron-4 15B report (arXiv:2402.16819) Table 2: the batch ramp's last stage, 1152 "
+                           "sequences of 4,096 tokens"),
+    _nemotron("nemotron4-340b", "Nemotron4Config340B", 96, 18432, 96, 8, 73728,
+              source="Nemotron-4 340B technical report (arXiv:2406.11704) Table 1 and HF nvidia/Nemotron-4-340B-Base; ",
+              global_batch=2304,
+              batch_source="HF nvidia/Nemotron-4-340B-Base model card: global batch 2304 of 4,096-token sequences "
+                           "(arXiv:2406.11704's ramp ends there)"),
 )
 MODELS = {p.model.name: p for p in _PRESETS}

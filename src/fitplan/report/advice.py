@@ -1,6 +1,6 @@
 """The recommendation's justification and the time columns, from the core's numbers.
 
-Everything here is wording over fitplan.timing.step.evaluate_step and the memory
+Everything here is wording over fitplan.timing.breakdown.evaluate_step and the memory
 breakdowns; no formula lives here.
 """
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, risk
@@ -12,7 +12,7 @@ from fitplan.units import fmt_gb, fmt_gib
 def steps(setup, suggestions):
     """evaluate_step for each suggestion (or breakdown), or None when the GPU cannot run the
     recipe's precision."""
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     try:
         return [evaluate_step(setup, s.config) for s in suggestions]
     except SpecError:
@@ -24,7 +24,7 @@ def legal_step(setup, config):
     layouts), or None where a rule the time model relies on is broken (a global batch that
     dp x micro-batch does not divide) or the GPU cannot run the recipe's precision."""
     from fitplan.specs import compat
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     if compat.check(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=True):
         return None
     try:
@@ -51,11 +51,28 @@ def time_table(suggestions, step_list) -> Table:
         comm = sum(v for k, v in sh.items() if k not in ("time/compute", "time/bubble"))
         moved = ", ".join(f"{c.name} {fmt_gb(c.bytes_per_step)} GB {'NVL' if c.intra_node else 'IB'}"
                           for c in st.comm.values() if c.degree > 1) or "-"
-        rows.append((str(i), f"{st.step_time_s:,.3f}", f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
+        rows.append((str(i), f"{st.step_time_s:,.3f}", band_range(st), f"{st.tokens_per_s:,.0f}", f"{st.mfu:.1%}",
                      f"{sh['time/compute']:.1%}", f"{comm:.1%}", f"{sh['time/bubble']:.1%}", moved))
-    return Table(("#", "step s", "tokens/s", "MFU", "compute", "exposed comm", "bubble",
-                  "bytes per step per GPU, link (NVL inside a node, IB across)"), tuple(rows), align="rrrrrrrl",
-                 note="time model: fitplan.timing.step; efficiency is the GPU preset's, a visible assumption")
+    band = next((st.uncertainty for st in step_list if st.uncertainty is not None), None)
+    return Table(("#", "step s", "80% band s", "tokens/s", "MFU", "compute", "exposed comm", "bubble",
+                  "bytes per step per GPU, link (NVL inside a node, IB across)"), tuple(rows), align="rrrrrrrrl",
+                 note="time model: fitplan.timing.step, its end-to-end constants fitted on published runs "
+                      "(docs/calibration.md)" + (f"; band: {band.basis}" if band is not None else ""))
+
+
+def band_range(st) -> str:
+    """'11.6-14.1': the step's 80% band (fitplan.timing.uncertainty), '-' without a fit."""
+    b = st.uncertainty
+    return "-" if b is None else f"{b.low_s:,.3g}-{b.high_s:,.3g}"
+
+
+def band_phrase(st) -> str:
+    """' (11.6-14.1 s, 80% band over 128 published runs)', or '' without a fit."""
+    b = st.uncertainty
+    if b is None:
+        return ""
+    over = f"over {b.runs} published runs" if "published" in b.basis else f"over {b.runs} of your runs"
+    return f" ({b.low_s:,.3g}-{b.high_s:,.3g} s, {b.coverage:.0%} band {over})"
 
 
 def caveat(setup, b) -> str:

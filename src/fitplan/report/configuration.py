@@ -50,7 +50,7 @@ def step_times(setup, items, draw) -> tuple[list | None, list]:
     if step_list is not None:
         return step_list, draw(step_list)
     from fitplan.errors import SpecError, one_line
-    from fitplan.timing.step import evaluate_step
+    from fitplan.timing.breakdown import evaluate_step
     try:
         evaluate_step(setup, items[0].config)
         why = "the time model declined this configuration"
@@ -73,7 +73,7 @@ def _step_blocks(st) -> list:
     names = {f"time/{a}_exposed": f"exposed {c.name} traffic" for a, c in st.comm.items()}
     secs = lambda v: f"{v:,.3f}" if v == 0 or v >= 0.001 else f"{v:.2g}"
     parts = tuple((names.get(k, label(k)), secs(v), f"{v / st.step_time_s:.1%}") for k, v in st.parts.items()
-                  if shown[k])
+                  if shown.get(k, bool(v)))
     return [summary, Lines((overlap_line(st.config),)),
             Table(("part of the step", "s", "share"), parts + (("step", secs(st.step_time_s), "100.0%"),),
                   align="lrr", note=f"{st.num_microbatches:,} micro-batches per step, bubble fraction "
@@ -109,7 +109,7 @@ def per_layer_rows(setup, config):
     """The per-layer table's header and rows, equal neighbouring stages folded (0-6), or None
     when the GPU cannot run the recipe's precision."""
     from fitplan.errors import SpecError
-    from fitplan.timing.step import per_layer
+    from fitplan.timing.breakdown import per_layer
     try:
         stages = per_layer(setup, config)
     except SpecError:

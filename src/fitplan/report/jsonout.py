@@ -104,8 +104,15 @@ def to_train_dict(setup, st) -> dict:
     where not known: no step time, no power figure, no price). Only with --train-tokens."""
     from fitplan.timing.to_train import to_train
     t = to_train(setup, st)
-    return {"tokens": t.tokens, "days": t.days, "gpu_hours": t.gpu_hours, "energy_mwh": t.energy_mwh,
-            "cost": t.cost}
+    out = {"tokens": t.tokens, "days": t.days, "gpu_hours": t.gpu_hours, "energy_mwh": t.energy_mwh, "cost": t.cost,
+           "uncertainty": None}
+    band = None if st is None else st.uncertainty
+    if band is not None and t.days is not None:   # each is proportional to the step time: the step's band
+        lo, hi = band.low_s / st.step_time_s, band.high_s / st.step_time_s
+        out["uncertainty"] = {k: None if out[k] is None else [out[k] * lo, out[k] * hi]
+                              for k in ("days", "gpu_hours", "energy_mwh", "cost")}
+        out["uncertainty"]["coverage"] = band.coverage
+    return out
 
 
 def _with_to_train(setup, item: dict, st) -> dict:
@@ -144,8 +151,8 @@ def breakdown(setup, b) -> str:
 
 def per_layer_dict(setup, config) -> dict:
     """`time.per_layer`: every pipeline stage's average layer, one micro-batch, in seconds
-    (fitplan.timing.step.per_layer; docs/formulas.md#per-layer)."""
-    from fitplan.timing.step import PER_LAYER_AXES, per_layer
+    (fitplan.timing.breakdown.per_layer; docs/formulas.md#per-layer)."""
+    from fitplan.timing.breakdown import PER_LAYER_AXES, per_layer
     return {"stages": [{
         "stage": st.stage, "layers": st.layers, "dense_layers": st.dense_layers, "paces": st.paces,
         "forward_s": st.forward_s, "backward_s": st.backward_s, "recompute_s": st.recompute_s,
@@ -179,7 +186,14 @@ def time_dict(st) -> dict:
             "mfu_causal": st.mfu_causal,
             "hfu": st.hfu, "tflops_per_gpu": st.tflops_per_gpu, "num_microbatches": int(st.num_microbatches),
             "bubble_fraction": st.bubble_fraction, "slowest_stage": st.slowest_stage,
-            "parts_s": {k: float(v) for k, v in st.parts.items()}}
+            "parts_s": {k: float(v) for k, v in st.parts.items()}, "uncertainty": uncertainty_dict(st.uncertainty)}
+
+
+def uncertainty_dict(band) -> dict | None:
+    """`time.uncertainty`: the 80% band around the step (fitplan.timing.uncertainty), null without a fit."""
+    if band is None:
+        return None
+    return {"low_s": band.low_s, "high_s": band.high_s, "coverage": band.coverage, "basis": band.basis}
 
 
 def comm_dict(st) -> dict:

@@ -1,4 +1,5 @@
-"""`fitplan presets list` and `fitplan presets show NAME`: models, GPUs and precision recipes."""
+"""`fitplan presets list` and `fitplan presets show NAME`: models, GPUs, precision recipes and
+framework profiles."""
 from fitplan import presets
 from fitplan.counts.params import shape_params
 from fitplan.report.render import Heading, Lines, Table
@@ -10,9 +11,33 @@ def preset_list() -> list:
                    for n, p in presets.MODELS.items())
     gpus = tuple((n, fmt_gib(g.memory_bytes), g.source) for n, g in presets.GPUS.items())
     recipes = tuple((n, f"{r.total_bytes:g}", r.description) for n, r in presets.RECIPES.items())
+    frameworks = tuple((n, f.description, framework_defaults(f)) for n, f in presets.FRAMEWORKS.items())
     return [Heading("models"), Table(("name", "L", "h", "s", "source"), models, align="lrrrl"),
             Heading("gpus"), Table(("name", "GiB", "source"), gpus, align="lrl"),
-            Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl")]
+            Heading("precision recipes"), Table(("name", "B/param", "what"), recipes, align="lrl"),
+            Heading("frameworks (--framework; each default's source: fitplan presets show NAME, docs/frameworks.md)"),
+            Table(("name", "what", "defaults"), frameworks, align="lll")]
+
+
+def _setting(v) -> str:
+    """A profile value in words: on/off for a switch, 'the framework's rule' for None, the value otherwise."""
+    if isinstance(v, bool) or v is None:
+        return {True: "on", False: "off", None: "by ZeRO stage"}[v]
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def framework_defaults(f) -> str:
+    """A profile's values in a line: 'kernels eager, attention kernel cudnn, ..., overlap grad reduce on'."""
+    items = list(f.training.items()) + list(f.config.items())
+    return ", ".join(f"{name.replace('_', ' ')} {_setting(d.value)}" for name, d in items)
+
+
+def _framework_preset(f) -> list:
+    rows = tuple((name.replace("_", " "), _setting(d.value), d.source)
+                 for name, d in list(f.training.items()) + list(f.config.items()))
+    return [Heading(f"framework {f.name}: {f.description}"), Table(("setting", "value", "source"), rows, align="lll"),
+            Lines(tuple(f"note: {n}" for n in f.notes) + (
+                "--framework applies these where no flag or spec-file key sets them; docs/frameworks.md",))]
 
 
 def _rate(bytes_per_s) -> str:
@@ -37,6 +62,8 @@ def preset_show(name: str) -> list:
         return _gpu_preset(presets.GPUS[name])
     if name in presets.RECIPES:
         return _recipe_preset(presets.RECIPES[name])
+    if name in presets.FRAMEWORKS:
+        return _framework_preset(presets.FRAMEWORKS[name])
     presets.model(name)   # unknown: raises with the nearest names
     raise AssertionError(name)
 
@@ -52,7 +79,7 @@ def _model_preset(p) -> list:
              f"ffn {m.ffn_hidden_size}, vocabulary {m.vocab_size:,}, context {m.max_seq_len:,}",
              f"{m.mlp.value} MLP, {m.norm.value}, {m.position.value} positions, "
              f"{'tied' if m.tied_embeddings else 'untied'} embeddings, {'' if m.linear_bias else 'no '}linear bias, "
-             f"{'' if m.qkv_bias else 'no '}qkv bias",
+             f"{'' if m.qkv_bias else 'no '}qkv bias" + (", attention sinks" if m.attention_sinks else ""),
              f"parameters {count}"]
     if m.moe is not None:
         e = m.moe
@@ -89,7 +116,8 @@ def _gpu_preset(g) -> list:
            else "no fp8 tensor cores")
     rows = (("memory", f"{fmt_gib(g.memory_bytes)} GiB ({g.memory_bytes:,} B); {fmt_gib(g.default_reserve_bytes)} "
                        f"GiB reserved by default, {fmt_gib(g.memory_bytes - g.default_reserve_bytes)} GiB usable"),
-            ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"),
+            ("peak", f"{g.peak_bf16_flops_per_s / 1e12:,g} TFLOP/s bf16 dense, {fp8}"
+                     + (f", {g.peak_fp4_flops_per_s / 1e12:,g} fp4 dense" if g.peak_fp4_flops_per_s else "")),
             ("GEMM curve", _gemm_curve(g)),
             ("HBM", _rate(g.hbm_bytes_per_s) if g.hbm_bytes_per_s else "not stated"),
             ("power", f"{g.power_watts:g} W, the board's maximum (the energy to train's default; --gpu-power)"

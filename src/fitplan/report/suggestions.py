@@ -97,5 +97,6 @@ def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"
     run = () if setup.training.train_tokens is None else (to_train_line(setup, st),)
-    return memory, (f"{st.step_time_s:,.3f} s per step, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
+    from fitplan.report.advice import band_phrase
+    return memory, (f"{st.step_time_s:,.3f} s per step{band_phrase(st)}, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
                     f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step"), *run

@@ -48,9 +48,13 @@ def to_train_line(setup, st) -> str:
     t = to_train(setup, st)
     if t.days is None:
         return f"to train {fmt_count(t.tokens)} tokens: no time estimate"
-    return (f"to train {fmt_count(t.tokens)} tokens: {_amount(t.days)} days, {_amount(t.gpu_hours)} GPU-hours, "
-            f"cost {_amount(t.cost) if t.cost is not None else '- (no --gpu-hour-price)'}, "
-            f"{_amount(t.energy_mwh) if t.energy_mwh is not None else '-'} MWh")
+    b = st.uncertainty
+    span = (lambda x: "") if b is None else (
+        lambda x: f" ({_amount(x * b.low_s / st.step_time_s)}-{_amount(x * b.high_s / st.step_time_s)})")
+    return (f"to train {fmt_count(t.tokens)} tokens: {_amount(t.days)}{span(t.days)} days, {_amount(t.gpu_hours)} "
+            f"GPU-hours, cost {_amount(t.cost) + span(t.cost) if t.cost is not None else '- (no --gpu-hour-price)'}, "
+            f"{_amount(t.energy_mwh) if t.energy_mwh is not None else '-'} MWh"
+            + ("" if b is None else f"  (in brackets: the step's {b.coverage:.0%} band)"))
 
 
 def to_train_blocks(setup, st) -> list:

@@ -44,6 +44,49 @@ class LinkSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EndToEndSpec:
+    """End-to-end constants fitted on one's own measured runs (`fitplan calibrate --runs`): each set one
+    replaces the shipped fit's (fitplan.timing.calibration) for this GPU; `runs` and the residual spread
+    give the error band its basis."""
+    clock: float | None = declared("number", default=None, lo=0.05, hi=2, omitted="the shipped fit's",
+                                   file_only="fitted: sustained clock fraction of compute-bound kernels")
+    attention_scale: float | None = declared("number", default=None, lo=0.05, hi=5, omitted="the shipped fit's",
+                                             file_only="fitted: attention kernels over their benchmarks")
+    elementwise_scale: float | None = declared("number", default=None, lo=0.01, hi=50, omitted="the shipped fit's",
+                                               file_only="fitted: elementwise traffic over the counted")
+    sm_sharing: float | None = declared("number", default=None, lo=0, hi=5, omitted="the shipped fit's",
+                                        file_only="fitted: compute lost per second of overlapped communication")
+    layer_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
+                                            file_only="fitted: seconds of host time per layer pass")
+    collective_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
+                                                 file_only="fitted: seconds of framework time per collective")
+    comm_efficiency: float | None = declared("number", default=None, lo=0.01, hi=1, omitted="the shipped fit's",
+                                             file_only="fitted: collective bandwidth over the modelled")
+    a2a_efficiency: float | None = declared("number", default=None, lo=0.01, hi=1, omitted="the shipped fit's",
+                                            file_only="fitted: MoE all-to-all bandwidth over the modelled")
+    straggler_cv: float | None = declared("number", default=None, lo=0, hi=1, omitted="the shipped fit's",
+                                          file_only="fitted: coefficient of variation of a GPU's time")
+    runs: int = declared("int", default=0, lo=0, hi=10**6, file_only="how many measured runs the fit rests on")
+    residual_low: float = declared("number", default=0.0, lo=-5, hi=5,
+                                   file_only="10th percentile of ln(measured/predicted) over the runs, after the fit")
+    residual_high: float = declared("number", default=0.0, lo=-5, hi=5,
+                                    file_only="90th percentile of ln(measured/predicted) over the runs, after the fit")
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "gpu.end_to_end")
+
+    def values(self) -> dict:
+        """The fitted constants set here, by fitplan.timing.calibration's names (clock: every architecture's)."""
+        out = {name: getattr(self, name) for name in ("attention_scale", "elementwise_scale", "sm_sharing",
+                                                      "layer_overhead", "collective_overhead", "comm_efficiency",
+                                                      "a2a_efficiency",
+                                                      "straggler_cv") if getattr(self, name) is not None}
+        if self.clock is not None:
+            out.update({"clock_ampere": self.clock, "clock_hopper": self.clock, "clock_blackwell": self.clock})
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
     """One accelerator. Peak rates are dense (no sparsity). A GEMM of FLOPs F and operand bytes
     B takes F/(efficiency*peak) + gemm_overhead + B/gemm_bandwidth (fitplan.timing.gemm; fp8
@@ -61,9 +104,16 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
+    # the dense fp4 (NVFP4/MXFP4) tensor-core peak: stated by the presets, not yet read by the timing model
+    peak_fp4_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp4-tflops", scale=1e12,
+                                                  group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=9000,
+                                                  omitted="no fp4 tensor cores",
+                                                  help="dense fp4 peak of one GPU in TFLOP/s (B200: 9000)")
     hbm_bytes_per_s: float | None = declared("rate", default=None, key="hbm_bandwidth", flag="--hbm-bandwidth",
                                              group="cluster", example="4 TB/s", omitted="unknown", lo="1 GB/s",
-                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM)')
+                                             hi="1000 TB/s", help='peak HBM bandwidth of one GPU, e.g. "3.35 TB/s" (H100 SXM); '
+                                                                  "without --gemm-bandwidth it scales the preset's "
+                                                                  "GEMM operand bandwidth by the same ratio")
     efficiency: float = declared("number", flag="--gemm-efficiency", group="cluster", lo=0.001, hi=1, example=0.6,
                                  help="the GEMM curve's ceiling eff_max: the fraction of the bf16 peak a GEMM "
                                       "approaches as it grows (calibrated: bench/calibrate.py)")
@@ -97,13 +147,24 @@ class GpuSpec:
                                                         hi="1000 TB/s", example="9 TB/s",
                                                         omitted="the HBM bandwidth",
                                                         help='effective bandwidth at which a GEMM reads its operands '
-                                                             'and writes its result, e.g. "9 TB/s" (default: '
-                                                             '--hbm-bandwidth)')
+                                                             'and writes its result, e.g. "9 TB/s" (default: the '
+                                                             "preset's fitted value, times new/old HBM bandwidth "
+                                                             'under --hbm-bandwidth; else the HBM bandwidth)')
     # the board's power while training: the preset's TDP (its source cites it), a ceiling on the average draw
     power_watts: float | None = declared("power", default=None, key="power", flag="--gpu-power", group="to train",
                                          lo="1 W", hi="100 kW", example="500 W", omitted="not stated (no energy to train)",
                                          help='power one GPU draws while training, e.g. "700 W" (default: the GPU '
                                               'preset\'s TDP, the board\'s maximum)')
+    # the board's power limit (TDP): what the preset's clocks are fitted at; a --gpu-power below it slows the
+    # compute-bound kernels (fitplan.timing.calibration.power_clock)
+    tdp_watts: float | None = declared("power", default=None, key="tdp", lo="1 W", hi="100 kW", omitted="not stated",
+                                       file_only="the board's power limit, the preset's; --gpu-power sets the power "
+                                                 "drawn")
+    # the die's generation, which picks its end-to-end clock constant (fitplan.timing.calibration)
+    architecture: str = declared("str", default="", file_only="the die's generation (ampere, hopper, blackwell, "
+                                                              "cdna3, cdna4), the preset's")
+    end_to_end: EndToEndSpec | None = declared("table", table=EndToEndSpec, default=None,
+                                               omitted="the shipped end-to-end fit (fitplan.timing.calibration)")
     # the GPU's link to host memory, per GPU and direction: what offloaded state and activations cross
     # (fitplan.timing.offload); the presets cite theirs, the default is PCIe Gen4 x16's achievable rate
     host_bytes_per_s: float = declared("rate", default=25e9, key="host_bandwidth", flag="--host-bandwidth",
@@ -119,8 +180,9 @@ class GpuSpec:
                 or not (0 <= self.efficiency_h0 < 1e7):
             raise SpecError(f"gpu.efficiency_h0 must be a hidden size in [0, 1e7), got {self.efficiency_h0!r}")
         positive_number("gpu", "peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
-        if self.peak_fp8_flops_per_s is not None:
-            positive_number("gpu", "peak_fp8_flops_per_s", self.peak_fp8_flops_per_s)
+        for name in ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s"):
+            if getattr(self, name) is not None:
+                positive_number("gpu", name, getattr(self, name))
         if self.hbm_bytes_per_s is not None:
             positive_number("gpu", "hbm_bytes_per_s", self.hbm_bytes_per_s)
         if self.power_watts is not None:

@@ -14,12 +14,15 @@ class Mlp(StrEnum):
     GELU = "gelu"       # fc1 (h -> f), GeLU, fc2 (f -> h): two matrices [gpt3]
     SWIGLU = "swiglu"   # gate and up (h -> f), SiLU(gate) * up, down (f -> h): three matrices [llama3]
     GEGLU = "geglu"     # gate and up (h -> f), GeLU(gate) * up, down (f -> h): three matrices (Gemma)
+    RELU2 = "relu2"     # fc1 (h -> f), squared ReLU relu(x)^2, fc2 (f -> h): two matrices (Nemotron-4)
 
     @property
     def gated(self) -> bool:
         """A gated MLP: gate and up projections (h -> f each) and a down projection, three
-        matrices; SwiGLU and GeGLU differ only in the activation."""
-        return self is not Mlp.GELU
+        matrices; SwiGLU and GeGLU differ only in the activation. GeLU and squared ReLU are
+        not gated: fc1 and fc2, two matrices, the same parameters, FLOPs and stored tensors
+        (fitplan.memory.activations: the activation's input and fc2's input)."""
+        return self in (Mlp.SWIGLU, Mlp.GEGLU)
 
 
 class Norm(StrEnum):
@@ -66,7 +69,8 @@ class MoeSpec:
                                              "(Qwen2-MoE's shared_expert_gate)")
     expert_bias: bool = declared("bool", default=False, flag="--expert-bias", off_flag="--no-expert-bias", group=MOE,
                                  example=True, help="a bias per routed expert on the routing scores, E numbers per "
-                                                    "MoE layer (DeepSeek-V3's e_score_correction_bias)")
+                                                    "MoE layer (DeepSeek-V3's e_score_correction_bias; gpt-oss's "
+                                                    "router bias)")
     capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
@@ -129,13 +133,14 @@ class ModelSpec:
     num_kv_heads: int = declared("int", flag="--kv-heads", group="model", lo=1, hi=2**16, example=8,
                                  help="key/value heads (grouped-query attention); default: --heads")
     ffn_hidden_size: int = declared("int", flag="--ffn", group="model", lo=1, hi=10**7, example=5632,
-                                    help="MLP hidden size; default 4*hidden for gelu")
+                                    help="MLP hidden size; default 4*hidden for gelu and relu2")
     vocab_size: int = declared("int", flag="--vocab", group="model", lo=1, hi=10**8, example=32000, help="vocabulary size")
     max_seq_len: int = declared("int", flag="--max-seq-len", group="model", lo=1, hi=10**9, example=16384,
                                 help="the longest sequence the model takes (a learned position table's rows); "
                                      "default --seq-len for a custom shape")
     mlp: Mlp = declared("enum", default=Mlp.GELU, enum=Mlp, flag="--mlp", group="model", example=Mlp.SWIGLU,
-                        help="gelu: two matrices; swiglu, geglu (Gemma): three, gated")
+                        help="gelu, relu2 (squared ReLU: Nemotron-4): two matrices; swiglu, geglu (Gemma): three, "
+                             "gated")
     norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
                           example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
     position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
@@ -168,6 +173,10 @@ class ModelSpec:
                                                 omitted="with a sliding window, every layer slides",
                                                 help="with --sliding-window: layer i attends fully when (i+1) is a "
                                                      "multiple of this (Gemma 2: 2, Gemma 3: 6)")
+    attention_sinks: bool = declared("bool", default=False, flag="--attention-sinks", off_flag="--no-attention-sinks",
+                                     group="model", example=True,
+                                     help="a learned sink logit per attention head in every layer's softmax "
+                                          "(gpt-oss): a parameters per layer; no GEMM FLOPs")
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
     mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
                                    omitted="(grouped-query) multi-head attention")

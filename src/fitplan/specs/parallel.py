@@ -95,8 +95,9 @@ class RecomputeMethod(StrEnum):
 class ParallelConfig:
     """Degrees, not rank lists. World size = tp * pp * dp * cp.
 
-    Rank order is tp innermost, then cp, then pp, then dp (Megatron-LM's default grid), so a
-    tp group is contiguous and stays inside a node when tp <= GPUs per node.
+    Rank order is tp innermost, then cp, then dp, then pp (Megatron-Core's default order
+    tp-cp-ep-dp-pp), so a tp group is contiguous and stays inside a node when tp <= GPUs per
+    node, and the pipeline stages are the outermost blocks.
     """
 
     tp: int = declared("int", default=1, flag="--tp", group=CONFIG, lo=1, hi=2**20, example=2,

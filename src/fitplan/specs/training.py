@@ -6,10 +6,22 @@ from fitplan.specs._check import positive_int
 from fitplan.specs.declare import check_ranges, declared
 
 _BPP = "bytes per parameter"
+# The GEMMs' input precision: bf16, or a low precision (Transformer Engine's recipes: fp8 with per-tensor
+# scales, delayed or current; MXFP8 with an 8-bit power-of-two scale per 32 elements; NVFP4 with an FP8 E4M3
+# scale per 16 elements and an FP32 one per tensor) at the peak it runs at, and its bytes per element, scales
+# included (TE transformer_engine/common/recipe/__init__.py; NVIDIA, Pretraining LLMs with NVFP4, arXiv:2509.25149)
+COMPUTE_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+PEAK_OF = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
+LOW_PRECISION_BYTES = {"fp8": 1, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 FINETUNE = ("full", "lora", "qlora")
 # Where LoRA adapters go (fitplan.memory.finetune): the q, k and v projections, the attention output
 # projection, the MLP's matrices (all of them: fc1/fc2, or gate/up/down). QLoRA adapts all three.
 LORA_TARGETS = ("qkv", "o", "mlp")
+# attention kernels: eager keeps the s^2 scores; the others are flash-type (memory: an fp32 logsumexp), timed
+# at their published speed (fitplan.timing.calibration.ATTENTION_EFFICIENCY)
+ATTENTION_KERNELS = ("eager", "flash", "flash2", "flash3", "cudnn")
+FRAMEWORKS = ("megatron-lm", "nemo", "torchtitan", "deepspeed", "fsdp", "hf", "torchtune")
+KERNEL_FAMILIES = ("fused", "compiled", "eager")
 # The frozen base's linear weights: 2 B, 1 B (LLM.int8), or NF4 with double quantization (~0.516 B)
 BASE_PRECISIONS = ("bf16", "int8", "nf4")
 
@@ -32,7 +44,7 @@ class Recipe:
     moments: tuple[tuple[str, int | float], ...] = declared(
         "moments", flag="--optimizer-bytes", group="training", lo=0, hi=64, example=2, unit=_BPP,
         help="custom bytes per parameter of the optimizer state (one moment named 'optimizer' on the command line)")
-    compute: str = declared("choice", default="bf16", choices=("bf16", "fp8"), flag="--compute-precision",
+    compute: str = declared("choice", default="bf16", choices=COMPUTE_PRECISIONS, flag="--compute-precision",
                             group="training", example="fp8",
                             help="GEMM precision, which picks the GPU's peak rate (default: the recipe's)")
     description: str = declared("str", default="", file_only="prose, not a setting")
@@ -80,9 +92,32 @@ class TrainingSpec:
                               example=4, help="bytes per stored activation element")
     dropout: bool = declared("bool", default=True, flag="--dropout", off_flag="--no-dropout", group="training",
                              example=False, help="dropout on: its 1-byte masks are stored")
-    attention_kernel: str = declared("choice", default="eager", choices=("eager", "flash"),
+    attention_kernel: str = declared("choice", default="eager", choices=ATTENTION_KERNELS,
                                      flag="--attention-kernel", group="training", example="flash",
-                                     help="eager stores the s^2 scores; flash keeps only an fp32 logsumexp")
+                                     help="eager stores the s^2 scores; flash (or a named one: flash2, flash3, "
+                                          "cudnn, each at its published speed) keeps only an fp32 logsumexp; "
+                                          "flash is the framework's, else the GPU generation's usual one")
+    framework: str | None = declared("choice", default=None, choices=FRAMEWORKS, flag="--framework",
+                                     group="training", example="torchtitan", omitted="none named: each setting at "
+                                     "the default of the framework that implements it",
+                                     help="the training framework, whose defaults (overlaps, kernels, loss, "
+                                          "optimizer, allocator, prefetch) apply where no flag sets them; "
+                                          "fitplan presets list shows each profile")
+    kernels: str = declared("choice", default="fused", choices=KERNEL_FAMILIES, flag="--kernels", group="training",
+                            example="eager",
+                            help="the layers' memory-bound kernels: fused (Transformer Engine, apex), compiled "
+                                 "(torch.compile) or eager (one PyTorch kernel per op); default: the framework's, "
+                                 "else fused")
+    cuda_graphs: bool = declared("bool", default=False, flag="--cuda-graphs", off_flag="--no-cuda-graphs",
+                                 group="training", example=True,
+                                 help="layers captured in CUDA graphs: no host launch overhead per layer (default: "
+                                      "the framework's, else off)")
+    moe_dispatcher: str = declared("choice", default="alltoall", choices=("alltoall", "deepep"),
+                                   flag="--moe-dispatcher", group="training", example="deepep",
+                                   help="how MoE tokens reach their experts: alltoall (NCCL all-to-all, every routed "
+                                        "copy sent: Megatron-LM's alltoall dispatcher, torchtitan's) or deepep "
+                                        "(DeepEP, Megatron-LM's flex dispatcher: a token crosses the network once "
+                                        "per node and is forwarded over NVLink)")
     moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")

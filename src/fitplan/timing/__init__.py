@@ -1,14 +1,23 @@
 """The time model: compute, communication, pipeline bubble, assembled into a step time.
 
-compute.py   FLOPs / (peak x efficiency), MFU, HFU, the optimizer step
-gemm.py      GEMM time by shape (the fitted curve), a layer's GEMMs, memory-bound kernels, fp8 casts
-comm.py      collectives as NCCL runs them (ring and tree, per protocol, over the nodes a group
-             spans) and point-to-point; which link tier a group uses
-traffic.py   what each parallel axis sends per step, and what overlaps with compute
-pipeline.py  the bubble (Narayanan et al. Sec. 2.2) and micro-batch counts
-step.py      the assembler: step_time (RAW or Trace), evaluate_step (one config) and per_layer
+compute.py        FLOPs / (peak x efficiency), MFU, HFU, the optimizer step's traffic
+gemm.py           GEMM time by shape (the fitted curve), a layer's GEMMs, memory-bound kernels, fp8 casts
+work.py           what a micro-batch computes on a stage: FLOPs by class, recompute, the pacing rank
+passes.py         a micro-batch's forward and backward, one layer's, the optimizer step
+comm.py           collectives as NCCL runs them (ring and tree, per protocol, over the nodes a group
+                  spans) and point-to-point; which link tier a group uses
+traffic.py        what each parallel axis sends per step, and what overlaps with compute
+axes.py           tensor, context and pipeline parallel time; the groups' placement
+expert.py         expert parallel: the MoE all-to-alls
+data_parallel.py  gradient reductions and parameter gathers, ZeRO 0-3, hybrid sharding
+pipeline.py       the bubble (Narayanan et al. Sec. 2.2) and micro-batch counts
+offload.py        host-link traffic and the CPU optimizer step under offload
+step.py           the assembler: step_time (RAW or Trace), the parts and the rates
+breakdown.py      evaluate_step (one configuration, explained) and per_layer
+to_train.py       days, GPU-hours, cost and energy to train
 """
-from fitplan.timing.step import AxisComm, StageLayers, StepBreakdown, evaluate_step, per_layer, step_time
+from fitplan.timing.breakdown import AxisComm, StageLayers, StepBreakdown, evaluate_step, per_layer
+from fitplan.timing.step import step_time
 from fitplan.timing.traffic import DDP_BUCKET_BYTES
 
 __all__ = ["AxisComm", "DDP_BUCKET_BYTES", "StageLayers", "StepBreakdown", "evaluate_step", "per_layer",

@@ -35,19 +35,19 @@ each GPU's share for off-node peers leaving through its own NIC (an all-to-all c
 several NICs: nccl-tests#267). Point-to-point sends: alpha + S/B over the tier they cross.
 
 Which link a group uses follows from the rank grid. Ranks are numbered tp innermost, then
-cp, then pp, then dp (ParallelConfig), so a group's members are `stride` apart:
-  tp: 1    cp: tp    pp: tp*cp    dp: tp*cp*pp
-A group of n members `stride` apart lies inside one node of G GPUs iff stride*n <= G and
-stride*n divides G (nodes hold whole groups; otherwise some group straddles two nodes). A "node"
-is the NVLink domain: the GPUs one intra-node link joins (8 on an HGX board, the 72 GPUs of a
-GB200 NVL72 rack).
+cp, then dp, then pp (Megatron-Core's order tp-cp-ep-dp-pp, parallel_state.py
+initialize_model_parallel; torchtitan's and DeepSpeed's meshes put pp outermost too), so a
+group's members are `stride` apart:
+  tp: 1    cp: tp    dp: tp*cp    pp: tp*cp*dp
+and the gradient reduction's dp x cp group is cp*dp ranks tp apart. A group of n members
+`stride` apart lies inside one node of G GPUs iff stride*n <= G and stride*n divides G
+(nodes hold whole groups; otherwise some group straddles two nodes). A "node" is the NVLink
+domain: the GPUs one intra-node link joins (8 on an HGX board, the 72 GPUs of a GB200 NVL72 rack).
 
-Expert parallelism has no stride of its own: its ep ranks are drawn from one pipeline
-stage's tp x cp x dp ranks (expert tensor parallel 1, as in Megatron-LM's expert grid, which
-lays ep right after expert-tp and lets it run on into the data-parallel ranks), taken in
-that order. Up to tp*cp of them are consecutive ranks; past that, the group continues on
-the next data-parallel replica, tp*cp*pp ranks further on, so with pp > 1 a group of more
-than tp*cp ranks is not contiguous (ep_group_is_intra_node).
+Expert parallelism has no stride of its own: its ep ranks are consecutive ranks of one
+pipeline stage's tp x cp x dp block (expert tensor parallel 1, Megatron-Core's expert grid
+etp-ep-dp-pp), and the expert-data-parallel group that reduces the experts' gradients is
+the ranks ep apart.
 """
 from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.explain import BYTES, COUNT, SECONDS, formula
@@ -56,7 +56,7 @@ from fitplan.specs.cluster import GpuSpec
 
 THAKUR = Cite("thakur", "Sec. 4 (ring all-gather, reduce-scatter; all-reduce = RS + AG)")
 NCCL = Cite("nccl", "src/graph/tuning.cc (ncclTunerConstantsDefaults, ncclTopoTuneModel, ncclTopoGetAlgoTime)")
-GRID = Cite("fitplan", "formulas.md#link-tier (rank order tp-cp-pp-dp, ParallelConfig)")
+GRID = Cite("fitplan", "formulas.md#link-tier (rank order tp-cp-dp-pp, Megatron-Core parallel_state.py)")
 # kind -> ring phases: an all-reduce is a reduce-scatter followed by an all-gather; an
 # all-to-all (pairwise exchange) sends (n-1)/n of the buffer, like an all-gather.
 PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
@@ -140,11 +140,13 @@ def nccl_choice(*, kind, n, k, S, B_in, a_in, B_net, a_net) -> tuple:
     return algo, proto
 
 
-def _collective_text(*, kind, **_):
+def _collective_text(*, kind, a_fw=0, **_):
+    fw = " + a_fw" if a_fw is not None and not (isinstance(a_fw, (int, float)) and a_fw == 0) else ""
     if kind == "all_to_all":
-        return "count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net)), r = n/k  (all-to-all, every peer at once)"
+        return (f"count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net){fw}), r = n/k  (all-to-all, every peer at "
+                f"once)")
     algos = "ring, tree" if kind == "all_reduce" else "ring"
-    return (f"count*min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth), n ranks over k "
+    return (f"count*(min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth){fw}), n ranks over k "
             f"nodes  ({kind.replace('_', '-')}; formulas.md#collectives)")
 
 
@@ -152,8 +154,9 @@ def _collective_text(*, kind, **_):
          ("NCCL picks the algorithm and protocol its cost model says is fastest; NVLink SHARP, CollNet and PAT "
           "are not modelled",
           "B_in, B_net: the links' per-GPU rates times their bus efficiency; one NIC per GPU (rail-optimised)"))
-def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net):
-    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes."""
+def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net, a_fw=0):
+    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes; a_fw: the framework's
+    own time per collective (fitplan.timing.calibration)."""
     r = n / k
     if kind == "all_to_all":
         t = select(k == 1, a_in, a_net) + maximum((r - 1) / n * S / B_in, (n - r) / n * S / B_net)
@@ -161,6 +164,7 @@ def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net):
         t = None
         for _, _, x in algorithm_times(kind=kind, n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net):
             t = x if t is None else minimum(t, x)
+    t = t + a_fw
     return select(n > 1, count * t, 0 * t)
 
 
@@ -187,40 +191,17 @@ def p2p_wire_bytes(*, count, S):
     return count * S
 
 
-def rank_strides(*, tp, cp, pp) -> dict:
-    """Distance between consecutive members of each axis's group, rank order tp-cp-pp-dp."""
-    return {"tp": 1 + 0 * tp, "cp": tp, "pp": tp * cp, "dp": tp * cp * pp}
+def rank_strides(*, tp, cp, dp) -> dict:
+    """Distance between consecutive members of each axis's group, rank order tp-cp-dp-pp."""
+    return {"tp": 1 + 0 * tp, "cp": tp, "dp": tp * cp, "pp": tp * cp * dp}
 
 
 @formula("link/intra_node", "n == 1 or (stride*n <= G and G % (stride*n) == 0)", GRID, COUNT,
-         ("ranks numbered tp innermost, then cp, pp, dp; nodes of G consecutive ranks",))
+         ("ranks numbered tp innermost, then cp, dp, pp; nodes of G consecutive ranks",))
 def group_is_intra_node(*, stride, n, G):
     """True where every group of this axis lies inside one node (a group of 1 sends nothing)."""
     span = stride * n
     return (n == 1) | ((span <= G) & (G % span == 0))
-
-
-@formula("link/dp_intra", "intra(dp group) and intra(cp group)", GRID, COUNT,
-         ("gradients are reduced over dp x cp ranks (context-parallel ranks hold the same weights)",))
-def dp_cp_group_is_intra_node(*, dp_intra, cp_intra):
-    """The dp x cp group (cp members tp apart, dp members tp*cp*pp apart) fits a node iff both do."""
-    return dp_intra & cp_intra
-
-
-@formula("link/ep_intra", "p == 1 or ep within a tp*c block: intra(stride 1, n=ep); else "
-         "intra(stride 1, n=t*c) and intra(stride t*c*p, n=ep/(t*c))", GRID, COUNT,
-         ("ep ranks are one pipeline stage's tp x cp x dp ranks in that order (expert tensor parallel 1): "
-          "consecutive within a tp x cp block, then tp*cp*pp apart across data-parallel replicas",))
-def ep_group_is_intra_node(*, t, c, p, ep, G):
-    """True where every expert-parallel group lies inside one node. A group that does not
-    tile the tp x cp blocks (neither divides the other) counts as leaving the node when
-    p > 1: one of its groups steps over the other stages' ranks."""
-    inner = t * c
-    contiguous = group_is_intra_node(stride=1, n=ep, G=G)
-    within = (ep <= inner) & (inner % ep == 0)
-    spans = ((ep % inner == 0) & group_is_intra_node(stride=1, n=inner, G=G)
-             & group_is_intra_node(stride=inner * p, n=maximum(ep // inner, 1), G=G))
-    return select((p == 1) | within, contiguous, spans)
 
 
 @formula("link/nodes", "1 if intra else (n if stride >= G else max(2, ceil(n/floor(G/stride))))", GRID, COUNT,
@@ -229,25 +210,6 @@ def group_nodes(*, stride, n, G, intra):
     """Nodes one group of this axis spans: its members `stride` apart, G GPUs per node."""
     per_node = maximum(G // maximum(stride, 1), 1)
     return select(intra, 1 + 0 * n, select(stride >= G, n, maximum(2, ceil_div(n, per_node))))
-
-
-@formula("link/dp_nodes", "k_dp if the cp group is inside a node, else k_cp*dp", GRID, COUNT,
-         ("the dp x cp group: each data-parallel replica's cp ranks, tp apart, repeated tp*cp*pp ranks on",))
-def dp_cp_group_nodes(*, k_dp, k_cp, dp, cp_intra):
-    return select(cp_intra, k_dp, k_cp * dp)
-
-
-@formula("link/ep_nodes", "1 if intra; blocks of t*c consecutive ranks t*c*p apart (p > 1, ep > t*c): "
-         "nodes(t*c*p, ep/(t*c)); else consecutive ranks: max(2, ceil(ep/G))", GRID, COUNT)
-def ep_group_nodes(*, t, c, p, ep, G, intra):
-    """Nodes one expert-parallel group spans (the layout of ep_group_is_intra_node)."""
-    inner = t * c
-    contiguous = maximum(2, ceil_div(ep, G))
-    blocks = maximum(ep // inner, 1)
-    spread = select(inner <= G, group_nodes(stride=inner * p, n=blocks, G=G, intra=False),
-                    ceil_div(inner, G) * blocks)
-    use_spread = (p > 1) & (ep > inner) & (ep % inner == 0)
-    return select(intra, 1 + 0 * ep, select(use_spread, maximum(spread, 2), contiguous))
 
 
 def tiers(gpu: GpuSpec) -> dict:

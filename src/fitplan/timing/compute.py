@@ -10,27 +10,30 @@ from fitplan.errors import SpecError
 from fitplan.explain import FLOPS, RATIO, SECONDS, formula
 from fitplan.sources import Cite
 from fitplan.specs.cluster import GpuSpec
+from fitplan.specs.training import PEAK_OF
 
 TABLE5 = Cite("korthikanti", "Table 5 (MFU, HFU)")
 
 
 def peak_flops_per_s(gpu: GpuSpec, compute: str) -> float:
-    """The GPU's dense peak for a recipe's GEMM precision ("bf16" or "fp8")."""
-    if compute == "fp8":
-        if gpu.peak_fp8_flops_per_s is None:
-            raise SpecError(f"gpu {gpu.name} has no fp8 peak rate (no fp8 tensor cores); "
-                            f"use a bf16 recipe such as --precision mixed-adam, or an fp8 GPU such as h100-80gb")
-        return gpu.peak_fp8_flops_per_s
-    return gpu.peak_bf16_flops_per_s
+    """The GPU's dense peak for a recipe's GEMM precision (bf16, fp8, mxfp8 at the fp8 rate, nvfp4 at the fp4)."""
+    kind = PEAK_OF[compute]
+    peak = {"bf16": gpu.peak_bf16_flops_per_s, "fp8": gpu.peak_fp8_flops_per_s,
+            "fp4": gpu.peak_fp4_flops_per_s}[kind]
+    if peak is None:
+        raise SpecError(f"gpu {gpu.name} has no {kind} peak rate (no {kind} tensor cores) for --compute-precision "
+                        f"{compute}; use a bf16 recipe such as --precision mixed-adam, or a GPU with {kind} tensor "
+                        f"cores (fitplan presets list)")
+    return peak
 
 
-@formula("ratio/gemm_ceiling", lambda *, h0, **_: "eff_max" if h0 == 0 else "eff_max*h/(h + h0)",
+@formula("ratio/gemm_ceiling", lambda *, h0, **_: "eff_max*clock" if h0 == 0 else "eff_max*clock*h/(h + h0)",
          Cite("fitplan", "formulas.md#gemm-efficiency (--gemm-efficiency-h0: fitplan's former curve, fitted to "
-                         "Korthikanti Table 5)"), RATIO,
-         ("the GPU's fitted ceiling; a given --gemm-efficiency-h0 scales it by h/(h + h0), as the former "
-          "one-number curve did",))
-def gemm_ceiling(*, eff_max, h, h0):
-    return eff_max * h / (h + h0)
+                         "Korthikanti Table 5; clock: docs/calibration.md)"), RATIO,
+         ("the GPU's fitted ceiling at the clock long runs sustain (fitplan.timing.calibration); a given "
+          "--gemm-efficiency-h0 scales it by h/(h + h0), as the former one-number curve did",))
+def gemm_ceiling(*, eff_max, h, h0, clock=1.0):
+    return eff_max * clock * h / (h + h0)
 
 
 @formula("flops/per_gpu", "F/(t*c)", Cite("fitplan", "formulas.md#flops (Megatron column/row-parallel GEMMs)"),

@@ -26,31 +26,13 @@ V vocabulary.
 """
 from dataclasses import dataclass
 
-from fitplan.arith import maximum, select
+from fitplan.arith import maximum
 from fitplan.explain import RATIO, SECONDS, formula
 from fitplan.sources import Cite
+from fitplan.specs.training import LOW_PRECISION_BYTES
+from fitplan.timing import elementwise as E
 
 GEMM = Cite("fitplan", "formulas.md#gemm-efficiency (constants: bench/calibrate.py on bench/gemm_points.csv)")
-ELEMENTWISE = Cite("fitplan", "formulas.md#elementwise-traffic (kappa: bench/calibrate.py on Korthikanti Table 4/5)")
-FP8_CASTS = Cite("transformer-engine", "fp8 casts before each fp8 GEMM, transposed copies for wgrad on Hopper, "
-                                       "weights cast once per step (is_first_microbatch); DelayedScaling's amax "
-                                       "history (amax_history_len = 1024) updated once per step")
-
-# HBM bytes the memory-bound kernels of a layer (norms, activation functions, dropout, softmax,
-# residual adds, bias adds) move per byte of activation the layer stores for backward, in the forward
-# pass: fitted by bench/calibrate.py together with the A100 GEMM ceiling on Korthikanti Table 4 (the 22B
-# layer's times) and Table 5 (8 iteration times) and A100's maximum matmul rate (Megatron-LM's fused kernels
-# of 2022; a counted tally of such kernels gives 1 to 2, so it also carries what the model leaves out of
-# those runs, e.g. the communication Table 4 notes: see tests/papers/test_korthikanti_time.py).
-KAPPA = 3.0
-# The backward's memory-bound kernels move 1.5 times the forward's bytes: an elementwise op, a norm or a
-# softmax reads its output gradient and its saved input (or output) and writes its input gradient, three
-# tensors against the forward's two (read the input, write the output).
-BACKWARD_TRAFFIC = 1.5
-# Transformer Engine DelayedScaling: amax_history_len = 1024 fp32 entries per fp8 tensor
-AMAX_HISTORY = 1024
-
-
 @formula("time/gemm", "max(2*g*m*n*k/(eff_max*peak), g*(e_in*(m*k + k*n) + e_out*m*n)/W) + t0", GEMM, SECONDS,
          ("a GEMM runs at eff_max of the dense peak unless moving its operands (read once) and result (written "
           "once) at W takes longer; t0 per kernel (no W: the operand term is left out)",))
@@ -77,38 +59,6 @@ def sustained_efficiency(*, F, T, peak):
     return F / (peak * T)
 
 
-@formula("time/layer_elementwise", "kappa*A/W_hbm  (A: the bytes the layer stores for backward, no recompute)",
-         ELEMENTWISE, SECONDS,
-         ("memory-bound kernels move kappa bytes of HBM traffic per byte of activation the layer stores; "
-          "a flash kernel's softmax is inside the attention GEMMs",))
-def elementwise_s(*, A, kappa, W):
-    return kappa * A / W
-
-
-@formula("bytes/fp8_casts_forward", "(e + 1)*X + ((e + 2)*W_el + 2*4*H*3*n_g)/m  (input casts; weights and amax "
-                                    "history once per step)", FP8_CASTS, "bytes")
-def fp8_cast_forward_bytes(*, X, W_el, n_g, e, m, H=AMAX_HISTORY):
-    """Per micro-batch and layer: each fp8 GEMM's input read at e bytes and written at 1 (X
-    elements); its weight (W_el elements) read at e and written in fp8 with its transpose, and
-    the amax histories of its three fp8 tensors (input, weight, grad) read and written, once
-    per step of m micro-batches."""
-    return (e + 1) * X + ((e + 2) * W_el + 2 * 4 * H * 3 * n_g) / m
-
-
-@formula("bytes/fp8_casts_backward", "(e + 1)*Y + X + Y  (output-gradient casts; transposed fp8 copies for wgrad)",
-         FP8_CASTS, "bytes")
-def fp8_cast_backward_bytes(*, X, Y, e):
-    """Per micro-batch and layer: each fp8 GEMM's output gradient (Y elements) read at e and
-    written at 1, and the transposed fp8 copies of its input and output gradient the weight-
-    gradient GEMM reads (Hopper's layout; an upper bound on Blackwell)."""
-    return (e + 1) * Y + X + Y
-
-
-@formula("time/fp8_casts", "bytes/W_hbm", FP8_CASTS, SECONDS)
-def cast_s(*, bytes_, W):
-    return bytes_ / W
-
-
 @dataclass(frozen=True, slots=True)
 class Gemm:
     """One GEMM of a layer on one GPU: g groups (heads, local experts) of (m x k)(k x n).
@@ -118,7 +68,6 @@ class Gemm:
     n: object
     k: object
     g: object = 1
-    writes: bool = True   # False: the (m x n) result stays on chip (a flash kernel's scores)
 
     @property
     def flops(self):
@@ -166,16 +115,13 @@ def linear_gemms(model, *, T, t, ep=1, moe_layer=False, rho=1) -> tuple[Gemm, ..
     return out + mlp_linears(model, T=T_e, t=1, f=e.expert_ffn_size, tag="experts", g=e.num_experts / ep)
 
 
-def core_gemms(model, *, b, s, t, c, kernel) -> tuple[Gemm, ...]:
-    """The attention core per GPU: b*a/t heads of s/c local queries against s keys. Eager: the
-    scores Q K^T and the context P V as two batched GEMMs (the s^2 scores written and read
-    back). Flash: one fused kernel, the same FLOPs over Q, K, V and O only (the scores stay on
-    chip), written as one GEMM of inner size d_qk + d_v."""
+def core_gemms(model, *, b, s, t, c) -> tuple[Gemm, ...]:
+    """An eager attention core per GPU: b*a/t heads of s/c local queries against s keys, the scores
+    Q K^T and the context P V as two batched GEMMs (the s^2 scores written and read back). A flash
+    kernel is timed at its benchmarked efficiency instead (flash_core_efficiency)."""
     a = model.num_heads
     d_qk, d_v = model.q_size / a, model.kv_size / a if model.mla is not None else model.q_size / a
     heads, q_len = b * a / t, s / c
-    if kernel == "flash":
-        return (Gemm("attention_core", q_len, s, d_qk + d_v, heads, writes=False),)
     return (Gemm("attention_scores", q_len, s, d_qk, heads), Gemm("attention_context", q_len, d_v, s, heads))
 
 
@@ -211,17 +157,31 @@ class LayerRates:
     cast_backward_s: object
 
 
-def rates(ev, gpu, *, h, compute: str) -> dict:
-    """The bf16 and linear-GEMM rates of a GPU for a recipe's precision."""
+def rates(ev, gpu, *, h, compute: str, clock=1.0) -> dict:
+    """The bf16 and linear-GEMM rates of a GPU for a recipe's precision; clock: the fraction of the
+    boost clock compute-bound kernels sustain (fitplan.timing.calibration), scaling each ceiling."""
     from fitplan.timing import compute as C
-    bf16 = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling", eff_max=gpu.efficiency, h=h, h0=gpu.efficiency_h0),
-                gpu.peak_bf16_flops_per_s, 2)
-    if compute != "fp8":
+    bf16 = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling", eff_max=gpu.efficiency, h=h, h0=gpu.efficiency_h0,
+                   clock=clock), gpu.peak_bf16_flops_per_s, 2)
+    if compute == "bf16":
         return {"bf16": bf16, "linear": bf16}
-    fp8_max = gpu.efficiency if gpu.efficiency_fp8 is None else gpu.efficiency_fp8
-    fp8 = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling_fp8", eff_max=fp8_max, h=h, h0=gpu.efficiency_h0),
-               C.peak_flops_per_s(gpu, "fp8"), 1)
-    return {"bf16": bf16, "linear": fp8}
+    # a low precision's GEMMs at the fp8 ceiling (no measured MXFP8 or NVFP4 curve: an assumption, said)
+    low_max = gpu.efficiency if gpu.efficiency_fp8 is None else gpu.efficiency_fp8
+    low = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling_fp8", eff_max=low_max, h=h, h0=gpu.efficiency_h0,
+                  clock=clock), C.peak_flops_per_s(gpu, compute), LOW_PRECISION_BYTES[compute])
+    return {"bf16": bf16, "linear": low}
+
+
+# A causal mask: a flash kernel skips the blocks above the diagonal, about half the s^2 FLOPs the attention
+# core counts (FlashAttention-2, Dao 2023, Sec. 3.1.1; the benchmarks count causal FLOPs at half)
+CAUSAL_FRACTION = 0.5
+
+
+@formula("ratio/flash_core_efficiency", "eta*clock/causal  (of the counted, full-mask FLOPs)",
+         Cite("fitplan", "docs/calibration.md#attention (the kernels' published benchmarks, fitted end to end)"),
+         RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta of the bf16 peak",))
+def flash_core_efficiency(*, eta, clock, causal=CAUSAL_FRACTION):
+    return eta * clock / causal
 
 
 def operand_bandwidth(gpu):
@@ -235,82 +195,36 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = ""):
     W = operand_bandwidth(gpu)
     for gm in gemms:
         eff = ev(gemm_efficiency, key=f"ratio/gemm/{prefix}{gm.name}", m=gm.m, n=gm.n, k=gm.k, g=gm.g,
-                 eff_max=rate.eff_max, peak=rate.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rate.e_in,
-                 e_out=2 if gm.writes else 0)
+                 eff_max=rate.eff_max, peak=rate.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rate.e_in)
         F_sum = F_sum + gm.flops
         T_sum = T_sum + gm.flops / (rate.peak * eff)
     return F_sum, T_sum
 
 
-def _mix(n_dense, L, dense, moe):
-    """The stage's average over its n_dense dense and L - n_dense MoE layers; a stage without
-    layers (--first-stage-layers 0: the embedding alone) takes the MoE layer's, which its zero
-    layers multiply away."""
-    if n_dense is None:
-        return dense
-    return select(L > 0, (n_dense * dense + (L - n_dense) * moe) / maximum(L, 1), moe)
-
-
-def layer_rates(ev, setup, c, *, L, n_dense, m) -> LayerRates:
+def layer_rates(ev, setup, c, *, L, n_dense, m, e2e) -> LayerRates:
     """The stage's GEMM efficiencies at the candidate's degrees (tp, cp, ep, micro-batch), and
     its memory-bound seconds per layer. c: a ParallelConfig or the search's grid; L and
-    n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step."""
+    n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step; e2e: the
+    end-to-end constants (fitplan.timing.calibration.EndToEnd)."""
     from fitplan.memory.breakdown import Shapes
     model, gpu, training = setup.model, setup.cluster.gpu, setup.training
     sh = Shapes.of(setup)
-    r = rates(ev, gpu, h=sh.h, compute=training.recipe.compute)
+    r = rates(ev, gpu, h=sh.h, compute=training.recipe.compute, clock=e2e.clock)
     T = c.micro_batch * sh.s / c.cp
     kinds = [linear_gemms(model, T=T, t=c.tp)]
     if n_dense is not None:
         kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
     sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix) for g, prefix in zip(kinds, ("", "moe/"))]
     F_lin, T_lin = (sums[0] if n_dense is None else
-                    (_mix(n_dense, L, sums[0][0], sums[1][0]), _mix(n_dense, L, sums[0][1], sums[1][1])))
+                    (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
-    F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp, kernel=sh.kernel),
-                                 r["bf16"], gpu)
-    eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
+    if sh.kernel == "flash":
+        eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, clock=e2e.clock)
+    else:
+        F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"], gpu)
+        eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
     F_h, T_h = class_flops_and_s(ev, head_gemms(model, T=T, t=c.tp), r["bf16"], gpu)
     eff_head = ev(sustained_efficiency, key="ratio/head_efficiency", F=F_h, T=T_h, peak=r["bf16"].peak)
-    mem, rerun = _elementwise(ev, setup, c, sh, L=L, n_dense=n_dense)
-    cast_f, cast_b = _fp8_casts(ev, setup, sh, kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch)
+    mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise)
+    cast_f, cast_b = E.fp8_casts(ev, setup, sh, kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch)
     return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b)
-
-
-def _elementwise(ev, setup, c, sh, *, L, n_dense):
-    """Forward elementwise seconds per layer (stage average), and what recompute reruns of
-    them: the traffic of the activations it did not store."""
-    from fitplan.memory import activations as A
-    from fitplan.specs.parallel import Recompute
-    W = setup.cluster.gpu.hbm_bytes_per_s
-    if W is None:   # no HBM figure: the memory-bound kernels are left out
-        zero = 0 * c.micro_batch
-        return zero, zero
-    layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
-    extras = [("", {})] if n_dense is None else [("", {}), ("_moe", sh.moe.kw())]
-    full = [ev(A.per_layer_bytes, key=f"bytes/layer_activations{tag}", recompute=Recompute.NONE, **layer, **extra)
-            for tag, extra in extras]
-    A_none = full[0] if n_dense is None else _mix(n_dense, L, full[0], full[1])
-    mem = ev(elementwise_s, A=A_none, kappa=KAPPA, W=W)
-    if c.recompute == Recompute.NONE:
-        return mem, 0 * mem
-    kept = [ev(A.per_layer_bytes, key=f"bytes/layer_activations_stored{tag}", recompute=c.recompute, **layer, **extra)
-            for tag, extra in extras]
-    A_kept = kept[0] if n_dense is None else _mix(n_dense, L, kept[0], kept[1])
-    return mem, ev(elementwise_s, key="time/layer_elementwise_rerun", A=A_none - A_kept, kappa=KAPPA, W=W)
-
-
-def _fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like):
-    """fp8 recipes: the casts' and amax bookkeeping's traffic per layer (stage average),
-    forward and backward, at HBM bandwidth. kinds: the dense (and MoE) layers' linear GEMMs."""
-    W = setup.cluster.gpu.hbm_bytes_per_s
-    if setup.training.recipe.compute != "fp8" or W is None:
-        zero = 0 * like
-        return zero, zero
-    elements = [(sum(gm.g * gm.m * gm.k for gm in gs), sum(gm.g * gm.m * gm.n for gm in gs),
-                 sum(gm.g * gm.k * gm.n for gm in gs)) for gs in kinds]
-    X, Y, W_el = elements[0] if n_dense is None else (_mix(n_dense, L, a, b) for a, b in zip(*elements))
-    f = ev(cast_s, key="time/fp8_casts_forward", W=W, bytes_=ev(
-        fp8_cast_forward_bytes, X=X, W_el=W_el, n_g=len(kinds[-1]), e=sh.e, m=m))
-    b = ev(cast_s, key="time/fp8_casts_backward", W=W, bytes_=ev(fp8_cast_backward_bytes, X=X, Y=Y, e=sh.e))
-    return f, b

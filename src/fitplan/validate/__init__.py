@@ -61,6 +61,13 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
     if getattr(model, "mla", None) is not None:   # the reference attention is (grouped-query) multi-head only
         raise SpecError(f"model {model.name}: the reference model has no MLA layers; validate a model with "
                         f"multi-head or grouped-query attention")
+    if model.mlp not in (Mlp.GELU, Mlp.RELU2, Mlp.SWIGLU) or (model.moe is not None and model.mlp is Mlp.RELU2):
+        raise SpecError(f"model {model.name}: the reference model has no {model.mlp.value} "
+                        f"{'experts' if model.moe is not None else 'MLP'}; validate a gelu, relu2 (dense) or swiglu "
+                        f"model")
+    if model.attention_sinks:
+        raise SpecError(f"model {model.name}: the reference attention has no sinks; validate a model without "
+                        f"attention_sinks")
     if model.moe is not None and model.linear_bias:
         raise SpecError(f"model {model.name}: MoE with linear biases is not validated: the planner's expert_params "
                         f"counts no bias on the experts' down projections, which Megatron-LM's experts have; "

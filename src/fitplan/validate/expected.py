@@ -14,7 +14,7 @@ from fitplan.memory.breakdown import Setup, Shapes, stage_memory
 from fitplan.presets import gpu, recipe
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
 from fitplan.specs.model import Norm, Position
-from fitplan.timing.step import step_flops
+from fitplan.timing.work import step_flops
 from fitplan.validate.report import Extra
 
 RECIPE = "fp32-adam"         # the distributed checks train fp32 weights with torch.optim.Adam
@@ -165,7 +165,7 @@ def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_byte
 def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,
                   lora: tuple[int, str] | None = None) -> int:
     """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
-    (recompute included) through the whole model: timing.step.step_flops, the assembly the
+    (recompute included) through the whole model: timing.work.step_flops, the assembly the
     step time uses (MoE: the dense and MoE layers' average, rho = 1, the model's FLOPs)."""
     f = step_flops(RAW, setup_for(model, seq_len=seq_len, act_bytes=2, lora=lora), "flops/microbatch", B=micro_batch,
                    L=model.num_layers, recompute=recompute,

@@ -12,8 +12,10 @@ plus a few tensors PyTorch cannot avoid, which fitplan.validate.expected names o
 * separate q, k, v projections (the fused QKV matrix has the same parameters); tensor
   parallelism then splits them column-wise by heads without reshuffling.
 * GeLU MLP: fc1 output (the GeLU input) and the GeLU output are stored: n = 2.
+  Squared ReLU as Megatron-LM's squared_relu, relu(x)^2 (megatron/core/activations.py): relu
+  saves its output, which pow reuses as its input, and fc2 its input: n = 2.
   SwiGLU via SwiGLUFunction, which saves only the gate and up outputs; the down projection
-  saves their product: n = 3.
+  saves their product: n = 3. GeGLU has no reference MLP (run_validation refuses it).
 * RMSNorm via RMSNormFunction, which saves its input and an fp32 rstd (torch 2.13's
   F.rms_norm on CPU is composite and stores fp32 copies of the input instead).
 * MoE layers (ModelSpec.moe, after the first first_dense_layers): fitplan.validate.reference_moe,
@@ -202,6 +204,13 @@ class GeluMlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
+class Relu2Mlp(GeluMlp):
+    """fc1, squared ReLU, fc2 (Nemotron-4), the activation written as Megatron-LM's squared_relu."""
+
+    def forward(self, x):
+        return self.fc2(torch.pow(F.relu(self.fc1(x)), 2))
+
+
 class SwiGluMlp(nn.Module):
     def __init__(self, spec: ModelSpec, ffn: int | None = None):
         super().__init__()
@@ -212,6 +221,14 @@ class SwiGluMlp(nn.Module):
 
     def forward(self, x):
         return self.down(SwiGLUFunction.apply(self.gate(x), self.up(x)))
+
+
+MLPS = {Mlp.GELU: GeluMlp, Mlp.RELU2: Relu2Mlp, Mlp.SWIGLU: SwiGluMlp}   # the MLP kinds the reference builds
+
+
+def make_mlp(spec: ModelSpec, ffn: int | None = None) -> nn.Module:
+    """The dense MLP of spec's kind, of width ffn (default spec.ffn_hidden_size)."""
+    return MLPS[spec.mlp](spec, ffn)
 
 
 class Block(nn.Module):
@@ -227,7 +244,7 @@ class Block(nn.Module):
 
             self.mlp = MoeMlp(spec, ep_group=ep_group)
         else:
-            self.mlp = SwiGluMlp(spec) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec)
+            self.mlp = make_mlp(spec)
         self.p = p
         self.full = recompute is Recompute.FULL
         self.op = recompute is Recompute.OP

@@ -42,7 +42,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fitplan.specs.model import Mlp, ModelSpec
-from fitplan.validate.reference_model import GeluMlp, SwiGluMlp, swiglu_backward
+from fitplan.validate.reference_model import GeluMlp, make_mlp, swiglu_backward
+
+EXPERT_MLPS = (Mlp.GELU, Mlp.SWIGLU)   # the kinds whose weighted activation expert_forward implements
 
 ROUTER_Z_LOSS = 1e-3   # ST-MoE's coefficient (Zoph et al. 2022, Sec. 3.1)
 
@@ -141,14 +143,13 @@ def expert_forward(mlp: nn.Module, x, p):
     probability enters at the activation function, and weights fc2's bias."""
     if hasattr(mlp, "gate"):
         h, fc2 = WeightedSwiGLU.apply(mlp.gate(x), mlp.up(x), p), mlp.down
-    else:
+    elif type(mlp) is GeluMlp:
         h, fc2 = WeightedGelu.apply(mlp.fc1(x), p), mlp.fc2
+    else:
+        raise ValueError(f"the reference experts' weighted activations are {', '.join(EXPERT_MLPS)}, "
+                         f"not {type(mlp).__name__}")
     out = F.linear(h, fc2.weight)
     return out if fc2.bias is None else out + (p * fc2.bias).to(out.dtype)
-
-
-def make_mlp(spec: ModelSpec, ffn: int) -> nn.Module:
-    return SwiGluMlp(spec, ffn) if spec.mlp is Mlp.SWIGLU else GeluMlp(spec, ffn)
 
 
 class MoeMlp(nn.Module):

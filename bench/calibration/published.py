@@ -1,0 +1,252 @@
+"""The published calibration runs (bench/calibration/*.toml) as fitplan plans.
+
+Each row of the sources in ../shared/CALIBRATION.md (transcribed as published in the TOML files beside
+this one) becomes the `fitplan plan` flags that state it: the model preset, the GPU of its system, the
+layout exactly as published, the framework and what its workload configuration sets. What the row and
+its configuration leave open is assumed here, once per source, and said in the row's `assumed`. A row
+fitplan cannot state stays in the set with the reason, and counts as a miss.
+
+    rows()          every row: Mapped(id, source, group, flags or None, measured, assumed, why_not)
+    runs()          the stated rows resolved as fitplan.calibrate.runs.Run, with their published step time
+"""
+import math
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FILES = ("megatron_bridge.toml", "nemo.toml", "automodel.toml", "papers.toml")
+
+# The systems' GPUs (CALIBRATION.md "What a system is")
+SYSTEMS = {"DGX-H100": "h100-80gb", "DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-GB300": "gb300",
+           "DGX-B300": "b300", "DGX-A100 80GB (Selene)": "a100-80gb"}
+NODE = {"gb200": 72, "gb300": 72}   # NVL72: one NVLink domain of 72 GPUs
+
+# The models as the pages name them -> fitplan presets
+MODELS = {
+    "LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
+    "LLAMA3-8B": "llama3-8b", "LLAMA3-70B": "llama3-70b", "Llama3 70B": "llama3-70b",
+    "Llama3 8B": "llama3-8b", "Llama3 70B 2-node": "llama3-70b",
+    "LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b",
+    "DeepSeekV3": "deepseek-v3", "DeepSeek V3 671B": "deepseek-v3", "Kimi K2": "kimi-k2",
+    "GPT OSS 120B": "gpt-oss-120b", "GPT-OSS 120B": "gpt-oss-120b", "GPT-OSS 20B": "gpt-oss-20b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3 MoE 30B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "GPT3-5B": "nemo-gpt3-5b", "GPT3-20B": "nemo-gpt3-20b", "GPT3-175B": "gpt3-175b",
+    "Nemotron-8B": "nemotron3-8b", "Nemotron-22B": "nemotron3-22b", "Nemotron-340B": "nemotron4-340b",
+    "Qwen2.5 7B": "qwen2.5-7b", "Qwen2.5 32B": "qwen2.5-32b", "Qwen2.5 32B 2-node": "qwen2.5-32b",
+}
+
+
+@dataclass(frozen=True)
+class Mapped:
+    id: str
+    source: str                # the file's stem
+    group: str                 # the model family, left out together in cross-validation
+    flags: str | None          # the plan's flags; None: fitplan cannot state the row (why_not says why)
+    measured: tuple            # ("step_s", s) or ("tflops_hw", X): the published figure
+    assumed: tuple = ()        # what the row and its configuration leave open, and what is taken
+    why_not: str = ""
+    row: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def stated(self) -> bool:
+        return self.flags is not None
+
+
+def load() -> list:
+    out = []
+    for name in FILES:
+        path = HERE / name
+        if path.exists():
+            for row in tomllib.loads(path.read_text())["run"]:
+                out.append((path.stem, row))
+    return out
+
+
+def _int(x, default=1):
+    return default if x in (None, "n/a", "-", "") else int(x)
+
+
+def _step_from_tokens(row) -> float:
+    return row["gbs"] * row["seq_len"] / (row["tokens_per_s_per_gpu"] * row["gpus"])
+
+
+def _precision(p: str, assumed: list) -> list:
+    """A page's precision -> --precision and --compute-precision (recipes: fitplan presets list)."""
+    p = p.split(" ")[0].upper()
+    if p == "BF16":
+        return ["--precision", "mixed-adam"]
+    if p in ("FP8", "FP8-CS", "FP8-DS"):
+        return ["--precision", "fp8", "--compute-precision", "fp8"]
+    if p == "FP8-MX":
+        return ["--precision", "fp8", "--compute-precision", "mxfp8"]
+    if p == "NVFP4":
+        return ["--precision", "fp8", "--compute-precision", "nvfp4"]
+    raise ValueError(p)
+
+
+def _layout(row, *, sp_with_tp=True) -> list:
+    tp, pp, cp = _int(row.get("tp")), _int(row.get("pp")), _int(row.get("cp"))
+    vp, ep = _int(row.get("vp")), _int(row.get("ep"))
+    out = ["--gpus", row["gpus"], "--tp", tp, "--pp", pp, "--cp", cp, "--global-batch", row["gbs"],
+           "--micro-batch", _int(row.get("mbs")), "--seq-len", row["seq_len"]]
+    if vp > 1:
+        out += ["--virtual-stages", vp]
+    if ep > 1:
+        out += ["--ep", ep]
+    if tp > 1 and sp_with_tp:
+        out += ["--sequence-parallel"]
+    return out
+
+
+def _config_recompute(cfg: dict) -> list:
+    g = cfg.get("recompute_granularity")
+    if g == "full":
+        out = ["--recompute", "full"]
+        if cfg.get("recompute_num_layers") and cfg.get("recompute_method") == "block":
+            out += ["--recompute-method", "block", "--recompute-num-layers", cfg["recompute_num_layers"]]
+        return out
+    if g == "selective":
+        return ["--recompute", "selective"]
+    return []
+
+
+def _papers(row):
+    """Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5: GPT models in Megatron-LM on Selene
+    (A100 80GB, eight 200 Gb/s HDR NICs per node), fp16 mixed precision, eager attention with dropout."""
+    assumed = []
+    shape = ["--layers", row["num_layers"], "--hidden", row["hidden_size"], "--heads", row["num_heads"],
+             "--vocab", row.get("vocab_size", 51200), "--mlp", "gelu", "--max-seq-len", row["seq_len"]]
+    flags = shape + ["--gpu", "a100-80gb", "--framework", "megatron-lm", "--attention-kernel", "eager", "--dropout",
+                     "--precision", "mixed-adam"]
+    if row["id"].startswith("narayanan"):
+        flags += _layout(dict(row, mbs=1), sp_with_tp=False) + ["--recompute", "full"]
+        assumed.append("micro-batch 1, no interleaving: Table 1 gives neither")
+        return flags, ("tflops_hw", row["model_tflops_per_gpu"]), assumed
+    selective = "selective" in row["id"]
+    flags += _layout(row, sp_with_tp=selective) + ["--recompute", "selective" if selective else "full"]
+    return flags, ("step_s", row["step_time_s"]), assumed
+
+
+def _nemo(row):
+    """NeMo 24.07 on DGX-H100, FP8 (the page's only release): Megatron-Core with Transformer Engine, the
+    distributed optimizer, sequence parallel with tp, NeMo 2's FP8 (delayed scaling, fp8 parameter gather)."""
+    assumed = ["distributed optimizer (ZeRO-1) and sequence parallel with tp, NeMo's recipes; no recompute, "
+               "tp overlap on with tp > 1 (the page publishes no workload configuration)"]
+    flags = ["--preset", MODELS[row["model"]], "--gpu", SYSTEMS[row["system"]], "--framework", "nemo",
+             "--zero", 1] + _precision(row["precision"], assumed) + _layout(row)
+    if _int(row.get("tp")) > 1:
+        flags += ["--tp-comm-overlap"]
+    if row["task"] == "lora":
+        flags += ["--finetune", "lora", "--lora-rank", 32]
+        assumed.append("LoRA rank 32 on every linear layer (NeMo 2's default LoRA)")
+    return flags, ("step_s", _step_from_tokens(row)), assumed
+
+
+def _automodel(row):
+    """NeMo AutoModel on DGX-H100, BF16: FSDP2 over every data-parallel rank (the FSDP column), TE linear and
+    norm kernels, DeepEP for MoE, the attention kernel the row names, recompute as its configuration says."""
+    cfg = row.get("config", {})
+    assumed = []
+    model = MODELS.get(row["model"])
+    flags = ["--preset", model, "--gpu", "h100-80gb", "--framework", "fsdp", "--kernels", "fused", "--zero", 3,
+             "--precision", "mixed-adam"]
+    k = row.get("kernels", "")
+    flags += ["--attention-kernel", "cudnn" if "attn te" in cfg.get("other", "") else "flash2"]
+    ep = _int(row.get("ep"))
+    if ep == 1 and "ep_size" in cfg.get("other", ""):
+        ep = int(cfg["other"].split("ep_size ")[1].split(",")[0].split(";")[0])
+        assumed.append(f"ep {ep}: the row prints '-', its configuration sets ep_size {ep}")
+    lay = _layout(dict(row, ep=ep), sp_with_tp=cfg.get("sequence_parallel", False))
+    flags += lay + _config_recompute(cfg)
+    if row["task"] == "lora":
+        flags += ["--finetune", "lora", "--lora-rank", 16]
+    if "deepep" in (cfg.get("moe_token_dispatcher", "") + k.lower()):
+        flags += ["--moe-dispatcher", "deepep"]
+    return flags, ("step_s", row.get("step_time_s") or _step_from_tokens(row)), assumed
+
+
+def _bridge(row):
+    """Megatron-Bridge's performance tables: Megatron-Core with Transformer Engine, its perf recipes."""
+    cfg = row.get("config", {})
+    assumed = []
+    flags = ["--preset", MODELS[row["model"]], "--gpu", SYSTEMS[row["system"]], "--framework", "nemo"]
+    flags += ["--zero", 3 if _int(row.get("fsdp"), 0) else 1] + _precision(row["precision"], assumed)
+    flags += _layout(row) + _config_recompute(cfg)
+    if cfg.get("tp_comm_overlap") and _int(row.get("tp")) > 1:
+        flags += ["--tp-comm-overlap"]
+    if cfg.get("cuda_graph") not in (None, "none", False, ""):
+        flags += ["--cuda-graphs"]
+    return flags, ("step_s", _step_from_tokens(row)), assumed
+
+
+MAPPERS = {"papers": _papers, "nemo": _nemo, "automodel": _automodel, "megatron_bridge": _bridge}
+
+
+def rows() -> list[Mapped]:
+    out = []
+    for source, row in load():
+        gpu = SYSTEMS.get(row["system"])
+        group = row.get("family", "")
+        try:
+            flags, measured, assumed = MAPPERS[source](row)
+        except (KeyError, ValueError) as error:
+            out.append(Mapped(row["id"], source, group, None, (), (), f"not mapped: {error}", row))
+            continue
+        if gpu in NODE:
+            flags += ["--gpus-per-node", NODE[gpu]]
+        out.append(Mapped(row["id"], source, group, shlex.join(str(x) for x in flags), measured, tuple(assumed),
+                          "", row))
+    return out
+
+
+def resolve(flags: str):
+    """(setup, config) the flags state, or a SpecError."""
+    from fitplan.cli import build_parser, request_from_args
+    from fitplan.resolve import config_of, resolve as resolve_request
+    args = build_parser("plan").parse_args(["plan"] + shlex.split(flags))
+    r = resolve_request(request_from_args(args))
+    return r.setup, config_of(r)
+
+
+def runs(mapped=None):
+    """The stated rows as calibrate.runs.Run (published step time), and the rest with why fitplan cannot state them."""
+    from fitplan.calibrate.runs import Run
+    from fitplan.errors import SpecError
+    from fitplan.explain import RAW
+    from fitplan.timing.step import step_time
+    good, missed = [], []
+    for m in rows() if mapped is None else mapped:
+        if not m.stated:
+            missed.append((m, m.why_not))
+            continue
+        try:
+            setup, config = resolve(m.flags)
+        except (SpecError, SystemExit) as error:
+            missed.append((m, f"fitplan cannot state it: {error}"))
+            continue
+        kind, value = m.measured
+        if kind == "step_s":
+            measured = value
+        else:   # published hardware TFLOP/s per GPU: the step the same FLOPs take at that rate
+            flops = step_time(RAW, setup, config)["flops/hardware_step"]
+            measured = flops / (value * 1e12 * config.world_size)
+        tags = {"architecture": setup.cluster.gpu.architecture, "precision": setup.training.recipe.compute,
+                "framework": setup.training.framework or "none"}
+        good.append(Run(name=m.id, flags=m.flags, setup=setup, config=config, measured_step_s=float(measured),
+                        group=m.group, tags=tags))
+    return good, missed
+
+
+if __name__ == "__main__":
+    good, missed = runs()
+    print(f"{len(good)} stated, {len(missed)} not")
+    for m, why in missed:
+        print(" ", m.id, why[:150])
+    import math as _m
+    from fitplan.calibrate.runs import predict
+    from fitplan.timing import calibration as CAL
+    pred = predict(good, CAL.SHIPPED)[:, 0]
+    for r, p in zip(good, pred):
+        print(f"{r.name:55s} {r.measured_step_s:9.3f} {p:9.3f} {_m.log(p / r.measured_step_s):+.3f}")

@@ -1,0 +1,159 @@
+"""The end-to-end constants: what a whole framework does around the components, fitted on published runs.
+
+The components (GEMMs by shape, NCCL's collectives, HBM traffic) give the shape of a step; what a
+framework does around them (clocks that settle below boost in long runs, attention kernels below
+their benchmarks, unfused elementwise work, SMs shared with collectives, host overheads per layer,
+stragglers) can only be measured end to end. Each constant below has a physical meaning and a unit,
+is written once here and applied once in the time model (the module named beside it). Its value is
+fitted by bench/fidelity.py on the published runs in bench/calibration/ (the sources
+docs/calibration.md lists, and no others) by least squares on log(predicted/published), with a
+weak prior toward its component estimate (the pseudo-observation (ln value - ln prior)/prior_sd);
+where the calibration set says nothing about a constant, the prior is what applies, and the error
+band says how few runs stand behind it (fitplan.timing.uncertainty).
+
+Tables that come from component measurements (the attention kernels' published benchmarks, the
+counted elementwise traffic of each kernel family) are data, not fitted: one fitted scale each
+corrects them end to end.
+
+Pure: numbers and arithmetic; a field may be a NumPy array (the fit evaluates many values at once).
+"""
+from dataclasses import dataclass, fields
+
+from fitplan.arith import maximum, minimum
+from fitplan.timing import fitted
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """One fitted constant: its name, unit, what it is physically, where it acts, and its prior."""
+    name: str
+    unit: str
+    meaning: str
+    acts_in: str
+    prior: float
+    prior_sd: float       # ln-space spread the prior allows (0.7 ~ a factor of 2)
+
+
+CONSTANTS = (
+    Constant("clock_ampere", "ratio", "sustained clock over boost clock of compute-bound kernels in long runs at "
+             "the board's power limit, A100-class dies", "fitplan.timing.gemm.rates", 1.0, 0.3),
+    Constant("clock_hopper", "ratio", "the same for H100/H200/H800-class dies", "fitplan.timing.gemm.rates", 1.0,
+             0.3),
+    Constant("clock_blackwell", "ratio", "the same for B200/GB200/B300/GB300-class dies", "fitplan.timing.gemm.rates",
+             1.0, 0.3),
+    Constant("attention_scale", "ratio", "fused attention kernels as frameworks run them, over their published "
+             "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.gemm.layer_rates", 1.0, 0.5),
+    Constant("elementwise_scale", "ratio", "HBM traffic of a layer's memory-bound kernels over the counted "
+             "traffic of its kernel family (ELEMENTWISE_TRAFFIC)", "fitplan.timing.elementwise", 1.0, 0.7),
+    Constant("sm_sharing", "s/s", "compute time lost per second of communication overlapped with it (the SMs "
+             "and HBM bandwidth collectives take)", "fitplan.timing.step", 0.1, 1.0),
+    Constant("layer_overhead", "s", "host-side time per layer pass not hidden behind the GPU (kernel launches, "
+             "framework bookkeeping); none under CUDA graphs", "fitplan.timing.step", 20e-6, 1.0),
+    Constant("collective_overhead", "s", "framework time per collective issued on top of NCCL's own (stream "
+             "synchronisation, bucketing, launch)", "fitplan.timing.axes.collective", 10e-6, 1.0),
+    Constant("comm_efficiency", "ratio", "achieved over modelled bandwidth of the collectives and sends a "
+             "framework issues (buckets and chunks smaller than nccl-tests', contention between groups)",
+             "fitplan.timing.axes.collective", 0.9, 0.3),
+    Constant("a2a_efficiency", "ratio", "achieved over modelled bandwidth of the MoE token all-to-alls on top of "
+             "comm_efficiency (dispatch and combine, NCCL or DeepEP; uneven per-peer sizes)",
+             "fitplan.timing.expert", 0.7, 0.5),
+    Constant("straggler_cv", "ratio", "coefficient of variation of one GPU's time between synchronisations; the "
+             "step waits for the slowest of N, cv*sqrt(2 ln N) above the mean", "fitplan.timing.step", 0.01, 1.0),
+)
+NAMES = tuple(c.name for c in CONSTANTS)
+BY_NAME = {c.name: c for c in CONSTANTS}
+
+PRIORS = {c.name: c.prior for c in CONSTANTS}
+# The fitted values (fitplan.timing.fitted, written by bench/fidelity.py --write, which prints them with the rows
+# each rests on; tests/unit/test_calibration.py checks they equal a fresh fit on bench/calibration/)
+SHIPPED = {name: fitted.VALUES.get(name, prior) for name, prior in PRIORS.items()}
+
+# GPU architecture -> its clock constant (fitplan.specs.cluster.GpuSpec.architecture)
+CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "clock_blackwell"}
+
+# Attention kernels' efficiency: the fraction of the dense bf16 peak a fused attention kernel sustains on
+# the FLOPs it executes (a causal mask skips half), forward and backward together at head dim 128 and
+# 8K tokens, weighting the backward's 2.5x FLOPs: 3.5/(1/fwd + 2.5/bwd). Read off the published
+# benchmarks: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691 Fig. 4, causal, head dim 128: fwd+bwd
+# about 200 of 312 TFLOP/s); on H100 FlashAttention-2 370 fwd / 300 bwd, cuDNN 600 / 480,
+# FlashAttention-3 646 / 530 TFLOP/s of 989 (Shah et al. 2024, arXiv:2407.08608 Fig. 5, 6); Blackwell's
+# (FlashAttention-4 / cuDNN) 1.88x FlashAttention-3 on H200 at 8K (stas00/ml-engineering
+# insights/when-to-upgrade-gpus), 1,040 of 2,250. Entries no benchmark covers take the closest one, said.
+ATTENTION_EFFICIENCY = {
+    ("ampere", "flash2"): 0.64, ("ampere", "cudnn"): 0.64, ("ampere", "flash3"): 0.64,   # FA3 needs Hopper: FA2's
+    ("hopper", "flash2"): 0.32, ("hopper", "cudnn"): 0.52, ("hopper", "flash3"): 0.56,
+    ("blackwell", "flash2"): 0.32, ("blackwell", "cudnn"): 0.46, ("blackwell", "flash3"): 0.46,   # FA2: Hopper's
+}
+# The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's
+# (fitplan.specs.framework), else these
+DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn"}
+
+# HBM bytes a layer's memory-bound kernels move per byte of activation the layer stores for backward, by
+# kernel family, counted op by op (docs/calibration.md#elementwise-traffic): fused (Transformer Engine, apex:
+# one read and one write per fused norm, bias-activation, RoPE and residual), compiled (torch.compile's
+# fusions, a few more passes), eager (every elementwise op its own kernel, norms in fp32)
+ELEMENTWISE_TRAFFIC = {"fused": 2.0, "compiled": 2.5, "eager": 4.5}
+
+# dynamic power ~ C*V^2*f with the voltage following the clock along the DVFS curve: P ~ f^3, so a cap
+# P below the board's limit P_tdp sustains (P/P_tdp)^(1/3) of the clock (an assumption, printed)
+POWER_EXPONENT = 1 / 3
+
+
+@dataclass(frozen=True, slots=True)
+class EndToEnd:
+    """The constants that apply to one setup, resolved: floats for a plan, NumPy arrays in the fit."""
+    clock: object              # fraction of the boost clock compute-bound kernels sustain (power cap included)
+    attention: object          # a flash kernel's efficiency, fraction of the bf16 peak (0: eager, the GEMM curve)
+    elementwise: object        # HBM bytes per stored activation byte of the memory-bound kernels
+    sm_sharing: object         # compute seconds lost per second of overlapped communication
+    layer_overhead_s: object   # per layer pass, unhidden host time
+    collective_overhead_s: object
+    comm_efficiency: object    # achieved fraction of the modelled collective and send bandwidth
+    a2a_efficiency: object     # the MoE all-to-alls', on top of comm_efficiency
+    straggler_cv: object
+
+
+def power_clock(*, power, tdp):
+    """The clock fraction a power cap leaves: (min(P, P_tdp)/P_tdp)^(1/3)."""
+    return (minimum(power, tdp) / tdp) ** POWER_EXPONENT
+
+
+def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, power=None, tdp=None,
+            values=None) -> EndToEnd:
+    """The constants for one GPU architecture, attention kernel ("eager" or a flash variant), kernel family
+    and CUDA-graph choice; values: name -> number or array (default SHIPPED). An architecture without a
+    clock constant (AMD, or unknown) runs at its boost clock (1), the band saying no run stands behind it."""
+    v = SHIPPED if values is None else values
+    clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else 1.0
+    if power is not None and tdp is not None:
+        clock = clock * power_clock(power=power, tdp=tdp)
+    if kernel == "eager":
+        attention = 0.0
+    else:
+        impl = DEFAULT_FLASH.get(architecture, "flash2") if kernel == "flash" else kernel
+        base = ATTENTION_EFFICIENCY.get((architecture, impl), ATTENTION_EFFICIENCY[("hopper", impl)])
+        attention = minimum(base * v["attention_scale"], 1.0)
+    return EndToEnd(clock=clock, attention=attention,
+                    elementwise=ELEMENTWISE_TRAFFIC[kernels] * v["elementwise_scale"],
+                    sm_sharing=maximum(v["sm_sharing"], 0.0),
+                    layer_overhead_s=0.0 if cuda_graphs else v["layer_overhead"],
+                    collective_overhead_s=v["collective_overhead"],
+                    comm_efficiency=minimum(v["comm_efficiency"], 1.0),
+                    a2a_efficiency=minimum(v["a2a_efficiency"], 1.0),
+                    straggler_cv=v["straggler_cv"])
+
+
+def of_setup(setup, values=None) -> EndToEnd:
+    """The constants for a Setup: its GPU's architecture, power and TDP, its training's attention kernel,
+    kernel family and CUDA graphs; the GPU spec's own fitted values (`fitplan calibrate --runs`) over
+    `values` (default SHIPPED)."""
+    gpu, tr = setup.cluster.gpu, setup.training
+    v = dict(SHIPPED if values is None else values)
+    if gpu.end_to_end is not None:
+        v.update(gpu.end_to_end.values())
+    return resolve(architecture=gpu.architecture, kernel=tr.attention_kernel, kernels=tr.kernels,
+                   cuda_graphs=tr.cuda_graphs, power=gpu.power_watts, tdp=gpu.tdp_watts, values=v)
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(EndToEnd))

@@ -1,0 +1,150 @@
+"""Data parallel over dp x cp: gradient reductions and parameter gathers, ZeRO 0-3.
+
+ZeRO-0/1/2 reduce gradients in buckets and ZeRO-1/2 gather the updated weights after the optimizer
+step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.traffic). Hybrid
+sharding reduces within shard groups and all-reduces each shard across them.
+"""
+from fitplan.arith import ceil_div, is_array, maximum, minimum
+from fitplan.explain import RAW
+from fitplan.memory import finetune as FT
+from fitplan.memory import states as S
+from fitplan.memory.breakdown import Setup, pipelined, stage_at, stage_expert_psi, stage_psi
+from fitplan.specs.parallel import overlaps_param_gather
+from fitplan.timing import comm as CM
+from fitplan.timing import traffic as T
+from fitplan.timing.axes import AxisTime, collective
+from fitplan.timing.passes import LayerTimes
+
+def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
+    """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
+    stage (routed experts over their expert-data-parallel group). Hybrid sharding
+    (--shard-degree N): reduce-scatter and gathers within groups of N ranks, and an
+    all-reduce of each 1/N gradient shard across the dp*cp/N groups.
+
+    Without ZeRO-3 the gradients go in buckets of bucket_bytes, once per step (ZeRO-0/1) or per
+    micro-batch (ZeRO-2), hidden behind the backward that produces them (--overlap-grad-reduce)
+    but for the last bucket; ZeRO-1/2 gather the updated weights after the optimizer step, or
+    during the next forward (--overlap-param-gather). ZeRO-3 gathers and reduce-scatters one
+    layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
+    Returns the axis and the seconds exposed after the optimizer step."""
+    model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
+    p = c.pp
+    stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
+    psi = maximum(stage_psi(ev, model, c, stage=stages[0], key="params/stage_first"),
+                  stage_psi(ev, model, c, stage=stages[1], key="params/stage_last"))
+    S_g = ev(S.grads_bytes, key="comm/dp_grad_message", psi=psi, g=recipe.grads_bytes, n_d=1, zero=0)
+    S_w = ev(S.weights_bytes, key="comm/dp_param_message", psi=psi, w=recipe.weights_bytes, n_d=1, zero=0)
+    if FT.is_lora(setup.training):   # only the adapters' gradients are reduced; ZeRO-3 gathers the frozen base too
+        S_g, S_w = FT.dp_messages(ev, setup, c, stages=stages, psi=psi)
+    n_all = c.dp * c.cp
+    hybrid = c.shard_degree is not None
+    n_dp = c.shard_degree + 0 * n_all if hybrid else n_all
+    intra, nodes = place["dp_shard"] if hybrid else place["dp"]
+    piped = pipelined(c)   # pipeline stages sync ZeRO-2/3 gradients once, after the last micro-batch
+    rs = ev(T.dp_grad_reduce_scatters, zero=zero, m=m, piped=piped)
+    ag_g = ev(T.dp_grad_all_gathers, zero=zero)
+    ag_w = ev(T.dp_param_all_gathers, zero=zero, m=m, reshard=c.reshard_after_forward, piped=piped)
+    groups = [("", S_g, S_w, n_dp, nodes)]
+    if model.moe is not None:   # routed experts reduce over the expert-data-parallel group, tp*dp*cp/ep ranks
+        psi_e = maximum(*(stage_expert_psi(ev, model, c, stage=st, key=f"params/stage_{name}_experts")
+                          for st, name in zip(stages, ("first", "last"))))
+        n_ed = maximum(c.tp * n_all // c.ep * n_dp // n_all, 1)
+        G = setup.cluster.gpus_per_node
+        # expert-data-parallel members are ep apart in the stage's tp x cp x dp block (fitplan.timing.axes.placement)
+        stride = c.ep
+        e_intra = ev(CM.group_is_intra_node, key="link/expert_dp_intra", stride=stride, n=n_ed, G=G)
+        groups.append(("expert_",
+                       ev(S.grads_bytes, key="comm/dp_expert_grad_message", psi=psi_e, g=recipe.grads_bytes, n_d=1,
+                          zero=0),
+                       ev(S.weights_bytes, key="comm/dp_expert_param_message", psi=psi_e, w=recipe.weights_bytes,
+                          n_d=1, zero=0), n_ed,
+                       ev(CM.group_nodes, key="link/expert_dp_nodes", stride=stride, n=n_ed, G=G, intra=e_intra)))
+    wire = 0
+    for tag, Sg, Sw, n, k in groups:
+        wire = wire + (
+            ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_rs_bytes", count=rs, n=n, S=Sg, kind="reduce_scatter")
+            + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}grad_ag_bytes", count=ag_g, n=n, S=Sg, kind="all_gather")
+            + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}param_ag_bytes", count=ag_w, n=n, S=Sw, kind="all_gather"))
+    # the replicas all-reduce each group's 1/N gradient shard once per step
+    replica = 0
+    if hybrid:
+        cross_intra, cross_nodes = place["dp_replica"]
+        for tag, Sg, _, n, _ in groups:
+            shard = Sg / n
+            n_rep = n_all // n_dp
+            replica = replica + collective(ev, f"comm/dp_{tag}replica_ar_s", setup, count=ceil_div(shard, bucket_bytes),
+                                            kind="all_reduce", n=n_rep, nodes=minimum(cross_nodes, n_rep),
+                                            S=shard / maximum(ceil_div(shard, bucket_bytes), 1), e2e=e2e)
+            wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_rep, S=shard,
+                             kind="all_reduce")
+    og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
+    if zero == 3:
+        out = _zero3_time(ev, setup, c, e2e=e2e, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
+                          replica=replica, T_b=T_b)
+    else:
+        out = _bucketed_time(ev, setup, c, e2e=e2e, m=m, groups=groups, T_f=T_f, T_b=T_b, og=og, op=op, replica=replica,
+                             bucket_bytes=bucket_bytes, zero=zero, layers=held)
+    exposed, after, busy, layer_busy, layer_exposed = out
+    return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
+
+
+def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
+    """ZeRO-0/1/2: gradient buckets per reduction (once per step, or per micro-batch under
+    ZeRO-2), and ZeRO-1/2's weight all-gather after the step."""
+    red = ag = 0
+    buckets_g = buckets_w = 1
+    for tag, Sg, Sw, n, k in groups:
+        nb_g = maximum(ceil_div(Sg, bucket_bytes), 1)
+        red = red + collective(ev, f"comm/dp_{tag}grad_reduction_s", setup, count=nb_g,
+                                kind="all_reduce" if zero == 0 else "reduce_scatter", n=n, nodes=k, S=Sg / nb_g, e2e=e2e)
+        buckets_g = maximum(buckets_g, nb_g)
+        if zero in (1, 2):
+            nb_w = maximum(ceil_div(Sw, bucket_bytes), 1)
+            ag = ag + collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
+                                  S=Sw / nb_w, e2e=e2e)
+            buckets_w = maximum(buckets_w, nb_w)
+    reductions = (m - pipelined(c) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
+    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
+                       overlap=og)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
+             overlap=og)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=reductions * per_reduction + rep, T_window=0, T_tail=0)
+    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=buckets_w,
+               overlap=op and zero in (1, 2))
+    busy = reductions * red + replica + ag
+    per = maximum(layers, 1) * m   # spread over the stage's layers and the step's micro-batches
+    return exposed, after, busy, busy / per, (exposed + after) / per
+
+
+def _zero3_time(ev, setup, c, *, e2e, m, L, held, groups, lay: LayerTimes, og, op, replica, T_b):
+    """ZeRO-3: per layer and micro-batch, one weight all-gather in forward, another in backward
+    (unless the weights are kept), one gradient reduce-scatter; prefetched and reduced while the
+    neighbouring layer computes."""
+    t_ag = t_rs = 0
+    for tag, Sg, Sw, n, k in groups:
+        t_ag = t_ag + collective(ev, f"comm/dp_{tag}layer_ag_s", setup, count=1, kind="all_gather", n=n, nodes=k,
+                                  S=Sw / held, e2e=e2e)
+        t_rs = t_rs + collective(ev, f"comm/dp_{tag}layer_rs_s", setup, count=1, kind="reduce_scatter", n=n,
+                                  nodes=k, S=Sg / held, e2e=e2e)
+    g = t_ag if c.reshard_after_forward else 0 * t_ag
+    fwd = ev(T.layer_pipeline_exposed_s, key="time/dp_forward_exposed", L=L, x=0 * t_ag if op else t_ag,
+             h_first=t_ag if op else 0 * t_ag, h_last=0 * t_ag, W=lay.forward)
+    bwd = ev(T.layer_pipeline_exposed_s, key="time/dp_backward_exposed", L=L,
+             x=(0 * g if op else g) + (0 * t_rs if og else t_rs), h_first=g if op else 0 * g,
+             h_last=t_rs if og else 0 * t_rs, W=lay.backward + lay.recompute)
+    # with pipeline stages (torch.distributed.pipelining) only the first forward gathers and only the last
+    # backward reduce-scatters; the other backwards still gather when forward resharded (g)
+    piped = pipelined(c)
+    n_sync = m - piped * (m - 1)
+    bwd_gather = 0 * bwd if not is_array(piped) and not piped else ev(
+        T.layer_pipeline_exposed_s, key="time/dp_backward_gather_exposed", L=L, x=0 * g if op else g,
+        h_first=g if op else 0 * g, h_last=0 * g, W=lay.backward + lay.recompute)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b,
+             buckets=maximum(L, 1), overlap=og)
+    exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=n_sync * (fwd + bwd) + (m - n_sync) * bwd_gather + rep,
+                 T_window=0, T_tail=0)
+    per_layer = t_ag + g + t_rs
+    busy = L * (n_sync * (t_ag + t_rs) + m * g) + replica
+    return exposed, 0 * exposed, busy, per_layer, (n_sync * (fwd + bwd) + (m - n_sync) * bwd_gather) / (
+        maximum(L, 1) * m)

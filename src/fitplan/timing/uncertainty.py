@@ -1,0 +1,71 @@
+"""How far a step time can be trusted: an 80% band from the calibration's cross-validated errors.
+
+bench/fidelity.py fits the end-to-end constants leaving one model family out at a time and records,
+for every published run, r = ln(published/predicted) from the fit that did not see its family
+(fitplan.timing.fitted.BAND: the 10th and 90th percentiles of r, and how many runs each GPU
+architecture, GEMM precision and kernel family has). A plan's band is
+
+    [T*exp(w*q_10), T*exp(w*q_90)],  w = sqrt(1 + N0/(n + 1))
+
+n being the fewest calibration runs that share its architecture, precision or kernel family: where the
+set has many runs like it, w is near 1; where it has none, the band is sqrt(1 + N0) times wider. N0 = 4,
+a prior weight of four runs (docs/calibration.md#the-band says how well the band covers the set under
+cross-validation). A GPU spec fitted on one's own runs (`fitplan calibrate --runs`) carries its own
+residual percentiles and run count instead.
+"""
+import math
+from dataclasses import dataclass
+
+from fitplan.timing import fitted
+
+COVERAGE = 0.8
+N0 = 4   # runs of prior weight: the band widens by sqrt(1 + N0/(n + 1)) where n runs support the plan
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    low_s: float
+    high_s: float
+    coverage: float
+    basis: str
+    runs: int
+
+    @property
+    def factors(self) -> tuple[float, float]:
+        """(low, high) over the point estimate: what a quantity proportional to the step (days, cost) takes."""
+        return self.low_s, self.high_s
+
+
+def support_tags(setup) -> dict:
+    """The dimensions the band's support is counted over: GPU architecture, GEMM precision, kernel family."""
+    return {"architecture": setup.cluster.gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
+            "kernels": setup.training.kernels}
+
+
+def widening(n: int) -> float:
+    return math.sqrt(1 + N0 / (n + 1))
+
+
+def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
+    """The 80% band around step_s; None where there is no fit to build it from."""
+    own = setup.cluster.gpu.end_to_end
+    if own is not None and own.runs > 0:
+        w = widening(own.runs)
+        lo, hi = own.residual_low, own.residual_high
+        basis = (f"your {own.runs} measured runs (fitplan calibrate --runs: the fit's residual 10th and 90th "
+                 f"percentiles, widened x{w:.2f} for {own.runs} runs)")
+        runs = own.runs
+    else:
+        table = fitted.BAND if basis_table is None else basis_table
+        if not table.get("runs"):
+            return None
+        tags = support_tags(setup)
+        counts = {dim: table["support"].get(dim, {}).get(value, 0) for dim, value in tags.items()}
+        dim = min(counts, key=lambda d: counts[d])
+        n = counts[dim]
+        w = widening(n)
+        lo, hi, runs = table["q_low"], table["q_high"], table["runs"]
+        basis = (f"cross-validated errors over {runs} published runs (leave one model family out); "
+                 f"{n} of them share this plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
+    return Band(low_s=step_s * math.exp(w * min(lo, 0.0)), high_s=step_s * math.exp(w * max(hi, 0.0)),
+                coverage=COVERAGE, basis=basis, runs=runs)
