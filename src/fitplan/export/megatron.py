@@ -55,8 +55,20 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
   shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
               tying
 
-Megatron's parser is not imported here: the flags are data, and the tests parse them
-back with an argparse parser that declares exactly these names.
+  experts     --num-experts, --moe-router-topk, --moe-ffn-hidden-size, the shared experts as
+              --moe-shared-expert-intermediate-size (and --moe-shared-expert-gate), the first
+              dense layers as --moe-layer-freq, --expert-model-parallel-size with
+              --expert-tensor-parallel-size 1, --moe-grouped-gemm, the dispatcher (allgather
+              without EP, alltoall, or flex with DeepEP), the router's balancing (aux_loss, or
+              the score bias with sigmoid scores), a capacity factor padded to capacity, and
+              node-limited routing as group-limited routing with one group per node
+  MLA         --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+              --qk-pos-emb-head-dim, --v-head-dim; --mtp-num-layers
+  attention   --attention-backend unfused for eager attention, flash or fused for a named
+              kernel, Megatron's auto choice for flash
+
+Megatron's parser is not imported here: the flags are data, and the tests parse every
+export with Megatron-LM's own option list at d98e8a6 (tests/data/megatron_flags.json).
 """
 import shlex
 
