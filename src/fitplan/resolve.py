@@ -295,6 +295,7 @@ def _gpu(request: Request, spec, preset):
     else:
         gpu = presets.gpu(preset.gpu if preset else DEFAULT_GPU)
     changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
+    asked = tuple(changes)   # the fields the flags name (the ones below follow from them)
     if "efficiency" in changes and "efficiency_fp8" not in changes:
         changes["efficiency_fp8"] = None   # one --gemm-efficiency sets every GEMM's ceiling, as it always did
     if "hbm_bytes_per_s" in changes and "gemm_bandwidth_bytes_per_s" not in changes \
@@ -305,7 +306,7 @@ def _gpu(request: Request, spec, preset):
                                                                                   / gpu.hbm_bytes_per_s)
     notes = []
     if changes:
-        name, note = custom_gpu_name(gpu, changes)
+        name, note = custom_gpu_name(gpu, changes, asked)
         gpu = replace(gpu, name=name, **changes)
         notes.append(note)
     for tier in ("intra_node", "inter_node"):
@@ -319,22 +320,24 @@ def _gpu(request: Request, spec, preset):
 
 
 # What a GPU preset states, by the fields each part is made of: a custom GPU keeps the parts no flag changed
-GPU_PARTS = (("compute", ("peak_bf16_flops_per_s", "peak_fp8_flops_per_s", "efficiency", "efficiency_h0",
+GPU_PARTS = (("compute", ("peak_bf16_flops_per_s", "peak_fp8_flops_per_s", "peak_fp4_flops_per_s", "efficiency",
+                          "efficiency_h0",
                           "efficiency_fp8", "gemm_overhead_s", "gemm_bandwidth_bytes_per_s")),
              ("HBM bandwidth", ("hbm_bytes_per_s",)), ("memory", ("memory_bytes",)))
 
 
-def custom_gpu_name(gpu, changes: dict) -> tuple[str, str]:
+def custom_gpu_name(gpu, changes: dict, asked: tuple) -> tuple[str, str]:
     """A GPU preset with fields changed by flags: its name says what changed and what the preset
     still gives ("h100-80gb with 24 GiB memory (h100-80gb compute, HBM bandwidth and links kept)"),
     and the assumption line says the same, so that a smaller card is not silently an H100."""
     def size(b):
         return f"{b / 2**30:g} GiB" if b % 2**27 == 0 else f"{b / 1e9:g} GB"
-    said = [f"{size(changes['memory_bytes'])} memory" if name == "memory_bytes" else f"custom {name}"
-            for name in changes]
+    flags = {f.name: d.flag for f, d in spec_fields(type(gpu))}
+    said = [f"{size(changes['memory_bytes'])} memory" if name == "memory_bytes" else f"its own {flags.get(name) or name}"
+            for name in asked]
     kept = [part for part, names in GPU_PARTS if not set(names) & set(changes)] + ["links"]
     kept_text = ", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]
-    name = f"{gpu.name} with {', '.join(said)} ({gpu.name} {kept_text} kept)"
+    name = f"{gpu.name} with {', '.join(said)} ({gpu.name} {kept_text} kept)"   # e.g. --gpu-memory alone
     return name, (f"GPU {name}: {', '.join(said)} from the flags; the {kept_text} are the {gpu.name} preset's "
                   f"(--peak-tflops, --hbm-bandwidth and the link flags change them, or --gpu names another part)")
 
