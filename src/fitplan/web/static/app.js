@@ -287,7 +287,8 @@
                      + "fit. Recommended (the fastest that fits with margin, or else the fastest that fits): "];
       if (r) {
         parts.push(layout(r, "recommended"), `, ${memory(r)}. `,
-                   node("span", { id: "export-recommended" }, "Export it: ", exportButtons(r, "the recommended layout")));
+                   node("span", { id: "export-recommended" }, "Export it: ", exportButtons(r, "the recommended layout")),
+                   " ");
         if (plan.recommend_note) parts.push(node("span", { id: "recommend-note", textContent: `${plan.recommend_note}. ` }));
         if (r.to_train && r.to_train.days !== null) {
           const tt = r.to_train;
