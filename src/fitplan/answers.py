@@ -10,7 +10,8 @@ parses, prints or opens a file.
             lengths or micro-batches
   largest_fitting_micro_batch
             the largest micro-batch one configuration fits with, everything else kept
-  chosen    the configuration to export: the one given, or the search's first
+  chosen    the configuration to export: the one given, or the search's recommended (or
+            minimum viable) layout
 """
 from dataclasses import dataclass, replace
 
@@ -255,14 +256,21 @@ def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig) -> int | N
     return best
 
 
+PICKS = ("recommended", "minimum-viable")
+
+
 def chosen_config(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, opts: SearchOptions,
-                  fixed: dict) -> ParallelConfig | None:
-    """The configuration given, or else the search's recommendation (None if nothing fits)."""
+                  fixed: dict, pick: str = "recommended") -> tuple[ParallelConfig | None, str]:
+    """The configuration to export and how it was chosen: the one given (""), or else the
+    layout `plan --suggest` prints under that name, from the same search: "recommended" (the
+    shortest step that fits with margin, fitplan.search.RECOMMEND_ORDER) or "minimum-viable"
+    (least disturbance). (None, pick) when nothing fits."""
     if config is not None:
-        return config
+        return config, ""
     from fitplan.search import search
-    result = search(setup, space_for(setup, micro_batch, opts, fixed), top=1, rank=opts.rank)
-    return result.suggestions[0].config if result.suggestions else None
+    result = search(setup, space_for(setup, micro_batch, opts, fixed), top=1, rank=opts.rank, recommend=True)
+    chosen = result.recommended if pick == "recommended" else result.minimum_viable
+    return (chosen.config if chosen is not None else None), pick
 
 
 def export_global_batch(setup: Setup, config: ParallelConfig) -> int:

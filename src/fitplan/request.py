@@ -19,6 +19,7 @@ from fitplan.units import UNIT_PARSERS
 FORMATS = ("text", "markdown", "json")
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan-python")
 RANKS = ("disturbance", "throughput", "cost")
+TORCHTITAN_VERSIONS = ("0.2", "0.3", "main")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +83,14 @@ class ExportOptions:
                            example="deepspeed", help="the framework whose configuration is written")
     output: str | None = declared("str", default=None, flag="--output", group="export", api=False,
                                   help="write to this file instead of stdout")
+    pick: str = declared("choice", default="recommended", choices=("recommended", "minimum-viable"), flag="--pick",
+                         group="export", example="minimum-viable",
+                         help="without layout flags, which layout of 'plan --suggest' to export: the recommended "
+                              "one (the default) or the minimum viable one")
+    torchtitan_version: str = declared("choice", default="0.3", choices=TORCHTITAN_VERSIONS,
+                                       flag="--torchtitan-version", group="export", example="0.2",
+                                       help="the torchtitan the config is for: 0.2 (0.2.x, a TOML job config), 0.3 "
+                                            "(0.3.x, the current release: a Python config) or main")
 
 
 @dataclass(frozen=True, kw_only=True)

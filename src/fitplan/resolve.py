@@ -186,6 +186,7 @@ def _recipe(request: Request, base):
 # With no global batch given or published: Llama 3's first batch, 4M tokens per step
 # (Llama 3 Herd Sec. 3.4.1: 4M tokens of 4,096-token sequences), in whole sequences.
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+FINETUNE_GLOBAL_BATCH = 16   # sequences: QLoRA's Guanaco fine-tunes (Dettmers et al. 2023)
 
 
 def default_global_batch(seq_len: int) -> int:
@@ -217,7 +218,8 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
             [f"dropout {'on' if dropout else 'off'}"] if "dropout" not in values else [])
         if taken:
             assumed.append(f"{', '.join(taken)}: {trained} (--attention-kernel, --dropout/--no-dropout set them)")
-        if "global_batch" not in values and start.global_batch is not None:
+        fine_tuning = values.get("finetune", "full") != "full"
+        if "global_batch" not in values and start.global_batch is not None and not fine_tuning:
             assumed.append(f"global batch {start.global_batch} sequences: the preset's "
                            f"({preset.batch_source or preset.model.source})")
     else:
@@ -230,6 +232,12 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
                                          ("--base-precision", "base_precision")) if key in values]
     if given_lora and training.finetune == "full":
         raise SpecError(f"{given_lora[0]}: adapters need --finetune lora or qlora (this plan trains every weight)")
+    if training.finetune != "full" and "global_batch" not in values and (base is None or base.global_batch is None):
+        # an adapter fine-tune runs at a fine-tuning batch, not the base model's pre-training one
+        training = replace(training, global_batch=FINETUNE_GLOBAL_BATCH)
+        assumed.append(f"global batch {FINETUNE_GLOBAL_BATCH} sequences: a fine-tuning batch, QLoRA's for its "
+                       f"Guanaco fine-tunes of 7B to 65B (Dettmers et al. 2023, arXiv:2305.14314), not the "
+                       f"pre-training batch; --global-batch sets it")
     if training.global_batch is None:   # every comparison runs at one batch (issue 18)
         training = replace(training, global_batch=default_global_batch(seq_len))
         assumed.append(f"global batch {training.global_batch} sequences: fitplan's default of "
@@ -290,6 +298,7 @@ def _gpu(request: Request, spec, preset):
     else:
         gpu = presets.gpu(preset.gpu if preset else DEFAULT_GPU)
     changes = {path[1]: v for path, v in values.items() if path[0] == "gpu" and len(path) == 2}
+    asked = tuple(changes)   # the fields the flags name (the ones below follow from them)
     if "efficiency" in changes and "efficiency_fp8" not in changes:
         changes["efficiency_fp8"] = None   # one --gemm-efficiency sets every GEMM's ceiling, as it always did
     if "hbm_bytes_per_s" in changes and "gemm_bandwidth_bytes_per_s" not in changes \
@@ -298,9 +307,11 @@ def _gpu(request: Request, spec, preset):
         # 3.35 TB/s): a new HBM peak keeps that fraction (bench/calibrate.py scales A100's W so), issue 25
         changes["gemm_bandwidth_bytes_per_s"] = gpu.gemm_bandwidth_bytes_per_s * (changes["hbm_bytes_per_s"]
                                                                                   / gpu.hbm_bytes_per_s)
+    notes = []
     if changes:
-        what = "custom memory" if set(changes) == {"memory_bytes"} else "custom"
-        gpu = replace(gpu, name=f"{gpu.name} ({what})", **changes)
+        name, note = custom_gpu_name(gpu, changes, asked)
+        gpu = replace(gpu, name=name, **changes)
+        notes.append(note)
     for tier in ("intra_node", "inter_node"):
         link = {path[2]: v for path, v in values.items() if path[:2] == ("gpu", tier)}
         if link:
@@ -308,13 +319,36 @@ def _gpu(request: Request, spec, preset):
             name = old.name + (f" at {fmt_rate(link['bytes_per_s'])}" if "bytes_per_s" in link else "") + (
                 f" with {link['latency_s'] * 1e6:g} us latency" if "latency_s" in link else "")
             gpu = replace(gpu, **{tier: replace(old, name=name, **link)})
-    return gpu
+    return gpu, notes
+
+
+# What a GPU preset states, by the fields each part is made of: a custom GPU keeps the parts no flag changed
+GPU_PARTS = (("compute", ("peak_bf16_flops_per_s", "peak_fp8_flops_per_s", "peak_fp4_flops_per_s", "efficiency",
+                          "efficiency_h0",
+                          "efficiency_fp8", "gemm_overhead_s", "gemm_bandwidth_bytes_per_s")),
+             ("HBM bandwidth", ("hbm_bytes_per_s",)), ("memory", ("memory_bytes",)))
+
+
+def custom_gpu_name(gpu, changes: dict, asked: tuple) -> tuple[str, str]:
+    """A GPU preset with fields changed by flags: its name says what changed and what the preset
+    still gives ("h100-80gb with 24 GiB memory (h100-80gb compute, HBM bandwidth and links kept)"),
+    and the assumption line says the same, so that a smaller card is not silently an H100."""
+    def size(b):
+        return f"{b / 2**30:g} GiB" if b % 2**27 == 0 else f"{b / 1e9:g} GB"
+    flags = {f.name: d.flag for f, d in spec_fields(type(gpu))}
+    said = [f"{size(changes['memory_bytes'])} memory" if name == "memory_bytes" else f"its own {flags.get(name) or name}"
+            for name in asked]
+    kept = [part for part, names in GPU_PARTS if not set(names) & set(changes)] + ["links"]
+    kept_text = ", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]
+    name = f"{gpu.name} with {', '.join(said)} ({gpu.name} {kept_text} kept)"   # e.g. --gpu-memory alone
+    return name, (f"GPU {name}: {', '.join(said)} from the flags; the {kept_text} are the {gpu.name} preset's "
+                  f"(--peak-tflops, --hbm-bandwidth and the link flags change them, or --gpu names another part)")
 
 
 def _cluster(request: Request, spec, preset) -> ClusterSpec:
     from_file = spec.cluster if spec is not None else None
     values = {path[0]: v for path, v in given(request, "cluster").items() if len(path) == 1 and path[0] != "gpu"}
-    gpu = _gpu(request, spec, preset)
+    gpu, notes = _gpu(request, spec, preset)
     if "reserve_bytes" not in values:
         values["reserve_bytes"] = (from_file.reserve_bytes if from_file is not None and request.get("gpu") is None
                                    else gpu.default_reserve_bytes)
@@ -327,7 +361,7 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
         for f, _ in spec_fields(ClusterSpec):
             if f.name != "gpu":
                 values.setdefault(f.name, getattr(from_file, f.name))
-    return ClusterSpec(gpu=gpu, **values)
+    return ClusterSpec(gpu=gpu, **values), tuple(notes)
 
 
 def resolve(request: Request) -> Resolved:
@@ -335,8 +369,9 @@ def resolve(request: Request) -> Resolved:
     spec = _spec_file(request)
     model, preset, hints = _model(request, spec)
     training, assumed = _training(request, spec, preset, model, hints)
-    assumed = model_assumptions(model, hints) + assumed
-    setup = Setup(model, training, _cluster(request, spec, preset), assumed=assumed)
+    cluster, gpu_notes = _cluster(request, spec, preset)
+    assumed = model_assumptions(model, hints) + assumed + gpu_notes
+    setup = Setup(model, training, cluster, assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)
     if "zero" in config:
@@ -424,10 +459,10 @@ def resolve_serving(request: Request) -> ServingRequest:
     """A serving request's specs: no training spec; tp defaults to the GPUs pp leaves."""
     spec = _spec_file(request)
     model, preset, hints = _model(request, spec)
-    cluster = _cluster(request, spec, preset)
+    cluster, gpu_notes = _cluster(request, spec, preset)
     opts = options(InferOptions, request)
     config = {path[0]: v for path, v in given(request, "config").items()}
-    assumed = list(model_assumptions(model, hints, serving=True))
+    assumed = list(model_assumptions(model, hints, serving=True)) + list(gpu_notes)
     pp = config.get("pp", 1)
     tp = config.get("tp")
     if tp is None:

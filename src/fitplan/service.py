@@ -80,16 +80,17 @@ def _sweep(request: Request, r: Resolved) -> Reply:
 
 def _export(request: Request, r: Resolved) -> Reply:
     from fitplan.export import export, make_plan
-    fmt = options(ExportOptions, request).format
+    opts = options(ExportOptions, request)
     given = config_of(r) if explicit_config(r) else None
-    config = answers.chosen_config(r.setup, r.micro_batch, config=given, opts=r.search,
-                                   fixed={} if given else fixed_axes(r))
+    config, picked = answers.chosen_config(r.setup, r.micro_batch, config=given, opts=r.search,
+                                           fixed={} if given else fixed_axes(r), pick=opts.pick)
     if config is None:
         return Reply(1, f"nothing fits on {r.setup.cluster.num_gpus} GPUs, so there is no configuration to export; "
                         f"run 'fitplan plan ... --suggest' for the proof and the smallest GPU count\n", resolved=r)
-    result = export(fmt, make_plan(model=r.setup.model, training=r.setup.training, parallel=config,
-                                   global_batch=answers.export_global_batch(r.setup, config),
-                                   num_gpus=r.setup.cluster.num_gpus))
+    plan = make_plan(model=r.setup.model, training=r.setup.training, parallel=config,
+                     global_batch=answers.export_global_batch(r.setup, config), num_gpus=r.setup.cluster.num_gpus,
+                     gpus_per_node=r.setup.cluster.gpus_per_node, picked=picked.replace("-", " "))
+    result = export(opts.format, plan, torchtitan_version=opts.torchtitan_version)
     if not result.ok:
         return Reply(1, result.message + "\n", answer=result, resolved=r)
     text = result.text if result.text.endswith("\n") else result.text + "\n"

@@ -30,9 +30,11 @@ def test_presets_show_toml_loads_back_identically(name):
         assert obj in (spec.gpu, spec.recipe)
 
 
-def test_export_megatron_of_the_recommendation():
-    """16 x gpu-192gib: the recommendation is tp 8, pp 2, SP, selective (tests/unit/test_search.py)."""
-    code, out, err = run(["export", "--preset", "gpt3-175b", "--gpus", "16", "--format", "megatron"])
+def test_export_megatron_of_the_minimum_viable_layout():
+    """16 x gpu-192gib: the minimum viable layout is tp 8, pp 2, SP, selective (tests/unit/test_search.py);
+    without --pick, export writes the recommended one (tests/unit/test_export_coverage.py)."""
+    code, out, err = run(["export", "--preset", "gpt3-175b", "--gpus", "16", "--format", "megatron",
+                          "--pick", "minimum-viable"])
     assert code == 0
     args = out.split()
     assert args[args.index("--tensor-model-parallel-size") + 1] == "8"

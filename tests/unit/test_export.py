@@ -8,6 +8,7 @@ import shlex
 import sys
 import tomllib
 import types
+from pathlib import Path
 
 import pytest
 
@@ -25,47 +26,37 @@ DEEPSEEK = MODELS["deepseek-v3"].model          # MLA
 GPT2 = model_from_hf_config(EXAMPLES / "gpt2")
 
 
-def plan(model=LLAMA, *, recipe="mixed-adam", seq_len=8192, global_batch=512, act_bytes=2, dropout=True, **degrees):
-    training = TrainingSpec(seq_len=seq_len, recipe=RECIPES[recipe], act_bytes=act_bytes, dropout=dropout)
-    return make_plan(model=model, training=training, parallel=ParallelConfig(**degrees), global_batch=global_batch)
+def plan(model=LLAMA, *, recipe="mixed-adam", seq_len=8192, global_batch=512, act_bytes=2, dropout=True,
+         gpus_per_node=8, attention_kernel="eager", **degrees):
+    training = TrainingSpec(seq_len=seq_len, recipe=RECIPES[recipe], act_bytes=act_bytes, dropout=dropout,
+                            attention_kernel=attention_kernel)
+    return make_plan(model=model, training=training, parallel=ParallelConfig(**degrees), global_batch=global_batch,
+                     gpus_per_node=gpus_per_node)
 
 
 # ---------------------------------------------------------------- Megatron-LM
 
+MEGATRON = json.loads((Path(__file__).parents[1] / "data" / "megatron_flags.json").read_text())
+TYPES = {"int": int, "float": float, "str": str, None: str}
+
+
 def megatron_parser() -> argparse.ArgumentParser:
-    """Exactly the flag names the exporter may emit, with Megatron-LM's types and actions
-    (docs/engines.md#megatron-lm-flags; megatron/training/arguments.py). An undeclared flag fails the parse."""
-    p = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
-    for name in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-                 "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
-                 "--recompute-num-layers", "--num-layers", "--hidden-size", "--ffn-hidden-size",
-                 "--num-attention-heads", "--num-query-groups", "--kv-channels", "--seq-length",
-                 "--max-position-embeddings", "--vocab-size", "--decoder-first-pipeline-num-layers",
-                 "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
-                 "--num-distributed-optimizer-instances"):
-        p.add_argument(name, type=int)
-    for name in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
-                 "--no-gradient-accumulation-fusion", "--bf16", "--grad-reduce-in-bf16", "--fp8-param-gather",
-                 "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
-                 "--add-qkv-bias",
-                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
-                 "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-                 "--overlap-moe-expert-parallel-comm"):
-        p.add_argument(name, action="store_true")
-    p.add_argument("--pipeline-model-parallel-layout")
-    p.add_argument("--disable-bias-linear", action="store_false", dest="add_bias_linear")
-    p.add_argument("--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads",
-                                                                 "optim_grads_params"])
-    p.add_argument("--ckpt-format")
-    p.add_argument("--recompute-granularity", choices=["full", "selective"])
-    p.add_argument("--recompute-method", choices=["uniform", "block"])
-    p.add_argument("--recompute-modules", nargs="*")
-    p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
-    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    p.add_argument("--position-embedding-type", choices=["learned_absolute", "rope"], default="learned_absolute")
-    p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
-    p.add_argument("--hidden-dropout", type=float, default=0.1)
-    p.add_argument("--attention-dropout", type=float, default=0.1)
+    """Megatron-LM's own option list, read from megatron/training/arguments.py at the commit that
+    tests/data/megatron_flags.json states (877 flags, each with its action, type, nargs, default
+    and choices): an exported flag that Megatron does not declare, a missing value or a value
+    outside the choices fails the parse. Enum choices are stored as "AttnBackend.flash"; Megatron's
+    type function takes the member's name, so the name is the choice."""
+    p = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False, add_help=False)
+    for flag, a in MEGATRON["flags"].items():
+        if a["action"] in ("store_true", "store_false"):
+            p.add_argument(flag, action=a["action"], dest=a["dest"])
+        elif a["action"] == "store":
+            choices = [c.split(".", 1)[1] if c.startswith("AttnBackend.") else c for c in a.get("choices") or []]
+            kind, default = TYPES[a["type"]], a["default"]
+            if isinstance(default, str) and kind is not str:   # a list default, stored as its text
+                default = None
+            p.add_argument(flag, dest=a["dest"], nargs=a["nargs"], default=default,
+                           type=kind, choices=[kind(c) for c in choices] or None)
     return p
 
 
@@ -92,7 +83,7 @@ def test_megatron_llama_tp_pp_interleaved_zero1_selective():
     assert a.bf16 and a.grad_reduce_in_bf16                           # mixed-adam: 2-byte grads
     assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (32, 4096, 14336, 32)
     assert a.group_query_attention and a.num_query_groups == 8 and a.kv_channels is None
-    assert (a.seq_length, a.max_position_embeddings, a.vocab_size) == (8192, 8192, 128256)
+    assert (a.seq_length, a.max_position_embeddings, a.vocab_size) == (8192, 131072, 128256)   # Llama 3.1: 128K
     assert (a.position_embedding_type, a.normalization) == ("rope", "RMSNorm")
     assert a.swiglu and not a.add_bias_linear and a.untie_embeddings_and_output_weights
     assert (a.hidden_dropout, a.attention_dropout) == (0.1, 0.1)      # Megatron's defaults: dropout on
@@ -106,7 +97,7 @@ def test_megatron_gpt2_fsdp_full_recompute(zero, strategy):
     result = export("megatron", p)
     a = parse_megatron(result)
     assert a.use_megatron_fsdp and a.data_parallel_sharding_strategy == strategy
-    assert a.use_distributed_optimizer and a.no_gradient_accumulation_fusion and a.ckpt_format == "fsdp_dtensor"
+    assert a.use_distributed_optimizer and a.gradient_accumulation_fusion is False and a.ckpt_format == "fsdp_dtensor"
     assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == ("full", "uniform", 1)
     assert a.bf16 and not a.grad_reduce_in_bf16                       # 4-byte main grads, Megatron's default
     assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (12, 768, 3072, 12)
@@ -120,7 +111,7 @@ def test_megatron_gpt2_fsdp_full_recompute(zero, strategy):
 
 def test_megatron_fp8_and_sgd():
     a = parse_megatron(export("megatron", plan(recipe="fp8", dp=8, zero=ZeroStage.OS)))
-    assert a.bf16 and a.fp8_format == "hybrid" and a.fp8_param_gather and not a.grad_reduce_in_bf16
+    assert a.bf16 and a.fp8 == "hybrid" and a.fp8_param_gather and not a.grad_reduce_in_bf16
     a = parse_megatron(export("megatron", plan(recipe="sgd-momentum", dp=8)))
     assert a.optimizer == "sgd" and a.grad_reduce_in_bf16
 
@@ -145,8 +136,11 @@ def test_megatron_cannot_express(kwargs, needle):
 
 
 def test_megatron_rope_past_the_table_raises_max_positions():
-    result = export("megatron", plan(seq_len=16384, dp=8))
+    """Llama 2's 4,096-token table trained at 16,384 tokens: RoPE has no table to outgrow, so Megatron is told
+    the sequence length (Llama 3.1's own table is 131,072 and needs no raise)."""
+    result = export("megatron", plan(MODELS["llama2-7b"].model, seq_len=16384, dp=8))
     assert parse_megatron(result).max_position_embeddings == 16384
+    assert parse_megatron(export("megatron", plan(seq_len=16384, dp=8))).max_position_embeddings == 131072
 
 
 def expand_layout(text: str) -> list[str]:
@@ -256,7 +250,7 @@ def test_megatron_hybrid_sharding(zero, instances):
     a = parse_megatron(export("megatron", plan(dp=8, cp=2, zero=zero, shard_degree=4)))
     assert a.num_distributed_optimizer_instances == instances and a.use_distributed_optimizer
     a = parse_megatron(export("megatron", plan(dp=8, cp=2, zero=zero, shard_degree=16)))   # one group: the default
-    assert a.num_distributed_optimizer_instances is None
+    assert a.num_distributed_optimizer_instances == 1   # Megatron's default: one instance
 
 
 def test_megatron_recompute_norms_and_partial_full():
@@ -407,6 +401,12 @@ def test_deepspeed_cannot_express(kwargs, needle):
 
 # ---------------------------------------------------------------- torchtitan
 
+def titan_export(fmt: str, p):
+    """The 0.2.x TOML for "torchtitan", main's Python form for "torchtitan-python" (the forms these tests
+    were written for; tests/unit/test_torchtitan_versions.py covers 0.3.x, the default)."""
+    return export(fmt, p, torchtitan_version="0.2" if fmt == "torchtitan" else "main")
+
+
 def parse_titan(result) -> dict:
     assert result.ok, result
     config = tomllib.loads(result.text)
@@ -417,7 +417,7 @@ def parse_titan(result) -> dict:
 def test_torchtitan_fsdp_tp_pp_interleaved():
     p = plan(tp=2, pp=2, dp=16, zero=ZeroStage.OS_G_P, sequence_parallel=True, recompute=Recompute.FULL,
              virtual_stages=2, micro_batch=1)
-    c = parse_titan(export("torchtitan", p))
+    c = parse_titan(titan_export("torchtitan", p))
     par = c["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 16)
     assert par["fsdp_reshard_after_forward"] == "always"          # ZeRO-3 also under PP
@@ -435,7 +435,7 @@ def test_torchtitan_fsdp_tp_pp_interleaved():
 
 
 def test_torchtitan_ddp():
-    c = parse_titan(export("torchtitan", plan(dp=8, micro_batch=2, global_batch=64)))
+    c = parse_titan(titan_export("torchtitan", plan(dp=8, micro_batch=2, global_batch=64)))
     par = c["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (8, 1)
     assert "pipeline_parallel_schedule" not in par
@@ -446,7 +446,7 @@ def test_torchtitan_ddp():
 
 def test_torchtitan_python_snippet(monkeypatch):
     p = plan(tp=4, dp=2, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL, micro_batch=2, global_batch=64)
-    result = export("torchtitan-python", p)
+    result = titan_export("torchtitan-python", p)
     assert result.ok
     fake = types.ModuleType("torchtitan.distributed.activation_checkpoint")
     fake.FullAC = types.SimpleNamespace(Config=lambda: "FullAC.Config()")
@@ -477,7 +477,7 @@ def test_torchtitan_python_snippet(monkeypatch):
     (dict(recipe="megatron-fp32-grad", dp=8, zero=ZeroStage.OS_G_P), "16 B/param"),
 ])
 def test_torchtitan_cannot_express(kwargs, needle):
-    result = export("torchtitan", plan(**kwargs))
+    result = titan_export("torchtitan", plan(**kwargs))
     assert not result.ok and needle in result.message
 
 
@@ -513,11 +513,11 @@ def titan_parts(par: dict, L: int, head: str = "output") -> tuple[int, ...]:
 def test_torchtitan_llama3_405b_less_layers():
     """7, 8 x 14, 7: torchtitan's own default (first/last_stage_less_layers = 1) at 8 per stage."""
     p = plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P)
-    par = parse_titan(export("torchtitan", p))["parallelism"]
+    par = parse_titan(titan_export("torchtitan", p))["parallelism"]
     assert (par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_first_stage_less_layers"],
             par["pipeline_parallel_last_stage_less_layers"]) == (8, 1, 1)
     assert titan_parts(par, 126) == p.chunk_layers
-    par = parse_titan(export("torchtitan", plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True,
+    par = parse_titan(titan_export("torchtitan", plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True,
                                                 zero=ZeroStage.OS_G_P, first_stage_layers=6, last_stage_layers=8)))[
         "parallelism"]
     assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (2, 0)
@@ -536,7 +536,7 @@ def test_torchtitan_llama3_405b_less_layers():
 @pytest.mark.parametrize("fmt", ["torchtitan", "torchtitan-python"])
 def test_torchtitan_builds_the_plans_layers_per_chunk(model, degrees, fmt):
     p = plan(model, sequence_parallel=True, zero=ZeroStage.OS_G_P, **degrees)
-    result = export(fmt, p)
+    result = titan_export(fmt, p)
     assert result.ok, result
     if fmt == "torchtitan":
         par = parse_titan(result)["parallelism"]
@@ -547,32 +547,32 @@ def test_torchtitan_builds_the_plans_layers_per_chunk(model, degrees, fmt):
 
 def test_torchtitan_module_fqns_where_less_layers_cannot():
     p = plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P, first_stage_layers=5)
-    result = export("torchtitan", p)
+    result = titan_export("torchtitan", p)
     parts = parse_titan(result)["parallelism"]["module_fqns_per_model_part"]
     assert parts[0] == ["tok_embeddings"] + [f"layers.{i}" for i in range(5)]
     assert parts[-1] == [f"layers.{i}" for i in range(119, 126)] + ["norm", "output"]
     assert "pipeline_parallel_layers_per_stage" not in parse_titan(result)["parallelism"]
-    assert export("torchtitan-python", p).data["parallelism.module_fqns_per_model_part"][-1][-1] == "lm_head"
+    assert titan_export("torchtitan-python", p).data["parallelism.module_fqns_per_model_part"][-1][-1] == "lm_head"
 
 
 def test_torchtitan_schedules_sharding_and_resharding():
     base = dict(model=LLAMA_405B, tp=8, pp=16, sequence_parallel=True, zero=ZeroStage.OS_G_P)
-    par = parse_titan(export("torchtitan", plan(dp=2, schedule=Schedule.GPIPE, **base)))["parallelism"]
+    par = parse_titan(titan_export("torchtitan", plan(dp=2, schedule=Schedule.GPIPE, **base)))["parallelism"]
     assert par["pipeline_parallel_schedule"] == "GPipe"
-    par = parse_titan(export("torchtitan", plan(dp=4, shard_degree=2, reshard_after_forward=False,
+    par = parse_titan(titan_export("torchtitan", plan(dp=4, shard_degree=2, reshard_after_forward=False,
                                                 **base)))["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 2)
     assert par["fsdp_reshard_after_forward"] == "never"
     # FSDP shards over data_parallel_shard_degree x cp: a group of 4 over dp 4 x cp 2 is shard 2, replicate 2
-    par = parse_titan(export("torchtitan", plan(dp=4, cp=2, zero=ZeroStage.OS_G_P, shard_degree=4)))["parallelism"]
+    par = parse_titan(titan_export("torchtitan", plan(dp=4, cp=2, zero=ZeroStage.OS_G_P, shard_degree=4)))["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"],
             par["context_parallel_degree"]) == (2, 2, 2)
 
 
 def test_torchtitan_op_recompute(monkeypatch):
-    c = parse_titan(export("torchtitan", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP)))
+    c = parse_titan(titan_export("torchtitan", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP)))
     assert c["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    result = export("torchtitan-python", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP))
+    result = titan_export("torchtitan-python", plan(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.OP))
     fake = types.ModuleType("torchtitan.distributed.activation_checkpoint")
     fake.SelectiveAC = types.SimpleNamespace(Config=lambda: "SelectiveAC.Config()")
     for name in ("torchtitan", "torchtitan.distributed"):
@@ -587,13 +587,13 @@ def test_torchtitan_block_recompute_is_every_kth_layer():
     """Block 16 of 32 layers reruns 16: selective_ac_option = "2" checkpoints layers 2, 4, ..., 32."""
     kw = dict(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL, recompute_num_layers=16,
               recompute_method=RecomputeMethod.BLOCK)
-    result = export("torchtitan", plan(**kw))
+    result = titan_export("torchtitan", plan(**kw))
     assert parse_titan(result)["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
     assert any("not the first 16" in n for n in result.notes)
-    result = export("torchtitan-python", plan(**kw))
+    result = titan_export("torchtitan-python", plan(**kw))
     assert not result.ok and "SelectiveAC.Config() is per-op SAC only" in result.message
     for method, n in ((RecomputeMethod.UNIFORM, 1), (RecomputeMethod.BLOCK, 32)):   # every layer: full
-        c = parse_titan(export("torchtitan", plan(**{**kw, "recompute_num_layers": n, "recompute_method": method})))
+        c = parse_titan(titan_export("torchtitan", plan(**{**kw, "recompute_num_layers": n, "recompute_method": method})))
         assert c["activation_checkpoint"] == {"mode": "full"}
 
 
@@ -611,17 +611,17 @@ def test_torchtitan_block_recompute_is_every_kth_layer():
 def test_torchtitan_cannot_express_layouts(kwargs, needle, fmt):
     if fmt == "torchtitan-python" and "no k reruns" in needle:
         needle = "per-op SAC only"
-    result = export(fmt, plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P, **kwargs))
+    result = titan_export(fmt, plan(LLAMA_405B, tp=8, pp=16, dp=2, sequence_parallel=True, zero=ZeroStage.OS_G_P, **kwargs))
     assert not result.ok and needle in result.message
 
 
 def test_torchtitan_shard_group_must_cover_cp():
-    result = export("torchtitan", plan(dp=3, cp=2, zero=ZeroStage.OS_G_P, shard_degree=3, global_batch=96))
+    result = titan_export("torchtitan", plan(dp=3, cp=2, zero=ZeroStage.OS_G_P, shard_degree=3, global_batch=96))
     assert not result.ok and "--shard-degree 3 with cp = 2: torchtitan's FSDP always shards over" in result.message
 
 
 def test_torchtitan_python_can_turn_sequence_parallel_off():
-    assert export("torchtitan-python", plan(tp=2, dp=4, zero=ZeroStage.OS_G_P)).ok
+    assert titan_export("torchtitan-python", plan(tp=2, dp=4, zero=ZeroStage.OS_G_P)).ok
 
 
 # ---------------------------------------------------------------- the plan

@@ -160,7 +160,9 @@ def test_fp4_is_at_least_the_fp8_peak_where_both_are_stated():
 
 def test_peak_fp4_tflops_parses():
     g = _resolved_gpu("--peak-fp4-tflops", "9000")
-    assert g.peak_fp4_flops_per_s == 9000e12 and g.name == "h100-80gb (custom)"   # TFLOP/s x 1e12
+    assert g.peak_fp4_flops_per_s == 9000e12   # TFLOP/s x 1e12
+    # the name says what the flag changed and what the preset still gives
+    assert g.name == "h100-80gb with its own --peak-fp4-tflops (h100-80gb HBM bandwidth, memory and links kept)"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "1e9", "nan", "abc"])

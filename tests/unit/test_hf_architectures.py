@@ -404,8 +404,19 @@ def test_megatron_export_refuses_what_its_flags_cannot_state(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     code = main(["export", "--hf-config", str(tmp_path), "--gpus", "8", "--seq-len", "4096", "--format", "megatron"],
                 out=out, err=err)
-    assert code == 1
-    assert "query/key norms (head): not among the flags fitplan emits" in out.getvalue() + err.getvalue()
+    # Qwen3's per-head q/k RMSNorm is Megatron's --qk-layernorm (a norm of head_dim on each head's q and k)
+    assert code == 0 and "--qk-layernorm" in out.getvalue().split()
+    # OLMo 2's norm over the whole q and k projections has no Megatron flag: refused, said why
+    from dataclasses import replace
+
+    from fitplan.export import export, make_plan
+    from fitplan.presets import MODELS, RECIPES
+    from fitplan.specs import ParallelConfig, TrainingSpec
+    from fitplan.specs.model import QkNorm
+    olmo_like = replace(MODELS["llama2-7b"].model, qk_norm=QkNorm.PROJECTION)
+    result = export("megatron", make_plan(model=olmo_like, training=TrainingSpec(seq_len=4096, recipe=RECIPES[
+        "mixed-adam"]), parallel=ParallelConfig(dp=8), global_batch=64))
+    assert not result.ok and "query/key norms over the whole projection (OLMo 2)" in result.message
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"

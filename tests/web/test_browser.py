@@ -26,6 +26,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disa
 TIMEOUT_MS = 30_000
 
 
+def export_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["export", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
 def cli_json(*argv):
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err)
@@ -82,7 +88,8 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     settle(page)
     code, plan = cli_json("plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--json")
     assert code == 0 and plan["feasible"]
-    assert page.inner_text("#verdict") == "Fits"
+    assert page.inner_text("#verdict").startswith("Fits, tight")      # every layout on 16 GPUs is tight: amber
+    assert "tight" in page.get_attribute("#verdict", "class")
     assert "gpt3-175b on 16 × gpu-192gib" in page.inner_text("#verdict-detail")
     mv, rec = plan["minimum_viable"], plan["recommended"]
     first = page.locator('#table-disturbance tbody tr').first
@@ -95,6 +102,9 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     # the minimum viable layout with its peak, risk and phase; all at the fixed global batch the header's
     # assumptions name
     assert rec["risk"]["level"] == "tight"
+    # the badge's band: the peak's share of GPU memory (risk.band_bytes when the plan states one)
+    fraction = 100 * rec["risk"]["peak_fraction_of_capacity"]
+    assert page.inner_text("#verdict-band") == f"peak at {fraction:.1f}% of GPU memory, above the 80% margin"
     assert f"tp {rec['tp']} · pp {rec['pp']}" in page.inner_text("#recommended")
     assert "80%" in page.inner_text("#recommend-note") and "tight" in page.inner_text("#recommend-note")
     assert "tp 8 · pp 2" in page.inner_text("#minimum-viable")
@@ -122,10 +132,33 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     assert f"largest batch {served['max_batch']:,}" in serving and "decode step >=" in serving
     page.screenshot(path=str(shots / "fitplan-serve-16-gpus.png"), full_page=True)
 
+    # the chart's labels say in words where each bar ranks
+    sub = page.locator("#memory-chart svg g.bar").first.locator(".bar-sublabel").text_content()
+    assert "least disturbance #1" in sub and "D#" not in sub and "T#" not in sub
+
     # export the first suggestion for Megatron-LM
     first.locator('button[data-format="megatron"]').click()
     page.wait_for_selector("#export-text:has-text('--tensor-model-parallel')", timeout=TIMEOUT_MS)   # (no eval: CSP)
     assert "--tensor-model-parallel-size 8" in page.inner_text("#export-text")
+    # the recommended layout has its own export buttons, and exports the layout `fitplan export` writes
+    page.locator('#export-recommended button[data-format="megatron"]').click()
+    page.wait_for_selector(f"#export-text:has-text('--tensor-model-parallel-size {rec['tp']}')", timeout=TIMEOUT_MS)
+    code, out, _ = export_cli("--preset", "gpt3-175b", "--gpus", "16", "--format", "megatron")
+    assert code == 0 and f"--pipeline-model-parallel-size {rec['pp']}" in out
+    exported = page.inner_text("#export-text")
+    assert f"--pipeline-model-parallel-size {rec['pp']}" in exported
+    assert [line for line in exported.splitlines() if line.strip().startswith("--")] == \
+        [line for line in out.splitlines() if line.strip().startswith("--")]
+    assert page.locator('#export-minimum-viable button[data-format="deepspeed"]').count() == 1
+
+    # the serving panel answers once a sequence length is set in the training form (it sends serving's
+    # own fields only, not the training form's seq_len)
+    page.fill("#seq_len", "4096")
+    settle(page)
+    serving = page.inner_text("#serving")
+    assert "unknown field" not in serving and f"largest batch {served['max_batch']:,}" in serving
+    page.fill("#seq_len", "")
+    settle(page)
 
     # the whole analysis as markdown: the CLI's --format markdown text
     with page.expect_download(timeout=TIMEOUT_MS) as got:
@@ -161,7 +194,7 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     # back to a good input: the error goes away
     page.fill("#gpus", "16")
     settle(page)
-    assert page.is_hidden("#error") and page.inner_text("#verdict") == "Fits"
+    assert page.is_hidden("#error") and page.inner_text("#verdict").startswith("Fits")
 
     assert problems == []
     assert requests and all(u.startswith(server.url) for u in requests), \
@@ -185,7 +218,7 @@ def test_a_pasted_and_an_uploaded_hf_config(browser, server, shots):
     settle(page)
     code, plan = cli_json("plan", "--hf-config", str(config.parent), "--gpus", "8", "--seq-len", "8192",
                           "--suggest", "--json")
-    assert page.inner_text("#verdict") == ("Fits" if plan["feasible"] else "Does not fit")
+    assert page.inner_text("#verdict").startswith("Fits" if plan["feasible"] else "Does not fit")
     assert "llama-3.1-8b on 8 × h100-80gb" in page.inner_text("#verdict-detail")
     assert page.locator("#table-disturbance tbody tr").count() == len(plan["suggestions"])
     assert "--hf-config llama-3.1-8b/config.json" in page.inner_text("#cli-command")

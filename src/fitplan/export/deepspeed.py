@@ -42,10 +42,11 @@ deepspeed.checkpointing, which the model code must call; the notes say what to w
 import json
 
 from fitplan.counts.params import shape_params
+from fitplan.export.fields import card_lines
 from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
 from fitplan.specs import Offload, Recompute, ZeroStage
-from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_param_gather
+from fitplan.specs.parallel import RecomputeMethod, Schedule, overlaps_ep_comm, overlaps_param_gather
 
 FORMAT = "deepspeed"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
@@ -63,6 +64,7 @@ def to_deepspeed(plan: Plan) -> Exported | Unsupported:
                                    **_offload(plan, reasons, notes)}
     config.update(_optimizer(plan, reasons))
     config.update(_recompute(plan, reasons, notes))
+    config.update(_experts(plan, reasons, notes))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
@@ -248,6 +250,46 @@ def _recompute(plan: Plan, reasons: list, notes: list) -> dict:
                                          "synchronize_checkpoint_boundary": False, "profile": False}}
 
 
+def _experts(plan: Plan, reasons: list, notes: list) -> dict:
+    """AutoEP, DeepSpeed 0.19's config-level expert parallelism (deepspeed/runtime/config.py
+    "expert_parallel", module_inject/auto_ep_config.py parse_autoep_config): it swaps a Hugging
+    Face model's MoE blocks, found by model_type, for its own dropless layer over autoep_size
+    ranks, with the experts' tensor parallelism 1 as in fitplan's expert grid. Node-limited
+    routing is its num_expert_groups / num_limited_groups; a routing-score bias
+    (load_balance_coeff) and a capacity factor it does not have."""
+    moe, c = plan.model.moe, plan.parallel
+    if moe is None:
+        return {}
+    if moe.expert_bias:
+        reasons.append("--expert-bias: DeepSpeed's AutoEP refuses load_balance_coeff, the auxiliary-loss-free "
+                       "routing bias (auto_ep_presets/base.py)")
+    if moe.capacity_factor is not None:
+        reasons.append(f"--capacity-factor {moe.capacity_factor}: DeepSpeed's AutoEP layer is dropless (no "
+                       f"capacity), and its older deepspeed.moe.layer.MoE is not configured from a ds_config")
+    if c.ep > 1 and overlaps_ep_comm(c):
+        reasons.append("--overlap-moe-expert-parallel-comm: DeepSpeed's AutoEP has no setting that hides the expert "
+                       "all-to-alls behind other compute")
+    out = {"enabled": True, "autoep_size": c.ep, "expert_tensor_parallel_size": 1, "top_k": moe.experts_per_token}
+    if c.ep > 1:   # AutoEP's comm_backend: "comm" (torch all-to-all) or "deepep"
+        out["comm_backend"] = "deepep" if plan.training.moe_dispatcher == "deepep" else "comm"
+        if out["comm_backend"] == "deepep":   # DeepEP's buffers: the tokens one rank routes (AutoEP requires it)
+            out["comm_max_tokens_per_rank"] = c.micro_batch * plan.training.seq_len
+    if moe.route_nodes is not None:
+        nodes = max(1, c.ep // plan.gpus_per_node) if plan.gpus_per_node else None
+        if nodes is None:
+            reasons.append(f"--route-nodes {moe.route_nodes}: AutoEP limits routing to groups of experts "
+                           f"(num_expert_groups), one per node, and the plan states no node size")
+        elif nodes > moe.route_nodes:
+            out.update(num_expert_groups=nodes, num_limited_groups=moe.route_nodes)
+        else:
+            notes.append(f"--route-nodes {moe.route_nodes}: the {c.ep} expert-parallel ranks span {nodes} node(s), "
+                         f"so no group-limited routing is needed")
+    notes.append("expert_parallel (AutoEP) replaces the MoE blocks of a Hugging Face model it recognizes by "
+                 "model_type (mixtral, qwen3_moe, deepseek_v2/v3, ...); other models need its moe_layer_pattern, "
+                 "router_pattern and expert_pattern keys")
+    return {"expert_parallel": out}
+
+
 def _notes(plan: Plan) -> list:
     zero, r = plan.parallel.zero, plan.training.recipe
     notes = [f"launch on {plan.num_gpus} GPUs: DeepSpeed checks train_batch_size = micro x accumulation x "
@@ -260,5 +302,6 @@ def _notes(plan: Plan) -> list:
         notes.append("ZeRO-3 also holds gathered parameters up to stage3_max_live_parameters and the prefetch "
                      "bucket (about 4 x the largest layer, "
                      "docs/engines.md#deepspeed-zero-buckets-and-gradient-precision), beyond the plan's sharded states")
-    notes.append(f"written for {describe(plan)}; the model code decides the shapes")
+    notes.append(f"written for {describe(plan)}; the model code decides the shapes, and must build: "
+                 + "; ".join(card_lines(plan.model, training=plan.training)))
     return notes

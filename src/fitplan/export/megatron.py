@@ -55,8 +55,20 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
   shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
               tying
 
-Megatron's parser is not imported here: the flags are data, and the tests parse them
-back with an argparse parser that declares exactly these names.
+  experts     --num-experts, --moe-router-topk, --moe-ffn-hidden-size, the shared experts as
+              --moe-shared-expert-intermediate-size (and --moe-shared-expert-gate), the first
+              dense layers as --moe-layer-freq, --expert-model-parallel-size with
+              --expert-tensor-parallel-size 1, --moe-grouped-gemm, the dispatcher (allgather
+              without EP, alltoall, or flex with DeepEP), the router's balancing (aux_loss, or
+              the score bias with sigmoid scores), a capacity factor padded to capacity, and
+              node-limited routing as group-limited routing with one group per node
+  MLA         --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+              --qk-pos-emb-head-dim, --v-head-dim; --mtp-num-layers
+  attention   --attention-backend unfused for eager attention, flash or fused for a named
+              kernel, Megatron's auto choice for flash
+
+Megatron's parser is not imported here: the flags are data, and the tests parse every
+export with Megatron-LM's own option list at d98e8a6 (tests/data/megatron_flags.json).
 """
 import shlex
 
@@ -70,13 +82,15 @@ FORMAT = "megatron"
 ADAM, SGD = dict(recipes.ADAM), dict(recipes.SGD_MOMENTUM)
 FSDP_STRATEGY = {ZeroStage.OS_G: "optim_grads", ZeroStage.OS_G_P: "optim_grads_params"}
 VOCAB_MULTIPLE = 128   # --make-vocab-size-divisible-by default
+# --attention-backend (megatron/core/transformer/enums.py AttnBackend) for each attention kernel the plan names
+ATTENTION_BACKENDS = {"eager": "unfused", "flash": "auto", "flash2": "flash", "flash3": "flash", "cudnn": "fused"}
 
 
 def to_megatron(plan: Plan) -> Exported | Unsupported:
     reasons, notes = adapter_and_offload_reasons(plan, "Megatron-LM"), []
     flags = (_degrees(plan) + _pipeline(plan, reasons, notes) + _zero(plan, reasons) + _overlap(plan, reasons)
              + _batch(plan) + _recompute(plan, reasons, notes) + _precision(plan, reasons, notes)
-             + _shapes(plan, reasons, notes))
+             + _shapes(plan, reasons, notes) + _moe(plan, reasons, notes) + _mla(plan))
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
     notes += _notes(plan)
@@ -93,6 +107,9 @@ def _degrees(plan: Plan) -> list:
     c = plan.parallel
     out = [_flag("--tensor-model-parallel-size", c.tp), _flag("--pipeline-model-parallel-size", c.pp),
            _flag("--context-parallel-size", c.cp)]
+    if c.cp > 1 and not c.cp_comm_overlap:
+        # p2p (the default) overlaps the K/V ring with attention; all_gather gathers K/V first, unhidden
+        out.append(_flag("--cp-comm-type", "all_gather"))
     if c.sequence_parallel:
         out.append(_flag("--sequence-parallel"))
     return out
@@ -348,9 +365,96 @@ def _shapes(plan: Plan, reasons: list, notes: list) -> list:
             out.append(_flag("--add-qkv-bias"))
     if not m.tied_embeddings:
         out.append(_flag("--untie-embeddings-and-output-weights"))
+    if m.qk_norm == QkNorm.HEAD:
+        out.append(_flag("--qk-layernorm"))
+    if m.mtp_depth:
+        out.append(_flag("--mtp-num-layers", m.mtp_depth))
     if not plan.training.dropout:
         out += [_flag("--hidden-dropout", 0.0), _flag("--attention-dropout", 0.0)]
+    backend = ATTENTION_BACKENDS[plan.training.attention_kernel]
+    if backend != "auto":
+        # eager: the plan stores the s^2 scores (Korthikanti's eager attention), Megatron's unfused backend;
+        # a named kernel: flash (FlashAttention 2 or 3) or fused (cuDNN); flash alone: Megatron's auto choice
+        out.append(_flag("--attention-backend", backend))
     return out
+
+
+def _moe(plan: Plan, reasons: list, notes: list) -> list:
+    """Mixture-of-experts flags (megatron/core/transformer/transformer_config.py, the MoE fields;
+    arguments.py _add_moe_args): experts of their own size, top-k routing, the shared experts as
+    one MLP of their combined size, the first dense layers as a --moe-layer-freq pattern, expert
+    parallelism over the tp x dp x cp ranks with expert tensor parallel 1 (fitplan's expert
+    grid), grouped GEMMs, the all-to-all dispatcher when experts are split, and the router's
+    balancing as the model states it: a routing-score bias (aux-loss free, which Megatron runs
+    with sigmoid scores) or an auxiliary loss."""
+    m, c = plan.model, plan.parallel
+    moe = m.moe
+    if moe is None:
+        return []
+    out = [_flag("--num-experts", moe.num_experts), _flag("--moe-router-topk", moe.experts_per_token),
+           _flag("--moe-ffn-hidden-size", moe.expert_ffn_size)]
+    if moe.num_shared_experts:
+        out.append(_flag("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.expert_ffn_size))
+        if moe.shared_expert_gate:
+            out.append(_flag("--moe-shared-expert-gate"))
+    if moe.first_dense_layers:
+        dense, sparse = moe.first_dense_layers, m.num_layers - moe.first_dense_layers
+        out.append(_flag("--moe-layer-freq", f"([0]*{dense}+[1]*{sparse})"))
+    out += [_flag("--expert-model-parallel-size", c.ep), _flag("--expert-tensor-parallel-size", 1),
+            _flag("--moe-grouped-gemm")]
+    if c.ep == 1:     # no expert all-to-all: the experts are local (the dispatcher choice has nothing to send)
+        out.append(_flag("--moe-token-dispatcher-type", "allgather"))
+    elif plan.training.moe_dispatcher == "deepep":   # DeepEP: the flex dispatcher with its deepep backend
+        out += [_flag("--moe-token-dispatcher-type", "flex"), _flag("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        out.append(_flag("--moe-token-dispatcher-type", "alltoall"))
+    if moe.expert_bias:
+        out += [_flag("--moe-router-enable-expert-bias"), _flag("--moe-router-score-function", "sigmoid"),
+                _flag("--moe-router-load-balancing-type", "none")]
+    else:
+        out.append(_flag("--moe-router-load-balancing-type", "aux_loss"))
+        notes.append("--moe-router-load-balancing-type aux_loss: set --moe-aux-loss-coeff, a hyper-parameter "
+                     "(Megatron's default 0 turns the loss off; Mixtral's config.json states 0.02)")
+    if moe.capacity_factor is not None:
+        # the plan stores every expert's full capacity (fitplan.memory.activations): pad to it
+        out += [_flag("--moe-expert-capacity-factor", moe.capacity_factor), _flag("--moe-pad-expert-input-to-capacity")]
+    if moe.route_nodes is not None:
+        out += _node_limited_routing(plan, reasons, notes)
+    return out
+
+
+def _node_limited_routing(plan: Plan, reasons: list, notes: list) -> list:
+    """Node-limited routing (DeepSeek-V3 Sec. 3.2.2): Megatron's group-limited routing with one
+    group per node of the expert-parallel group (transformer_config.py moe_router_num_groups)."""
+    moe, ep, per_node = plan.model.moe, plan.parallel.ep, plan.gpus_per_node
+    if per_node is None:
+        reasons.append(f"--route-nodes {moe.route_nodes}: Megatron limits routing to groups of experts, one group "
+                       f"per node of the expert-parallel group, and the plan states no node size")
+        return []
+    nodes = max(1, ep // per_node)
+    if nodes <= moe.route_nodes:
+        notes.append(f"--route-nodes {moe.route_nodes}: the {ep} expert-parallel ranks span {nodes} node(s), so "
+                     f"every token already reaches at most {nodes}; no group-limited routing is needed")
+        return []
+    if ep % per_node or moe.num_experts % nodes:
+        reasons.append(f"--route-nodes {moe.route_nodes} with ep = {ep} on {per_node}-GPU nodes: Megatron's groups "
+                       f"are equal shares of the {moe.num_experts} experts, one per node, which needs whole nodes")
+        return []
+    return [_flag("--moe-router-num-groups", nodes), _flag("--moe-router-group-topk", moe.route_nodes)]
+
+
+def _mla(plan: Plan) -> list:
+    """Multi-latent attention (arguments.py _add_mla_args): --qk-head-dim is the part without
+    rotary embedding, --qk-pos-emb-head-dim the rotary part; a q_lora_rank of 0 (queries not
+    compressed) is Megatron's default None."""
+    mla = plan.model.mla
+    if mla is None:
+        return []
+    out = [_flag("--multi-latent-attention")]
+    if mla.q_lora_rank:
+        out.append(_flag("--q-lora-rank", mla.q_lora_rank))
+    return out + [_flag("--kv-lora-rank", mla.kv_lora_rank), _flag("--qk-head-dim", mla.qk_nope_head_dim),
+                  _flag("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), _flag("--v-head-dim", mla.v_head_dim)]
 
 
 def _unexpressed(m) -> list:
@@ -361,15 +465,14 @@ def _unexpressed(m) -> list:
     if m.norms_per_layer != 2:
         out.append(f"{m.norms_per_layer} norms per layer: Megatron's GPT layer has two (before attention and before "
                    f"the MLP)")
-    if m.qk_norm != QkNorm.NONE:
-        out.append(f"query/key norms ({m.qk_norm.value}): not among the flags fitplan emits")
+    if m.qk_norm == QkNorm.PROJECTION:
+        out.append("query/key norms over the whole projection (OLMo 2): Megatron's --qk-layernorm normalizes each "
+                   "head (transformer_config.py qk_layernorm)")
     if m.sliding_window is not None:
         out.append(f"sliding-window attention ({m.sliding_window:,} tokens): not among the flags fitplan emits")
     if m.attention_sinks:
         out.append("attention sinks: Megatron-LM's learnable softmax offset (TransformerConfig softmax_type) has no "
                    "command-line flag")
-    if m.moe is not None and (m.moe.shared_expert_gate or m.moe.expert_bias):
-        out.append("a shared-expert gate or a routing-score bias: not among the flags fitplan emits")
     return out
 
 
@@ -388,10 +491,9 @@ def _notes(plan: Plan) -> list:
                      f"{shape_params(m):,}")
     notes.append("--vocab-size is read with --tokenizer-type NullTokenizer; with a real tokenizer pass its flags "
                  "instead and check that the vocabulary matches")
-    if c.recompute != Recompute.SELECTIVE:
-        notes.append("the plan stores the s^2 attention scores (no flash attention); Megatron's default fused "
-                     "attention does not, so real activations are smaller; --attention-backend unfused matches "
-                     "the plan exactly")
+    if plan.training.attention_kernel == "eager" and c.recompute == Recompute.NONE:
+        notes.append("--attention-backend unfused: the plan stores the s^2 attention scores (eager attention, "
+                     "Korthikanti et al.); a fused or flash backend would store less and run faster")
     if c.zero >= ZeroStage.OS_G and c.pp > 1:
         notes.append("Megatron-FSDP's guide lists TP, CP and EP as compatible, not PP: check that your Megatron "
                      "version runs --use-megatron-fsdp with --pipeline-model-parallel-size > 1")

@@ -23,6 +23,8 @@ class Plan:
     parallel: ParallelConfig
     global_batch: int     # sequences per optimizer step
     num_gpus: int
+    gpus_per_node: int | None = None   # the node (NVLink domain) size, when a cluster is known
+    picked: str = ""      # how the layout was chosen ("recommended", "minimum viable"), or "" when given
 
     def __post_init__(self) -> None:
         positive_int("plan", "global_batch", self.global_batch, maximum=10**12)
@@ -72,7 +74,8 @@ class Plan:
 
 
 def make_plan(*, model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-              global_batch: int | None = None, num_gpus: int | None = None) -> Plan:
+              global_batch: int | None = None, num_gpus: int | None = None, gpus_per_node: int | None = None,
+              picked: str = "") -> Plan:
     """A Plan, taking the global batch from the training spec and the GPU count from the
     degrees when they are not given."""
     global_batch = training.global_batch if global_batch is None else global_batch
@@ -80,7 +83,8 @@ def make_plan(*, model: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         raise SpecError("exporting needs a global batch (sequences per step); every framework asks for one: "
                         "pass --global-batch")
     return Plan(model=model, training=training, parallel=parallel, global_batch=global_batch,
-                num_gpus=parallel.world_size if num_gpus is None else num_gpus)
+                num_gpus=parallel.world_size if num_gpus is None else num_gpus, gpus_per_node=gpus_per_node,
+                picked=picked)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +124,8 @@ def describe(plan: Plan) -> str:
 def _describe(plan: Plan) -> str:
     c = plan.parallel
     extras = [f"zero={int(c.zero)}", f"recompute={c.recompute.value}", f"micro-batch={c.micro_batch}"]
+    if c.ep > 1:
+        extras.insert(0, f"ep={c.ep}")
     if c.offload.value != "none":
         extras.append(f"offload={c.offload.value}")
     if c.sequence_parallel:
@@ -136,8 +142,9 @@ def _describe(plan: Plan) -> str:
         extras.append("no-reshard-after-forward")
     if c.recompute_num_layers is not None:
         extras.append(f"recompute-layers={c.recompute_num_layers} {c.recompute_method.value}")
-    return (f"{plan.model.name}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} {' '.join(extras)} on {plan.num_gpus} "
-            f"GPUs, global batch {plan.global_batch} x {plan.training.seq_len} tokens, "
+    picked = f"the {plan.picked} layout of 'fitplan plan --suggest', " if plan.picked else ""
+    return (f"{picked}{plan.model.name}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} {' '.join(extras)} on "
+            f"{plan.num_gpus} GPUs, global batch {plan.global_batch} x {plan.training.seq_len} tokens, "
             f"precision {plan.training.recipe.name}")
 
 

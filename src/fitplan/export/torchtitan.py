@@ -1,11 +1,23 @@
-"""torchtitan job configs for a plan: the legacy TOML (<= v0.2.2) and the Python config
-that replaced it (commit 9810191b, "Config System Refactor", docs/engines.md#torchtitan-configuration).
+"""torchtitan configs for a plan, per version (--torchtitan-version; docs/engines.md#torchtitan-configuration):
 
-Keys were read from pytorch/torchtitan: torchtitan/config/job_config.py and
-torchtitan/distributed/{pipeline_parallel,activation_checkpoint}.py at v0.2.2 for the TOML,
-torchtitan/config/configs.py (ParallelismConfig) and the same two distributed/ files at
-HEAD (2026-08-21) for the Python config; schedule names from torch.distributed.pipelining
-(schedules.py get_schedule_class).
+  0.2     0.2.x: the TOML job config (torchtitan/config/job_config.py at v0.2.2)
+  0.3     0.3.x, the current release (the default): Python assignments on the Trainer.Config
+          a config function returns (torchtitan/config/configs.py of the 0.3.0 package:
+          TrainingConfig still counts samples, local_batch_size and seq_len, and
+          ParallelismConfig has pipeline_parallel_microbatch_size)
+  main    main at b5bcd76 (2026-08-21): the same Python form with the batch in tokens
+          (num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step,
+          max_context_length) and ParallelismConfig.num_pp_microbatches
+
+--format torchtitan writes what the chosen version reads (TOML for 0.2, Python otherwise);
+--format torchtitan-python is the Python form. Each version's field names are checked in
+tests against that version's own config classes (tests/data/torchtitan_fields.json). The
+model itself (shapes, experts, attention) is chosen in torchtitan's model code, so every file
+starts with a comment listing the model the plan is for, one field a line.
+
+Keys were read from pytorch/torchtitan: the files above and
+torchtitan/distributed/{pipeline_parallel,activation_checkpoint}.py; schedule names from
+torch.distributed.pipelining (schedules.py get_schedule_class).
 
 torchtitan's model states are fixed by its design: FSDP2 (or DDP) over fp32 parameters,
 fp32 gradients (mixed_precision_reduce = float32) and fp32 AdamW moments, 16 B/param, with
@@ -43,9 +55,13 @@ bf16 only as the gathered compute copy. So it expresses:
               2 x pp V-shaped stages, not DualPipe's two: both are refused.
   batch       without PP: local_batch_size = micro-batch (gradient accumulation makes up the
               global batch); with PP: local_batch_size = B/dp, split into micro-batches of b.
-  sequence    the legacy TOML turns sequence parallel on whenever tp > 1.
+  sequence    0.2.x turns sequence parallel on whenever tp > 1.
+  experts     expert_parallel_degree (and in 0.2.x expert_tensor_parallel_degree = 1): EP
+              borrows FSDP's shard ranks and TP's, so ep > 1 needs ZeRO-3.
 """
 from fitplan import toml_text
+from fitplan.errors import SpecError
+from fitplan.export.fields import card_lines
 from fitplan.export.plan import Exported, Plan, Unsupported, adapter_and_offload_reasons, describe
 from fitplan.presets import recipes
 from fitplan.specs import Mlp, Norm, Position, QkNorm, Recompute, ZeroStage
@@ -53,46 +69,85 @@ from fitplan.specs.parallel import RecomputeMethod, Schedule
 
 FORMAT, PYTHON_FORMAT = "torchtitan", "torchtitan-python"
 ADAM = dict(recipes.ADAM)
+VERSIONS = ("0.2", "0.3", "main")
+DEFAULT_VERSION = "0.3"   # the current release on the package index (0.3.0)
+# What each version's config calls the batch, the pipeline's micro-batches and the FSDP dtype
+# (docs/engines.md#torchtitan-configuration): 0.3.x keeps 0.2.x's sample counts in its Python
+# TrainingConfig; main counts tokens and pipeline micro-batches instead.
+VERSION_NAMES = {"0.2": "0.2.x (TOML job config)", "0.3": "0.3.x (Python config)",
+                 "main": "main after the token-count batch change (Python config)"}
 
 
-def to_torchtitan(plan: Plan) -> Exported | Unsupported:
-    """The legacy job-config TOML."""
+def to_torchtitan(plan: Plan, version: str = DEFAULT_VERSION) -> Exported | Unsupported:
+    """The config the chosen torchtitan reads: the TOML job config for 0.2.x, the Python
+    Trainer.Config assignments for 0.3.x and main."""
+    _check_version(version)
+    if version != "0.2":
+        return _python_config(plan, version, FORMAT)
     sections, reasons, notes = _settings(plan, legacy=True)
     if reasons:
         return Unsupported(format=FORMAT, reasons=tuple(reasons))
-    header = f"# torchtitan (<= v0.2.2) job config written by fitplan for {describe(plan)}\n\n"
+    header = (f"# torchtitan 0.2.x job config written by fitplan for {describe(plan)}\n"
+              + _card_comment(plan) + "\n")
     text = header + "\n".join(toml_text.table(name, list(values.items())) for name, values in sections.items())
     return Exported(format=FORMAT, filename="torchtitan.toml", text=text, data=sections, notes=tuple(notes))
 
 
-def to_torchtitan_python(plan: Plan) -> Exported | Unsupported:
-    """Assignments on the Trainer.Config that a post-refactor config function returns."""
+def to_torchtitan_python(plan: Plan, version: str = DEFAULT_VERSION) -> Exported | Unsupported:
+    """Assignments on the Trainer.Config that a 0.3.x or main config function returns."""
+    _check_version(version)
+    if version == "0.2":
+        raise SpecError("--format torchtitan-python: torchtitan 0.2.x reads a TOML job config, not a Python one; "
+                        "use --format torchtitan, or --torchtitan-version 0.3 or main")
+    return _python_config(plan, version, PYTHON_FORMAT)
+
+
+def _check_version(version: str) -> None:
+    if version not in VERSIONS:
+        raise SpecError(f"--torchtitan-version: unknown version {version!r}; use one of {', '.join(VERSIONS)}")
+
+
+def _card_comment(plan: Plan) -> str:
+    """The model the config function (or the [model] flavor) must build, one comment line per
+    field: torchtitan takes shapes, experts and attention from the model's code, not the job
+    config."""
+    lines = ["# The model this plan is for; pick or register a torchtitan model with exactly these "
+             "(fitplan's field names):"]
+    return "\n".join(lines + [f"#   {line}" for line in card_lines(plan.model, training=plan.training)]) + "\n"
+
+
+def _python_config(plan: Plan, version: str, fmt: str) -> Exported | Unsupported:
     sections, reasons, notes = _settings(plan, legacy=False)
     if reasons:
-        return Unsupported(format=PYTHON_FORMAT, reasons=tuple(reasons))
-    p, tr = sections["parallelism"], sections["training"]
+        return Unsupported(format=fmt, reasons=tuple(reasons))
+    p, tr, c = sections["parallelism"], sections["training"], plan.parallel
     assignments = {f"parallelism.{k}": v for k, v in p.items() if k != "pipeline_parallel_microbatch_size"}
-    assignments["parallelism.enable_sequence_parallel"] = plan.parallel.sequence_parallel
-    if plan.parallel.pp > 1:
-        assignments["parallelism.num_pp_microbatches"] = plan.num_microbatches
-    assignments["training.num_tokens_per_microbatch_per_dp_rank"] = tr["local_batch_size"] * tr["seq_len"]
-    assignments["training.num_tokens_per_train_step"] = tr["global_batch_size"] * tr["seq_len"]
-    assignments["training.max_context_length"] = tr["seq_len"]
+    assignments["parallelism.enable_sequence_parallel"] = c.sequence_parallel
+    if version == "0.3":
+        # 0.3.0's TrainingConfig and ParallelismConfig (torchtitan/config/configs.py): samples, as in 0.2.x
+        if c.pp > 1:
+            assignments["parallelism.pipeline_parallel_microbatch_size"] = c.micro_batch
+        assignments.update({f"training.{k}": tr[k] for k in ("local_batch_size", "global_batch_size", "seq_len")})
+    else:
+        # main: one model forward per DP rank takes micro-batch x seq_len tokens; with PP, the local batch
+        # is num_pp_microbatches of them (configs.py TrainingConfig, ParallelismConfig.num_pp_microbatches)
+        if c.pp > 1:
+            assignments["parallelism.num_pp_microbatches"] = plan.num_microbatches
+        assignments["training.num_tokens_per_microbatch_per_dp_rank"] = c.micro_batch * tr["seq_len"]
+        assignments["training.num_tokens_per_train_step"] = tr["global_batch_size"] * tr["seq_len"]
+        assignments["training.max_context_length"] = tr["seq_len"]
+    assignments["training.mixed_precision_param"] = tr["mixed_precision_param"]
     ac = sections["activation_checkpoint"]["mode"]
     policy = {"full": "FullAC", "selective": "SelectiveAC"}.get(ac)   # selective is "op" here
-    lines = ["# torchtitan after 9810191b: set on the Trainer.Config your config function returns.",
-             f"# Written by fitplan for {describe(plan)}"]
+    lines = [f"# torchtitan {VERSION_NAMES[version]}: set on the Trainer.Config your config function returns.",
+             f"# Written by fitplan for {describe(plan)}", _card_comment(plan).rstrip("\n")]
     if policy:
         lines.append(f"from torchtitan.distributed.activation_checkpoint import {policy}")
     lines.append("")
     lines += [f"config.{name} = {_python(value)}" for name, value in assignments.items()]
     lines.append(f"config.activation_checkpoint = {policy + '.Config()' if policy else 'None'}")
     assignments["activation_checkpoint"] = ac
-    notes = notes + [f"training.mixed_precision_param = {tr['mixed_precision_param']!r} in the legacy TOML; "
-                     f"check where the Python config keeps the FSDP param dtype",
-                     "num_tokens_per_microbatch_per_dp_rank is taken as the tokens of one forward-backward "
-                     "call per DP rank (local batch x seq_len); check it against the torchtitan you run"]
-    return Exported(format=PYTHON_FORMAT, filename="torchtitan_config.py", text="\n".join(lines) + "\n",
+    return Exported(format=fmt, filename="torchtitan_config.py", text="\n".join(lines) + "\n",
                     data=assignments, notes=tuple(notes))
 
 
@@ -111,11 +166,14 @@ def _settings(plan: Plan, *, legacy: bool):
                        "enabled'), so it would train in fp32, not the plan's bf16")
     checkpointing = _activation_checkpoint(plan, legacy, reasons, notes)
     if legacy and c.tp > 1 and not c.sequence_parallel:
-        reasons.append("the legacy TOML turns sequence parallel on whenever tp > 1; plan with sequence "
-                       "parallel, or export --format torchtitan-python (enable_sequence_parallel = False)")
+        reasons.append("torchtitan 0.2.x turns sequence parallel on whenever tp > 1; plan with sequence "
+                       "parallel, or export for --torchtitan-version 0.3 or main (enable_sequence_parallel = False)")
     parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
                    "fsdp_reshard_after_forward": "always" if c.reshard_after_forward else "never",
                    "tensor_parallel_degree": c.tp, "pipeline_parallel_degree": c.pp, "context_parallel_degree": c.cp}
+    if m.moe is not None:
+        parallelism.update(_experts(plan, legacy, reasons))
+    parallelism.update(_overlaps(plan, legacy, reasons))
     local_batch = c.micro_batch
     parallelism.update(_pipeline(plan, legacy, reasons, notes))
     if c.pp > 1:
@@ -128,6 +186,57 @@ def _settings(plan: Plan, *, legacy: bool):
     }
     notes += _notes(plan)
     return sections, reasons, notes
+
+
+def _overlaps(plan: Plan, legacy: bool, reasons: list) -> dict:
+    """The overlaps the plan's step time assumed (docs/formulas.md#overlap), where torchtitan has
+    them: FSDP2 and DDP always reduce gradients during the backward and FSDP2 always prefetches
+    the next layer's weights; asynchronous TP needs torch.compile (not written); context parallel
+    overlaps its K/V exchange only with the alltoall rotation, a 0.2.x setting (0.3.x and main
+    keep torch's default all-gather, which gathers K/V before attention)."""
+    from fitplan.specs.parallel import overlaps_ep_comm, overlaps_param_gather
+    c, out = plan.parallel, {}
+    if c.dp * c.cp > 1 and not c.overlap_grad_reduce:
+        reasons.append("--no-overlap-grad-reduce: torchtitan's FSDP2 and DDP always reduce gradients during the "
+                       "backward; plan with --overlap-grad-reduce")
+    if c.zero == ZeroStage.OS_G_P and c.dp * c.cp > 1 and not overlaps_param_gather(c):
+        reasons.append("--no-overlap-param-gather: torchtitan's FSDP2 always prefetches the next layer's weights")
+    if c.tp > 1 and c.tp_comm_overlap:
+        reasons.append("--tp-comm-overlap: torchtitan's asynchronous TP runs only under torch.compile "
+                       "(compile.enable_async_tensor_parallel), which fitplan does not plan")
+    if c.cp > 1:
+        if legacy:
+            out["context_parallel_rotate_method"] = "alltoall" if c.cp_comm_overlap else "allgather"
+        elif c.cp_comm_overlap:
+            reasons.append("--cp-comm-overlap: torchtitan 0.3.x and main all-gather K/V before attention (torch's "
+                           "default rotation; no setting), so nothing hides it; plan --no-cp-comm-overlap, or export "
+                           "for --torchtitan-version 0.2 (context_parallel_rotate_method = \"alltoall\")")
+    if c.ep > 1 and overlaps_ep_comm(c):
+        reasons.append("--overlap-moe-expert-parallel-comm: torchtitan overlaps expert all-to-alls only inside "
+                       "DualPipeV (pipeline_parallel_expert_parallel_overlap), which it cannot run as the plan's "
+                       "schedule")
+    return out
+
+
+def _experts(plan: Plan, legacy: bool, reasons: list) -> dict:
+    """Expert parallelism (ParallelismConfig.expert_parallel_degree in every version): EP borrows
+    the FSDP and TP ranks, dp_shard x cp x tp = efsdp x ep, with the experts' own tensor
+    parallelism 1 (0.2.x: expert_tensor_parallel_degree = 1, "partial dp + all tp -> ep";
+    0.3.x and main have no expert TP), as fitplan's expert grid (tp x dp x cp ranks)."""
+    c = plan.parallel
+    out = {"expert_parallel_degree": c.ep}
+    if legacy:
+        out["expert_tensor_parallel_degree"] = 1
+        if c.ep > 1:   # "standard" (torch all-to-all) or "deepep"
+            out["expert_parallel_comm_backend"] = "deepep" if plan.training.moe_dispatcher == "deepep" else "standard"
+    elif c.ep > 1 and plan.training.moe_dispatcher == "deepep":
+        reasons.append("--moe-dispatcher deepep: torchtitan 0.3.x and main choose DeepEP in the model's MoE "
+                       "config, not in the job config; export for --torchtitan-version 0.2 "
+                       "(expert_parallel_comm_backend = \"deepep\") or plan --moe-dispatcher alltoall")
+    if c.ep > 1 and c.zero != ZeroStage.OS_G_P and c.dp * c.cp > 1:
+        reasons.append(f"ep = {c.ep} without FSDP: torchtitan's expert parallelism borrows the FSDP shard ranks "
+                       f"(dp_shard x cp x tp = efsdp x ep); plan ZeRO-3")
+    return out
 
 
 def _activation_checkpoint(plan: Plan, legacy: bool, reasons: list, notes: list) -> dict:
@@ -297,8 +406,10 @@ def _data_parallel(plan: Plan, reasons: list):
 
 def _notes(plan: Plan) -> list:
     c, m, t = plan.parallel, plan.model, plan.training
-    notes = ["torchtitan's models use SDPA (flash) attention: the plan's s^2 attention scores are not stored, "
-             "so the plan's activations are an upper bound"]
+    notes = []
+    if t.attention_kernel == "eager":
+        notes.append("torchtitan's models use SDPA (flash) attention: the plan's s^2 attention scores (eager "
+                     "attention) are not stored, so the plan's activations are an upper bound")
     if c.tp > 1 and c.sequence_parallel:
         extra = 2 * t.act_bytes * t.seq_len * c.micro_batch * m.hidden_size * (c.tp - 1) // (c.tp * c.cp)
         notes.append(f"DTensor sequence parallel saves the all-gathered LayerNorm outputs "
@@ -318,6 +429,7 @@ def _notes(plan: Plan) -> list:
         if plan.num_microbatches < c.pp:
             notes.append(f"{plan.num_microbatches} micro-batches for {c.pp} stages: torch's pipeline schedules "
                          f"may refuse fewer micro-batches than stages")
-    notes.append("[model] name/flavor and the tokenizer are not emitted: pick the registered model with these "
+    notes.append("the model (0.2.x: [model] name and flavor) and the tokenizer are chosen in torchtitan: the file's "
+                 "header lists the shapes the model must have; pick the registered model with these "
                  "shapes")
     return notes

@@ -34,10 +34,14 @@ def _gpt3(name, params, layers, hidden, heads, batch_tokens, gpu="h100-80gb", no
                        attention_kernel="eager", dropout=True, batch_source="GPT-3 Table 2.1's batch in tokens, in 2,048-token sequences")
 
 
-def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None, batch_source=""):
+def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None, batch_source="",
+           max_seq=None):
+    """seq: the sequence length pre-training used (the plan's default); max_seq: the longest the
+    released model takes, when longer (Llama 3.1: 131,072 after its long-context stage)."""
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
-                      ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
-                      position=Position.ROPE, tied_embeddings=False, linear_bias=False, source=source)
+                      ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=max_seq or seq, mlp=Mlp.SWIGLU,
+                      norm=Norm.RMSNORM, position=Position.ROPE, tied_embeddings=False, linear_bias=False,
+                      source=source)
     return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch, batch_source=batch_source)
 
 
@@ -78,7 +82,9 @@ BLOOM = ModelSpec(
            "112 heads, vocab 250880, ALiBi, tied); 176,247,271,424 parameters from the HF model card")
 LLAMA2 = "Touvron et al. 2023 (Llama 2) Table 1; shapes from HF meta-llama/Llama-2-*-hf config.json"
 LLAMA2_BATCH = "Llama 2 Sec. 2.2 (4M tokens of 4,096-token sequences)"
-LLAMA3 = "Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256)"
+LLAMA3 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Llama-3.1-* config.json (vocab 128256, "
+          "max_position_embeddings 131072: Sec. 3.4.2 extends the 8K pre-training context to 128K)")
+LLAMA31_MAX = 131072
 LLAMA3_0 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Meta-Llama-3-{} config.json: Llama 3.1's shapes "
             "with an 8,192-token context and no rope_scaling (vocab 128256)")
 
@@ -205,10 +211,11 @@ _PRESETS = (
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024,
            batch_source=LLAMA2_BATCH),
     _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
-    _llama("llama3.1-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3),
-    _llama("llama3.1-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3),
+    _llama("llama3.1-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3, max_seq=LLAMA31_MAX),
+    _llama("llama3.1-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3, max_seq=LLAMA31_MAX),
     _llama("llama3.1-405b", 126, 16384, 53248, 128, 8, 128256, 8192, LLAMA3, global_batch=2048,
-           batch_source="Llama 3 Herd Sec. 3.4.1 (16M tokens of 8,192-token sequences after the ramp)"),
+           batch_source="Llama 3 Herd Sec. 3.4.1 (16M tokens of 8,192-token sequences after the ramp)",
+           max_seq=LLAMA31_MAX),
     _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192, LLAMA3_0.format("8B")),
     _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, LLAMA3_0.format("70B")),
     _qwen25("qwen2.5-7b", 28, 3584, 28, 4, 18944, "Qwen/Qwen2.5-7B", "7.61B parameters, 6.53B non-embedding"),

@@ -105,6 +105,9 @@ def short(c) -> str:
     return ", ".join(bits)
 
 
+TRADE_EPSILON_S = 1e-6   # a part's difference below this is rounding, not a cost
+
+
 def justify(setup, rec, alt) -> tuple[str, ...]:
     """Why the recommended layout and not the next-fastest safe one: step, memory, each axis's
     exposed communication and link, recompute and bubble, and the trade in one sentence."""
@@ -128,9 +131,12 @@ def justify(setup, rec, alt) -> tuple[str, ...]:
                  f"{a.bubble_fraction:.1%} vs {b.bubble_fraction:.1%} of the pipelined work")
     diff = {k: a.parts[k] - b.parts[k] for k in a.parts}
     pays, saves = max(diff, key=diff.get), min(diff, key=diff.get)
-    if diff[saves] < 0:
+    if diff[saves] < 0 and diff[pays] > TRADE_EPSILON_S:
         lines.append(f"the trade: {parts.label(pays)} costs {diff[pays]:+,.3g} s here, which buys "
                      f"{-diff[saves]:,.3g} s less {parts.label(saves)} than the alternative")
+    elif diff[saves] < 0:   # nothing costs more: no trade to name, only what it saves
+        lines.append(f"no trade: no part of the step takes longer here, and {parts.label(saves)} takes "
+                     f"{-diff[saves]:,.3g} s less than in the alternative")
     return tuple(lines)
 
 

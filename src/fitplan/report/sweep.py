@@ -3,7 +3,7 @@ as a text table or JSON (fitplan.answers.SweepAnswer): the smallest GPU count th
 largest sequence length or micro-batch (`largest_fitting`)."""
 
 from fitplan.report.jsonout import dump
-from fitplan.report.render import Table
+from fitplan.report.render import Lines, Table
 from fitplan.units import fmt_gib
 
 
@@ -28,5 +28,8 @@ def blocks(a) -> list:
     rows = tuple((str(p.x), "-" if p.per_gpu_bytes is None else fmt_gib(p.per_gpu_bytes),
                   "yes" if p.fits(usable) else "no", _config(p.least)) for p in a.points)
     label = {"gpus": "GPUs", "seq-len": "seq len", "micro-batch": "micro-batch"}[a.over]
+    key, what = (("smallest_fitting", "the smallest GPU count that fits") if a.over == "gpus" else
+                 ("largest_fitting", f"the largest {label} that fits"))
+    answer = f"{key}: {a.best} ({what})" if a.best is not None else f"{key}: none (none of these fits)"
     return [Table((label, "per-GPU GiB", "fits", "least-loaded configuration"), rows, align="rrll",
-                  note=f"usable {fmt_gib(usable)} GiB per GPU")]
+                  note=f"usable {fmt_gib(usable)} GiB per GPU"), Lines((answer,))]

@@ -7,7 +7,7 @@
   const DEBOUNCE_MS = 250;
   const DEFAULT_PRESET = "llama3.1-8b";
   const EXPORTS = [["megatron", "Megatron-LM", "megatron-args.sh"], ["deepspeed", "DeepSpeed", "ds_config.json"],
-                   ["torchtitan", "torchtitan", "torchtitan.toml"]];
+                   ["torchtitan", "torchtitan", "torchtitan_config.py"]];   // 0.3.x, the release `export` writes by default
   const FIELD_IDS = { preset: "preset", hf_config: "hf-config", hf_name: "hf-name", layers: "layers",
                       hidden: "hidden", heads: "heads", kv_heads: "kv_heads", ffn: "ffn", vocab: "vocab",
                       mlp: "mlp", seq_len: "seq_len", micro_batch: "micro_batch", global_batch: "global_batch",
@@ -109,6 +109,7 @@
                              "precision", "gpu", "gpus", "gpus_per_node"]);
   const SPEC_ROOTS = new Set(["model", "training", "cluster"]);
   let moreFields = [];
+  let inferKeys = new Set();   // the request keys serving takes (GET /api/fields infer)
 
   function moreInput(f) {
     const id = `f-${f.key}`;
@@ -145,6 +146,7 @@
   }
 
   function buildMore(fields) {
+    inferKeys = new Set(fields.infer.map(f => f.key).concat(["hf_config", "hf_name"]));
     moreFields = fields.plan.filter(f => SPEC_ROOTS.has(f.root) && !HAND_MADE.has(f.key));
     const groups = new Map();
     for (const f of moreFields) {
@@ -273,12 +275,20 @@
         + `(${gib(s.headroom_bytes)} GiB headroom; risk ${s.risk.level}, at ${s.peak.phase})`
         + (s.host && s.host.bytes_per_node ? `, ${gib(s.host.bytes_per_node)} GiB of host memory per node` : "")
         + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
-      v.className = "verdict fits";
-      v.textContent = "Fits";
+      const shown = r || mv;   // the layout the verdict stands for
+      if (shown && shown.risk.level === "tight") {
+        v.className = "verdict tight";
+        v.replaceChildren("Fits, tight", node("span", { id: "verdict-band", class: "band", textContent: riskBand(shown) }));
+      } else {
+        v.className = "verdict fits";
+        v.textContent = "Fits";
+      }
       const parts = [`${where}: ${int(plan.candidates.fit)} of ${int(plan.candidates.considered)} configurations `
                      + "fit. Recommended (the fastest that fits with margin, or else the fastest that fits): "];
       if (r) {
-        parts.push(layout(r, "recommended"), `, ${memory(r)}. `);
+        parts.push(layout(r, "recommended"), `, ${memory(r)}. `,
+                   node("span", { id: "export-recommended" }, "Export it: ", exportButtons(r, "the recommended layout")),
+                   " ");
         if (plan.recommend_note) parts.push(node("span", { id: "recommend-note", textContent: `${plan.recommend_note}. ` }));
         if (r.to_train && r.to_train.days !== null) {
           const tt = r.to_train;
@@ -289,7 +299,9 @@
       }
       else parts.push(node("strong", { id: "recommended", textContent: "none" }), ` (${plan.recommend_note}). `);
       if (mv && !(r && configKey(r) === configKey(mv)))
-        parts.push("Minimum viable (least disturbance): ", layout(mv, "minimum-viable"), `, ${memory(mv)}.`);
+        parts.push("Minimum viable (least disturbance): ", layout(mv, "minimum-viable"), `, ${memory(mv)}. `,
+                   node("span", { id: "export-minimum-viable" }, "Export it: ",
+                        exportButtons(mv, "the minimum viable layout")));
       d.replaceChildren(...parts);
       return;
     }
@@ -320,6 +332,26 @@
     }
   }
 
+  /** One button per export format for this layout. */
+  function exportButtons(s, what = "this configuration") {
+    const ex = node("div", { class: "export-cell" });
+    for (const [format, label] of EXPORTS) {
+      const b = node("button", { type: "button", class: "export-btn", textContent: label, "data-format": format,
+                                 title: `export ${what} for ${label}` });
+      b.addEventListener("click", () => doExport(s, format, label));
+      ex.append(b);
+    }
+    return ex;
+  }
+
+  /** The risk band of a tight layout: risk.band_bytes where the plan states one, else its peak's share of
+   * GPU memory against the 80% margin (fitplan.analysis.risk). */
+  function riskBand(s) {
+    if (s.risk.band_bytes !== undefined && s.risk.band_bytes !== null)
+      return `peak ${gib(s.per_gpu_bytes)} GiB ± ${gib(s.risk.band_bytes)} GiB`;
+    return `peak at ${fmt(100 * s.risk.peak_fraction_of_capacity, 1)}% of GPU memory, above the 80% margin`;
+  }
+
   function renderTable(id, plan, rank) {
     const box = $(id);
     box.replaceChildren();
@@ -341,14 +373,7 @@
                      t ? fmt(stepSeconds(t), 3) : "–", t ? int(Math.round(t.tokens_per_s)) : "–",
                      t ? `${fmt(100 * t.mfu, 1)}%` : "–"];
       cells.forEach((c, j) => tr.append(node("td", { class: j === 7 || j === 8 ? "" : "num", textContent: String(c) })));
-      const ex = node("div", { class: "export-cell" });
-      for (const [format, label] of EXPORTS) {
-        const b = node("button", { type: "button", class: "export-btn", textContent: label, "data-format": format,
-                                   title: `export this configuration for ${label}` });
-        b.addEventListener("click", () => doExport(s, format, label));
-        ex.append(b);
-      }
-      tr.append(node("td", { class: "why" }, node("div", { textContent: s.rank_reason }), ex));
+      tr.append(node("td", { class: "why" }, node("div", { textContent: s.rank_reason }), exportButtons(s)));
       body.append(tr);
     });
     table.append(body);
@@ -359,7 +384,7 @@
     const rows = configs.map((c, i) => {
       const b = breakdowns[i].data;
       const parts = b.peak.held;   // what the GPU holds at its peak (sums to per_gpu_bytes)
-      return { label: configText(c), sublabel: `${configExtras(c)}   ${c.ranks.join(" ")}`, parts,
+      return { label: configText(c), sublabel: `${configExtras(c)}   ${c.ranks.join(", ")}`, parts,
                total: b.per_gpu_bytes };
     });
     FitCharts.memoryBars($("memory-chart"), rows, {
@@ -418,9 +443,10 @@
   async function updateServing(base, signal, g) {
     const box = $("serving");
     if (!box) return;
-    const body = { ...base };
-    for (const k of ["suggest", "rank", "top", "dp", "cp", "ep", "pp", "zero", "recompute", "sequence_parallel",
-                     "virtual_stages", "micro_batch", "global_batch"]) delete body[k];
+    // only what serving takes (GET /api/fields' infer list): the training form's sequence length, batch,
+    // precision and layout are the training plan's, not the served instance's
+    const body = Object.fromEntries(Object.entries(base).filter(([k]) => inferKeys.has(k)));
+    for (const k of ["tp", "pp"]) delete body[k];
     for (const id of ["serve_tp", "serve_batch", "serve_context"]) {
       const v = numberOf(id);
       if (v !== undefined) body[{ serve_tp: "tp", serve_batch: "batch", serve_context: "context" }[id]] = v;
@@ -471,11 +497,12 @@
       renderTimeline(dist.data);
 
       const seen = new Map();
-      for (const [tag, plan] of [["D", dist.data], ["T", thr.data]]) {
+      // each bar's place in the two rankings, in words: "least disturbance #1, fastest #2"
+      for (const [tag, plan] of [["least disturbance", dist.data], ["fastest", thr.data]]) {
         plan.suggestions.forEach((s, i) => {
           const k = configKey(s);
           if (!seen.has(k)) seen.set(k, { ...s, ranks: [] });
-          seen.get(k).ranks.push(`${tag}#${i + 1}`);
+          seen.get(k).ranks.push(`${tag} #${i + 1}`);
         });
       }
       const configs = [...seen.values()];
