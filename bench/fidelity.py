@@ -54,6 +54,9 @@ def cv_bands(runs, cv_res, alpha) -> list:
     out = []
     for i, r in enumerate(runs):
         others = [j for j, o in enumerate(runs) if o.group != r.group]
+        if not others:   # one family only (--only): no other family to draw its band from
+            out.append((None, None))
+            continue
         table = {"runs": len(others), "support": support([runs[j] for j in others])}
         table["q_low"], table["q_high"] = quantiles(cv_res[others], alpha)
         b = U.band(r.setup, 1.0, basis_table=table)
@@ -70,7 +73,7 @@ ALPHAS = (0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)
 def band_quantile(runs, cv_res):
     for alpha in ALPHAS:
         bands = cv_bands(runs, cv_res, alpha)
-        covered = [lo <= math.exp(-r) <= hi for (lo, hi), r in zip(bands, cv_res)]
+        covered = [lo is not None and lo <= math.exp(-r) <= hi for (lo, hi), r in zip(bands, cv_res)]
         if sum(covered) / len(runs) >= U.COVERAGE:
             return alpha, bands, covered
     return alpha, bands, covered
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
     for r, b, f, c, (lo, hi), ok in zip(runs, before, fit.residuals, cv.residuals, bands, covered):
         rows.append({"id": r.name, "group": r.group, "flags": r.flags, "published_step_s": r.measured_step_s,
                      "before_error": rel(b), "fit_error": rel(f), "cv_error": rel(c),
-                     "cv_band": [lo * r.measured_step_s * math.exp(c), hi * r.measured_step_s * math.exp(c)],
+                     "cv_band": None if lo is None else [lo * r.measured_step_s * math.exp(c),
+                                                         hi * r.measured_step_s * math.exp(c)],
                      "band_holds": ok})
     rows += [{"id": m.id, "group": m.group, "flags": m.flags, "missed": why} for m, why in missed]
     if args.write:

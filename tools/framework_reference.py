@@ -6,8 +6,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from fitplan.files.write import write_file  # noqa: E402
 from fitplan.presets.frameworks import frameworks_markdown  # noqa: E402
 
 if __name__ == "__main__":
-    (ROOT / "docs" / "frameworks.md").write_text(frameworks_markdown())
+    write_file(ROOT / "docs" / "frameworks.md", frameworks_markdown())
     print("wrote docs/frameworks.md")

@@ -89,6 +89,11 @@ def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iter
     free = tuple(CAL.NAMES if free is None else free)
     measured = np.array([r.measured_step_s for r in runs], dtype=float)
     mu, sd = _priors(free, prior_values, prior_scale)
+    if not runs:   # nothing to fit on (a cross-validation that leaves out the only family): the priors
+        values = dict(start)
+        values.update({n: prior_values[n] for n in free})
+        return Fit(values=values, free=free, residuals=np.zeros(0), cost=0.0, iterations=0,
+                   sensitivity={n: 0.0 for n in free})
     u = np.array([math.log(start[n]) for n in free])
     lam, done = 1e-2, 0
     r, J = _residuals_and_jacobian(runs, measured, start, free, u)

@@ -1,0 +1,257 @@
+"""The end-to-end calibration (docs/calibration.md): the set it is fitted on, the shipped constants, the
+error band every time carries, the power cap, and `fitplan calibrate --runs` on one's own runs."""
+import io
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitplan import presets
+from fitplan.calibrate import runs as R
+from fitplan.cli import main
+from fitplan.specs import ParallelConfig
+from fitplan.timing import calibration as CAL
+from fitplan.timing import evaluate_step, fitted
+from fitplan.timing import overheads as OV
+from fitplan.timing.expert import deepep_s, remote_nodes
+from fitplan.timing.uncertainty import band
+from tests.conftest import make_setup
+from tests.scripts import ROOT, load
+
+sys.path.insert(0, str(ROOT / "bench" / "calibration"))
+import published as PUB  # noqa: E402
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main(argv, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def calibration_runs():
+    return PUB.runs()
+
+
+# ---------------------------------------------------------------- the set
+
+def test_every_published_row_is_stated_or_says_why():
+    """bench/calibration/*.toml: the rows of CALIBRATION.md's sources (357 at the last transcription: 292
+    Megatron-Bridge, 27 NeMo, 20 AutoModel, 18 from the two papers), ids unique, each with its system's GPU,
+    a family to be left out with, and either the plan's flags or the reason fitplan cannot state it."""
+    rows = PUB.rows()
+    assert len(rows) >= 350
+    assert len({m.id for m in rows}) == len(rows)
+    assert {m.source for m in rows} == {"megatron_bridge", "nemo", "automodel", "papers"}
+    for m in rows:
+        assert m.group, m.id
+        assert m.row["system"] in PUB.SYSTEMS, m.id
+        assert (m.flags is not None) != bool(m.why_not), m.id
+        if m.stated:
+            kind, value = m.measured
+            assert kind in ("step_s", "tflops_hw") and value > 0, m.id
+
+
+def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
+    """src/fitplan/timing/fitted.py is what `bench/fidelity.py --write` wrote for this set and this model: a fit
+    started from it moves no constant by more than its 4 printed significant digits allow (5e-4) plus the
+    fit's own convergence (together 1e-3), and the band's run count and support are this set's."""
+    runs, missed = calibration_runs
+    fidelity = load("bench/fidelity.py")
+    f = R.fit(runs, start=CAL.SHIPPED)
+    for name in CAL.NAMES:
+        assert f.values[name] == pytest.approx(fitted.VALUES[name], rel=1e-3), name
+    assert fitted.BAND["runs"] == len(runs)
+    assert fitted.BAND["support"] == fidelity.support(runs)
+
+
+def test_each_constant_is_named_with_a_unit_and_a_prior():
+    assert len(CAL.NAMES) <= 15   # "at most about a dozen" (CALIBRATION.md), four of them one clock per generation
+    for c in CAL.CONSTANTS:
+        assert c.unit and c.meaning and c.prior > 0 and c.prior_sd > 0, c.name
+    assert set(fitted.VALUES) == set(CAL.NAMES)
+
+
+# ---------------------------------------------------------------- the formulas
+
+def test_the_power_cap_slows_the_clock_by_the_cube_root():
+    """P ~ f^3 along the DVFS curve: a 350 W cap on a 700 W H100 sustains 0.5^(1/3) = 0.794 of its clock; a
+    figure above the TDP changes nothing. The GEMM ceiling (eff_max x clock) follows."""
+    setup = make_setup("llama3-8b", 8, gpu="h100-80gb")
+    capped = replace(setup, cluster=replace(setup.cluster, gpu=replace(setup.cluster.gpu, power_watts=350)))
+    above = replace(setup, cluster=replace(setup.cluster, gpu=replace(setup.cluster.gpu, power_watts=1000)))
+    assert setup.cluster.gpu.tdp_watts == 700
+    assert CAL.of_setup(capped).clock / CAL.of_setup(setup).clock == pytest.approx(0.5 ** (1 / 3), rel=1e-12)
+    assert CAL.of_setup(above).clock == CAL.of_setup(setup).clock
+    c = ParallelConfig(dp=8)
+    ceiling = lambda s: next(t.value for t in evaluate_step(s, c).terms if t.key == "ratio/gemm_ceiling")   # noqa
+    assert ceiling(capped) / ceiling(setup) == pytest.approx(0.5 ** (1 / 3), rel=1e-12)
+    assert evaluate_step(capped, c).step_time_s > evaluate_step(setup, c).step_time_s
+
+
+def test_a_part_rated_above_its_generation_sustains_the_base_parts_rate():
+    """GB200 is rated 2,500 TFLOP/s bf16 against B200's 2,250 (the reference of the Blackwell clock): its clock
+    is scaled by 2250/2500, so both sustain the same rate (Megatron-Bridge's same-layout GB200/B200 pairs)."""
+    gb200, b200 = presets.gpu("gb200"), presets.gpu("b200")
+    k = lambda g: CAL.resolve(architecture=g.architecture, kernel="flash", kernels="fused", cuda_graphs=False,   # noqa
+                              peak=g.peak_bf16_flops_per_s)
+    assert k(gb200).clock * gb200.peak_bf16_flops_per_s == pytest.approx(k(b200).clock * b200.peak_bf16_flops_per_s)
+
+
+def test_host_overhead_is_a_floor_under_each_pass():
+    """m = 4 micro-batches of L = 32 layers, omega = 0.1 ms per layer pass: a 2 ms forward waits for the host's
+    3.2 ms (1.2 ms per micro-batch), a 10 ms backward does not; 2 MoE layers add 2 x 3 passes x 1 ms each
+    (forward, backward and the backward's input-gradient pass: k_b + 1 = 2 without full recompute... plus one)."""
+    t = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=0, omega=1e-4, sigma_moe=1e-3)
+    assert t == pytest.approx(4 * 1.2e-3)
+    t_moe = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=2, omega=1e-4, sigma_moe=1e-3)
+    assert t_moe - t == pytest.approx(4 * 2 * 2 * 1e-3)     # k_b + 1 = 2 passes without full recompute
+    from fitplan.specs.parallel import Recompute
+    full = OV.host_overhead_s(m=4, T_f=2e-3, T_b=5e-3, L=32, L_moe=2, omega=1e-4, sigma_moe=1e-3,
+                              recompute=Recompute.FULL)     # backward floor 2 x 3.2 ms; 3 passes per MoE layer
+    assert full == pytest.approx(4 * ((3.2e-3 - 2e-3) + (6.4e-3 - 5e-3) + 3 * 2 * 1e-3))
+
+
+def test_the_straggler_term_is_the_expected_maximum():
+    """cv x sqrt(2 ln N) x the rest of the step: 1% spread over 1,024 GPUs adds 3.72%."""
+    f = OV.straggler_factor(N=1024)
+    assert f == pytest.approx(math.sqrt(2 * math.log(1024))) == pytest.approx(3.723, abs=1e-3)
+    assert OV.straggler_s(cv=0.01, factor=f, T_rest=10.0) == pytest.approx(0.3723, abs=1e-4)
+    assert OV.straggler_factor(N=1) == 0
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    """N = 4 nodes, top-8: a token reaches 3 x (1 - (3/4)^8) = 2.70 other nodes; node-limited to M = 2 nodes,
+    2 x 3/4 = 1.5. The NIC leg moves D/k of the k copies' bytes, the NVLink leg (r - 1)/r of them; the longer
+    counts (S = 1 GB, 50 and 400 GB/s, ep = 32 over 4 nodes: r = 8)."""
+    assert remote_nodes(N=4, k=8) == pytest.approx(3 * (1 - 0.75 ** 8))
+    assert remote_nodes(N=4, k=8, M=2) == pytest.approx(1.5)
+    assert remote_nodes(N=1, k=8) == 0
+    D = remote_nodes(N=4, k=8, M=2)
+    t = deepep_s(count=10, S=1e9, k=8, n=32, N=4, D=D, B_in=400e9, B_net=50e9, alpha=14e-6)
+    assert t == pytest.approx(10 * (14e-6 + max(7 / 8 * 1e9 / 400e9, D / 8 * 1e9 / 50e9)))
+    assert deepep_s(count=10, S=1e9, k=8, n=1, N=1, D=0, B_in=400e9, B_net=50e9, alpha=14e-6) == 0
+
+
+# ---------------------------------------------------------------- the band
+
+def test_every_time_carries_its_band():
+    """Each suggestion, the recommended and the minimum viable layout: time.uncertainty holds the step between
+    low_s and high_s, at 80% coverage, the basis naming the runs behind it; the factors are the shipped
+    quantiles exp(q_low), exp(q_high), widened by sqrt(1 + N0/(n + 1)) for the n runs that share the plan's
+    least-represented tag."""
+    code, out, _ = run(["plan", "--preset", "llama3-8b", "--gpus", "64", "--gpu", "h100-80gb", "--suggest",
+                        "--json"])
+    data = json.loads(out)
+    plans = data["suggestions"] + [data["recommended"], data["minimum_viable"]]
+    for p in plans:
+        t = p["time"]
+        u = t["uncertainty"]
+        assert u["low_s"] < t["step_s"] < u["high_s"] and u["coverage"] == 0.8
+        assert f"over {fitted.BAND['runs']} published runs" in u["basis"]
+        lo, hi = u["low_s"] / t["step_s"], u["high_s"] / t["step_s"]
+        w = math.log(lo) / fitted.BAND["q_low"]
+        assert math.log(hi) / fitted.BAND["q_high"] == pytest.approx(w, rel=1e-9) and w >= 1
+
+
+def test_a_plan_far_from_the_set_gets_a_wider_band():
+    """An AMD part has no run in the set: its band widens by sqrt(1 + N0) (no run shares its architecture)."""
+    setup = make_setup("llama3-8b", 8, gpu="mi300x")
+    nvidia = make_setup("llama3-8b", 8, gpu="h100-80gb")
+    wide, narrow = band(setup, 1.0), band(nvidia, 1.0)
+    assert wide.high_s > narrow.high_s and wide.low_s < narrow.low_s
+    assert "0 of them share" in wide.basis
+
+
+# ---------------------------------------------------------------- calibrate --runs
+
+LAYOUTS = ["--zero 3 --dp 8", "--tp 2 --zero 1", "--tp 4 --sequence-parallel", "--tp 8 --sequence-parallel",
+           "--pp 2 --zero 1", "--pp 4 --tp 2", "--tp 2 --pp 2 --sequence-parallel", "--zero 2 --dp 8 --micro-batch 2",
+           "--tp 2 --recompute full", "--tp 4 --recompute selective --sequence-parallel",
+           "--zero 3 --dp 8 --recompute full", "--cp 2 --tp 2", "--pp 8", "--tp 4 --pp 2 --sequence-parallel"]
+BASE = "--preset llama3-8b --gpu h100-80gb --gpus 8 --seq-len 4096 --global-batch 64"
+
+
+def _synthetic(tmp_path, layouts, truth):
+    """Runs whose 'measured' step is fitplan's own prediction at `truth`: the fit must give `truth` back."""
+    runs = [R.Run(name=l, flags=f"{BASE} {l}", setup=s, config=c, measured_step_s=1.0)
+            for l in layouts for s, c in [PUB.resolve(f"{BASE} {l}")]]
+    steps = R.predict(runs, truth)[:, 0]
+    lines = []
+    for r, t in zip(runs, steps):
+        lines += ["[[run]]", f'name = "{r.name}"', f'flags = "{r.flags}"', f"step_s = {float(t)!r}", ""]
+    path = tmp_path / "runs.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_calibrate_runs_recovers_a_slower_clock_and_predicts_a_held_out_run(tmp_path):
+    """13 runs made at 0.8 x the shipped Hopper clock: the fit reproduces every run to 1%, and a 14th layout,
+    not among them, planned with the written spec is within 3% of its 'measured' time. The clock itself comes
+    back within 3%: the same runs also free the attention and elementwise scales, which trade against it on
+    compute-bound layouts (the report's per-run errors are what the fit is judged by)."""
+    truth = dict(CAL.SHIPPED, clock_hopper=0.8 * CAL.SHIPPED["clock_hopper"])
+    runs_file = _synthetic(tmp_path, LAYOUTS[:-1], truth)
+    spec = tmp_path / "h100-mine.toml"
+    code, out, err = run(["calibrate", "--runs", str(runs_file), "--output", str(spec)])
+    assert code == 0, err
+    assert "13 runs on h100-80gb" in out and f"wrote {spec}" in out
+    written = spec.read_text()
+    clock = float(next(l for l in written.splitlines() if l.startswith("clock =")).split("=")[1])
+    assert clock == pytest.approx(truth["clock_hopper"], rel=0.03)
+    after = [float(l.split("->")[1].strip().rstrip("%")) for l in written.splitlines() if l.startswith("#   ")]
+    assert len(after) == 13 and max(abs(a) for a in after) <= 1.0
+    held = LAYOUTS[-1]
+    [[_, (s, c)]] = [(held, PUB.resolve(f"{BASE} {held}"))]
+    expected = R.predict([R.Run("held", "", s, c, 1.0)], truth)[0, 0]
+    argv = f"{BASE} {held}".replace("--gpu h100-80gb", "--gpu-spec " + str(spec)).split()
+    code, out, err = run(["plan"] + argv + ["--json"])
+    assert code in (0, 1), err
+    got = json.loads(out)["time"]
+    assert got["step_s"] == pytest.approx(expected, rel=0.03)
+    assert "your 13 measured runs" in got["uncertainty"]["basis"]
+
+
+def test_a_few_runs_fit_the_clock_only_and_say_so(tmp_path):
+    truth = dict(CAL.SHIPPED, clock_hopper=0.9 * CAL.SHIPPED["clock_hopper"])
+    runs_file = _synthetic(tmp_path, LAYOUTS[:3], truth)
+    code, out, err = run(["calibrate", "--runs", str(runs_file), "--output", str(tmp_path / "o.toml")])
+    assert code == 0, err
+    assert "3 runs, fewer than the 11 constants: only the sustained clock fraction (clock_hopper) is fitted" in out
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "no [[run]] tables"),
+    ("[[run]]\nflags = '--preset llama3-8b --gpus 8 --zero 3'\n", "give exactly one of tokens_per_s_per_gpu and step_s"),
+    ("[[run]]\nflags = '--preset llama3-8b --gpus 8 --zero 3'\nstep_s = -1\n", "step_s must be a positive number"),
+    ("[[run]]\nflags = '--preset llama3-8b --gpus 8'\nstep_s = 1\n", "state the layout it ran"),
+    ("[[run]]\nflags = '--preset llama3-8b --gpus 8 --zero 3 --suggest'\nstep_s = 1\n", "without the command or --suggest"),
+    ("[[run]]\nflags = '--preset llama3-8b --gpus 8 --zero 3'\nstep_s = 1\nspeed = 2\n", "unknown key 'speed'"),
+    ("not toml [", "not TOML"),
+])
+def test_bad_runs_files_exit_2_with_one_line(tmp_path, text, says):
+    path = tmp_path / "runs.toml"
+    path.write_text(text)
+    code, out, err = run(["calibrate", "--runs", str(path), "--output", str(tmp_path / "o.toml")])
+    assert code == 2 and says in err and err.count("\n") == 1 and not (tmp_path / "o.toml").exists()
+
+
+def test_fidelity_json_reports_its_summary():
+    """bench/fidelity.py --json --only: the rows asked for, each with its three errors, and the summary's keys."""
+    fidelity = load("bench/fidelity.py")
+    out = io.StringIO()
+    sys_stdout, sys.stdout = sys.stdout, out
+    try:
+        assert fidelity.main(["--json", "--only", "korthikanti22-t5-22b"]) == 0
+    finally:
+        sys.stdout = sys_stdout
+    data = json.loads(out.getvalue())
+    assert {"n", "stated", "missed", "cv_median_abs_error", "cv_within_15", "fit_median_abs_error",
+            "band_coverage_cv"} <= set(data["summary"])
+    assert data["summary"]["n"] == 2 and [r["id"] for r in data["rows"]] == [
+        "korthikanti22-t5-22b-full-recompute", "korthikanti22-t5-22b-sp-selective"]
+    for r in data["rows"]:
+        assert {"before_error", "fit_error", "cv_error", "cv_band", "band_holds"} <= set(r)
