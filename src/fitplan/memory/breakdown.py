@@ -281,12 +281,13 @@ def gathered_weights_bytes(*, psi, psi_e, w, keep):
 
 
 def pipelined(c):
-    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays):
-    torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
-    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate
-    unsharded, ZeRO-3 weights stay gathered and both sync once per step. The one rule the memory
-    (here) and the time (fitplan.timing.step) read."""
-    return select(c.pp > 1, 1, 0)
+    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays) and syncs once per
+    step: torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
+    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate unsharded, ZeRO-3
+    weights stay gathered and both sync once per step. --microbatch-grad-sync (Llama 3's FSDP: each micro-batch
+    reduce-scattered into a sharded fp32 accumulator; the Ultra-Scale Playbook's 4*psi/N_d) turns it off. The one
+    rule the memory (here) and the time (fitplan.timing.data_parallel) read."""
+    return select(c.pp > 1, 0 if getattr(c, "microbatch_grad_sync", False) else 1, 0)
 
 
 def kept_gathered(c):
