@@ -180,3 +180,20 @@ def test_the_band_spans_what_the_model_cannot_pin():
     assert not tight.fits and risk(tight).level == TIGHT
     far = replace(setup, cluster=replace(setup.cluster, reserve_bytes=setup.cluster.gpu.memory_bytes - lo + 2**30))
     assert risk(evaluate(far, ParallelConfig(dp=8, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL))).level == LIKELY_OOM
+
+
+def test_fp8_with_lora_adapters():
+    """NeMo publishes FP8 LoRA runs: the frozen base's linears run in fp8 (Transformer Engine keeps each one's
+    fp8 transpose for the input gradient on Hopper: 1 B/param with fp8 primary weights), the adapters in the
+    activations' precision; a frozen linear keeps no input, so the stored activations equal the bf16 plan's.
+    QLoRA dequantizes to bf16 for its GEMMs: fp8 with it is refused."""
+    base = ["--preset", "llama3-70b", "--gpus", "8", "--gpu", "h100-80gb", "--finetune", "lora", "--tp", "4",
+            "--pp", "2", "--sequence-parallel", "--lora-rank", "16"]
+    code, fp8 = plan(base + ["--precision", "fp8"])
+    _, bf16 = plan(base)
+    assert code == 0 and fp8["breakdown"]["runtime/fp8_weight_cache"] > 0
+    assert fp8["breakdown"]["activations/layers"] == bf16["breakdown"]["activations/layers"]
+    assert fp8["time"]["step_s"] < bf16["time"]["step_s"]
+    code = main(["plan", *base[:7], "qlora", "--precision", "fp8", "--tp", "4"], out=io.StringIO(),
+                err=(err := io.StringIO()))
+    assert code == 2 and "qlora" in err.getvalue()
