@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from fitplan.arith import ceil_div
 from fitplan.errors import SpecError
-from fitplan.explain import BYTES, COUNT, RATIO, RAW, Term, Trace, formula
+from fitplan.explain import COUNT, RATIO, RAW, Term, Trace, formula
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
 
@@ -231,10 +231,6 @@ def check_server(settings: ServerSettings, kv_precision: str) -> None:
     if kv_precision not in KV_DTYPES[name]:
         raise SpecError(f"--kv-precision {kv_precision}: {name} has no {kv_precision} KV cache (kv-cache-dtype auto "
                         f"or fp8); give --kv-precision {' or '.join(KV_DTYPES[name])}")
-    T, R = settings.max_num_batched_tokens, settings.max_num_seqs
-    if T is not None and R is not None and T < R:
-        raise SpecError(f"--max-num-batched-tokens {T} is below --max-num-seqs {R}; vLLM requires "
-                        f"max_num_batched_tokens >= max_num_seqs")
 
 
 def check_unused(opts) -> None:
@@ -304,6 +300,9 @@ def _vllm(ev, serving, settings: ServerSettings, *, W: int, last: bool, KV_tok: 
     big = C >= 70 * GiB and "a100" not in c.gpu.name.lower()
     T = settings.max_num_batched_tokens or ev(vllm_default_tokens, key="servers/vllm/max_num_batched_tokens", big=big)
     R = settings.max_num_seqs or vllm_default_seqs(big=big, T=T)
+    if T < R:   # SchedulerConfig's check
+        raise SpecError(f"max_num_batched_tokens {T} is below max_num_seqs {R}: vLLM requires max_num_batched_tokens "
+                        f">= max_num_seqs; raise --max-num-batched-tokens or lower --max-num-seqs")
     u = VLLM_UTILIZATION if settings.gpu_memory_utilization is None else settings.gpu_memory_utilization
     requested = ev(vllm_requested_bytes, key="servers/vllm/requested", u=u, C=C)
     qkv_t, o_t = _attention_widths(m, tp)
