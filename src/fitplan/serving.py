@@ -15,9 +15,8 @@ parallel over the tensor-parallel group; slicing each expert by t holds the same
 from dataclasses import dataclass, replace
 
 from fitplan.arith import ceil_div, minimum
-from fitplan.counts import params as P
 from fitplan.errors import SpecError
-from fitplan.explain import BYTES, COUNT, SECONDS, Term, Trace, formula
+from fitplan.explain import BYTES, COUNT, RAW, SECONDS, Term, Trace, formula
 from fitplan.memory.breakdown import stage_at, stage_expert_psi, stage_psi
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig
@@ -180,6 +179,8 @@ class ServingAnswer:
     terms: tuple[Term, ...]
     assumes: tuple[str, ...]
     assumed: tuple[str, ...] = ()
+    stage_weights_bytes: tuple[tuple[str, int], ...] = ()   # each stage's weights per GPU: only, or first and last
+    server: object = None              # fitplan.servers.ServerAnswer with --server: the server's own budget
 
     @property
     def per_gpu_bytes(self) -> int:
@@ -254,6 +255,7 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
     psi, psi_e = held[stage]
     W = _weights(ev, psi + psi_e, fmt, "serving/weights_per_gpu")
     W_e = 0 if moe is None else _weights(ev, psi_e, fmt, "serving/weights_experts_per_gpu")
+    by_stage = tuple((name, _weights(RAW, sum(held[name]), fmt, "")) for name in held)
 
     kv_args = dict(t=tp, p=pp, e=e)
     kv_total = _kv(model, s=context, b=batch, per_gpu=False, ev=ev, **kv_args)
@@ -289,7 +291,7 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
         kv_cache_bytes_per_gpu=kv_gpu, kv_cache_bytes_per_token=kv_token, usable_bytes_per_gpu=M,
         max_batch=max_batch, max_context=max_context, max_context_limit=limit, weights_read_bytes_per_gpu=W_read,
         decode_step_s_lower_bound=step, terms=tuple(ev.terms), assumes=_assumptions(model, fmt, tp, pp),
-        assumed=assumed)
+        assumed=assumed, stage_weights_bytes=by_stage)
 
 
 def _assumptions(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[str, ...]:

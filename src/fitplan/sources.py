@@ -55,6 +55,16 @@ SOURCES = {
     "pope": Source("Efficiently Scaling Transformer Inference", "Pope et al.", 2022, "arXiv:2211.05102"),
     "vllm": Source("vLLM engine arguments", "vLLM project", 2025,
                    "vllm/engine/arg_utils.py (EngineArgs.gpu_memory_utilization = 0.9)"),
+    "vllm-memory": Source("vLLM V1: memory profiling and KV cache sizing at start-up", "vLLM project", 2025,
+                          "vllm-project/vllm vllm/v1/worker/gpu_worker.py @35d5cda (init_device, "
+                          "determine_available_memory); vllm/utils/mem_utils.py @a6d5c39 (memory_profiling); "
+                          "vllm/v1/worker/gpu_model_runner.py @4e17906 (profile_run, _dummy_sampler_run); "
+                          "vllm/v1/sample/sampler.py @3e34265; vllm/v1/sample/ops/topk_topp_sampler.py @3babc05; "
+                          "vllm/v1/core/kv_cache_utils.py @bbf906a; vllm/engine/arg_utils.py @99d7eb5"),
+    "sglang": Source("SGLang: the KV cache pool at start-up", "SGLang team", 2025,
+                     "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py @01cc04e "
+                     "(init_torch_distributed, profile_max_num_token); python/sglang/srt/server_args.py "
+                     "ServerArgs._handle_gpu_memory_settings (the reserved-memory heuristic, v0.5)"),
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
@@ -126,9 +136,9 @@ def short_name(key: str) -> str:
             "qi-zero-bubble": "Qi et al. (zero bubble)", "deepseek-v3": "DeepSeek-V3", "gpipe": "GPipe",
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
-            "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM",
-            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP", "torchtune": "torchtune", "bnb-code": "bitsandbytes",
-            "liger": "Liger-Kernel",
+            "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM", "vllm-memory": "vLLM", "sglang": "SGLang",
+            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP",
+            "torchtune": "torchtune", "bnb-code": "bitsandbytes", "liger": "Liger-Kernel",
             "megatron-overlap": "Megatron-Core",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",

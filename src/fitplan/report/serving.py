@@ -67,12 +67,72 @@ def blocks(a) -> list:
                else "does not fit: the weights fit, the KV cache of this batch and context does not")
     out += [Lines(("", f"verdict: {verdict} ({fmt_gib(a.per_gpu_bytes)} GiB {'<=' if a.fits else '>'} "
                        f"{fmt_gib(a.usable_bytes_per_gpu)} GiB usable)"))]
+    if a.server is not None:
+        out += _server(a)
     where = []
-    for t in a.terms:
-        value = (f"{t.value:,} B" + (f" = {fmt_gib(t.value)} GiB" if t.value >= 2**24 else "")) if t.unit == "bytes" else (
-            f"{t.value:.6g} s" if t.unit == "s" else f"{t.value:,}")
-        where += [f"{t.key} = {value}", f"    {t.formula}; {', '.join(f'{k}={v}' for k, v in t.inputs)}  [{t.cite}]"]
-    return out + [Heading("Where each number comes from"), Lines(tuple(where)), Bullets("assumptions", a.assumes)]
+    for t in a.terms + (a.server.terms if a.server is not None else ()):
+        where += [f"{t.key} = {_value(t)}", f"    {t.formula}; {', '.join(f'{k}={v}' for k, v in t.inputs)}  [{t.cite}]"]
+    out += [Heading("Where each number comes from"), Lines(tuple(where)), Bullets("assumptions", a.assumes)]
+    if a.server is not None:
+        out.append(Bullets(f"{SERVER_NAMES[a.server.name]}'s budget assumes", a.server.assumes))
+    return out
+
+
+SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _value(t) -> str:
+    if t.unit == "bytes":
+        return f"{t.value:,} B" + (f" = {fmt_gib(t.value)} GiB" if abs(t.value) >= 2**24 else "")
+    if t.unit == "s":
+        return f"{t.value:.6g} s"
+    if t.unit == "ratio":
+        return f"{t.value:.4g}"
+    return f"{t.value:,}"
+
+
+def _server(a) -> list:
+    """The server's own budget: its terms per GPU, its blocks, what it logs, what fits."""
+    v, by = a.server, {t.key: t for t in a.server.terms}
+    name = SERVER_NAMES[v.name]
+    rows = []
+    for key, label in (("servers/vllm/requested", "requested (u*C)"), ("servers/sglang/free_at_start", "free at start"),
+                       ("servers/sglang/mem_fraction_static", "mem_fraction_static")):
+        if key in by:
+            rows.append((label, _cell(by[key]), by[key].formula, str(by[key].cite)))
+    rows.append(("weights", fmt_gib(v.weights_bytes), "fitplan's weights on this stage's GPUs (serving/weights)", ""))
+    for key, label in (("servers/vllm/forward_peak", "forward (profile)"), ("servers/vllm/sampler_peak", "sampler (profile)"),
+                       ("servers/vllm/activation_peak", "activation peak")):
+        if key in by:
+            rows.append((label, _cell(by[key]), by[key].formula, str(by[key].cite)))
+    pool = by["servers/vllm/kv_pool" if v.name == "vllm" else "servers/sglang/kv_pool"]
+    rows.append(("KV pool", fmt_gib(v.kv_pool_bytes), pool.formula, str(pool.cite)))
+    stage = "" if v.stage == "only" else f", the {v.stage} pipeline stage (fewest blocks)"
+    settings = ", ".join(f"{k} {x:g}" if isinstance(x, float) else f"{k} {x:,}" for k, x in v.settings)
+    unit = (f"blocks of {v.block_tokens} tokens x {v.kv_token_bytes:,} B per token per GPU"
+            if v.block_tokens > 1 else f"{v.kv_token_bytes:,} B per token per GPU, one token a page")
+    verdict = (f"fits: {a.batch:,} requests of {a.context:,} tokens <= {v.max_batch:,}" if v.fits else
+               f"{name} would refuse to start: no KV cache is left" if v.kv_blocks == 0 else
+               f"{name} would refuse to start: one request of {v.context:,} tokens needs more than the pool holds "
+               f"(longest {v.max_context:,})" if v.context > v.max_context and v.name == "vllm" else
+               f"does not fit: a request of {v.context:,} tokens is longer than the pool ({v.max_context:,} tokens)"
+               if v.context > v.max_context else
+               f"does not fit: {a.batch:,} requests of {a.context:,} tokens > the {v.max_batch:,} that fit")
+    return [Heading(f"{name}'s KV cache budget per GPU (GiB){stage}"), Lines((f"settings  {settings}",)),
+            Table(("term", "value", "formula", "source"), tuple(rows), align="lrll"),
+            Lines((f"blocks   {v.kv_blocks:,} {unit} = {v.kv_tokens:,} tokens  [{by[_blocks_key(v)].cite}]",
+                   f"largest  context {v.max_context:,} tokens for one request; batch {v.max_batch:,} requests of "
+                   f"{v.context:,} tokens (concurrency {v.max_concurrency:.2f}x)",
+                   *(f"log      {line}" for line in v.log_lines),
+                   f"verdict  {verdict}"))]
+
+
+def _blocks_key(v) -> str:
+    return "servers/vllm/kv_blocks" if v.name == "vllm" else "servers/sglang/kv_tokens"
+
+
+def _cell(t) -> str:
+    return fmt_gib(t.value) if t.unit == "bytes" else f"{t.value:g}"
 
 
 def _largest(a, by) -> tuple[str, ...]:
@@ -125,4 +185,17 @@ def as_json(a) -> str:
         "weights_read_bytes_per_gpu": a.weights_read_bytes_per_gpu,
         "decode_step_s_lower_bound": a.decode_step_s_lower_bound,
         "assumed": list(a.assumed), "assumptions": list(a.assumes),
+        **({} if a.server is None else {"server": _server_json(a.server)}),
     })
+
+
+def _server_json(v) -> dict:
+    """--server: the server's own budget on the GPU that binds; kv_tokens is the token count the
+    server logs (vLLM "GPU KV cache size", SGLang "#tokens")."""
+    return {"name": v.name, "stage": v.stage, "settings": dict(v.settings), "capacity_bytes": v.capacity_bytes,
+            "weights_bytes": v.weights_bytes, "activation_peak_bytes": v.activation_peak_bytes,
+            "kv_pool_bytes": v.kv_pool_bytes, "kv_token_bytes": v.kv_token_bytes, "block_tokens": v.block_tokens,
+            "kv_blocks": v.kv_blocks, "kv_tokens": v.kv_tokens, "context": v.context, "max_context": v.max_context,
+            "max_batch": v.max_batch, "max_concurrency": v.max_concurrency, "fits": v.fits,
+            "log": list(v.log_lines), "assumptions": list(v.assumes),
+            "terms": [{"key": t.key, "value": t.value, "formula": t.formula, "source": str(t.cite)} for t in v.terms]}
