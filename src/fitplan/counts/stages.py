@@ -141,6 +141,38 @@ def dense_layers_on_stage(*, L, L_d, p, v, i, first=None, last=None):
     return total
 
 
+def _at(cum, j):
+    """cum[j] for an int or an array of indices j."""
+    if is_array(j):
+        import numpy as np
+        return np.asarray(cum, dtype=np.int64)[np.asarray(j).astype(np.int64)]
+    return cum[int(j)]
+
+
+def kind_layers_on_stage(*, L, cum, p, v, i, first=None, last=None):
+    """Layers of one kind among stage i's, a hybrid model's pattern being split like any
+    model's layers (each chunk a contiguous slice of it, as Megatron-LM's MambaBlock
+    _select_layers_for_pipeline_parallel takes its rank's slice): the sum over the stage's
+    chunks of cum[start + n] - cum[start], cum[j] being the kind's count among the first j
+    layers (fitplan.counts.hybrid.prefix_counts). Ints or arrays."""
+    pins = _pins(first, last, L, p)
+    if pins is not None:
+        f, l = pins
+        n = stage_layers.fn(L=L, p=p, v=v, i=i, first=first, last=last)
+        start = select(p == 1, 0, _pinned_start(L, p, i, f, l))
+        n = select(p == 1, L, n)
+        return _at(cum, start + n) - _at(cum, start)
+    P = p * v
+    total = 0
+    for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
+        j = i + k * p
+        start, n = chunk_start(L, P, j), chunk_layers(L, P, j)
+        inside = k < v
+        start, n = select(inside, start, 0), select(inside, n, 0)
+        total = total + _at(cum, start + n) - _at(cum, start)
+    return total
+
+
 def boundary_stage(*, L, p, v, first=None, last=None):
     """The lowest middle stage (1 .. p-2) holding the larger of the two middle layer counts
     (1 when they are all equal). Layer counts do not decrease from there, so stages 0, 1,
