@@ -194,7 +194,7 @@ NEMOTRON_H = ("HF nvidia/{} config.json (model_type nemotron_h): {}; transformer
 def _nemotron_h(name, hf_id, note, *, pattern, hidden, heads, kv_heads, mamba_heads, ffn=1, moe=None, mtp=0,
                 max_seq=262144, seq=8192):
     model = ModelSpec(name=name, num_layers=len(pattern), hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
-                      head_dim=128, ffn_hidden_size=ffn, vocab_size=131072, max_seq_len=max_seq, mlp=Mlp.RELU2,
+                      head_dim=None if heads * 128 == hidden else 128, ffn_hidden_size=ffn, vocab_size=131072, max_seq_len=max_seq, mlp=Mlp.RELU2,
                       norm=Norm.RMSNORM, position=Position.NONE, tied_embeddings=False, linear_bias=False,
                       layer_pattern=pattern, moe=moe, mtp_depth=mtp, mtp_pattern="*E" if mtp else None,
                       mamba=MambaSpec(num_heads=mamba_heads, head_dim=64, state_size=128, num_groups=8,
