@@ -137,4 +137,6 @@ def short_name(key: str) -> str:
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
             "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
-            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al."}[key]
+            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al.",
+            "mamba2": "Dao & Gu (Mamba-2)", "mamba": "Gu & Dao (Mamba)", "megatron-mamba": "Megatron-LM",
+            "nemotron-h": "Nemotron-H", "jamba": "Jamba"}[key]

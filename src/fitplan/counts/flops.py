@@ -66,6 +66,16 @@ def ssd_flops(*, B, s, Q, N, G, d):
     return 2 * B * s * (Q * N * G + Q * d + 2 * N * d)
 
 
+@formula("flops/ssd_backward_rerun", "2*B*s*(Q*N*G + N*d)",
+         Cite("mamba2", "ssd_combined.py _mamba_chunk_scan_combined_bwd: _bmm_chunk_fwd and _chunk_state_fwd rerun"),
+         FLOPS, ("the fused scan keeps neither C^T B nor the chunk states: its backward recomputes both, whatever "
+                 "the recompute mode",))
+def ssd_backward_rerun_flops(*, B, s, Q, N, G, d):
+    """Forward GEMM FLOPs one Mamba-2 layer's backward reruns inside the fused scan: C^T B for each
+    group (2*s*Q*N*G) and the chunk states B^T X (2*s*N*d)."""
+    return 2 * B * s * (Q * N * G + N * d)
+
+
 def _forward_text(*, F_ssm=0, **_):
     return "L*(F_linear + F_core" + (" + F_ssm" if not isinstance(F_ssm, int) or F_ssm else "") + ") + F_logits"
 

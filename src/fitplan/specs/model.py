@@ -367,8 +367,6 @@ class ModelSpec:
         if self.mtp_depth and self.mtp_pattern is None:
             raise SpecError("model.mtp_pattern: a hybrid model's multi-token-prediction module needs its layers, "
                             "e.g. --mtp-pattern '*E' (Nemotron 3)")
-        if self.mtp_pattern is not None and not self.mtp_depth:
-            raise SpecError("model.mtp_pattern needs multi-token-prediction modules (mtp_depth >= 1)")
 
     @property
     def hybrid(self) -> bool:

@@ -128,8 +128,15 @@ def _hybrid_elementwise(ev, setup, c, sh, *, L, kinds, kappa, kappa_moe, W):
     layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
     used = set(setup.model.layer_pattern) | set(setup.model.mtp_pattern or "")
     stored = {}
+    scan = 0   # a Mamba-2 layer's fp32 chunk states and C^T B: written and read in each pass like stored bytes
+    m = setup.model.mamba
+    if "M" in used and m.version.value == "mamba2":
+        from fitplan.memory import activations as A
+        scan = A.ssd_scan_workspace_bytes(b=c.micro_batch, s=sh.s, Q=m.chunk_size, H=m.num_heads, P=m.head_dim,
+                                          N=m.state_size, G=m.num_groups, t=c.tp, c=c.cp)
     for mode in {Recompute.NONE, c.recompute}:
         per = BD.hybrid_block_bytes(RAW, setup, dict(layer, recompute=mode))
+        per["M"] = per["M"] + scan
         stored[mode] = mix_kinds([kinds[k] for k in LAYER_KINDS], L, [per[k] for k in LAYER_KINDS])
     mem = ev(elementwise_s, A=stored[Recompute.NONE], kappa=kappa, W=W)
     if "E" in used:

@@ -24,8 +24,9 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     model, sh = setup.model, Shapes.of(setup)
     lora = FT.is_lora(setup.training)
     ssm = None
+    ssd_rerun = 0
     if model.hybrid:
-        lin, core, ssm = _hybrid_layer_flops(ev, setup, prefix, B=B, L=L, kinds=kinds, rho=rho)
+        lin, core, ssm, ssd_rerun = _hybrid_layer_flops(ev, setup, prefix, B=B, L=L, kinds=kinds, rho=rho)
     elif lora:   # the frozen matrices and the rank-r adapters beside them (fitplan.memory.finetune)
         base_lin = ev(F.matmul_flops, key=f"{prefix}/layer_frozen_linear", B=B, s=sh.s, P=FT.linear_params(model))
         lin = base_lin + ev(F.matmul_flops, key=f"{prefix}/layer_adapters", B=B, s=sh.s,
@@ -62,8 +63,10 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
     rerun_linear = {Recompute.FULL: frac * L * lin, Recompute.OP: L * extra.get("F_rerun", 0),
                     Recompute.NORMS: L * extra.get("F_rerun", 0)}.get(recompute, 0 * lin)
     rerun_core = {Recompute.FULL: frac * L * core, Recompute.SELECTIVE: L * core}.get(recompute, 0 * core)
-    ssm_of = {} if ssm is None else {"ssm": ssm, "rerun_ssm": frac * L * ssm if recompute == Recompute.FULL
-                                     else 0 * ssm}
+    ssm_of = {} if ssm is None else {"ssm": ssm, "rerun_ssm": (frac * L * ssm if recompute == Recompute.FULL
+                                                               else 0 * ssm) + L * ssd_rerun}
+    if ssm is not None:   # the fused scan's own reruns in backward, whatever the recompute mode
+        rec = rec + L * ssd_rerun
     if lora:   # no weight gradients for the frozen matrices and the head: their backward is the input gradient
         frozen = ev(F.frozen_weight_grad_flops, key=f"{prefix}/frozen_weight_grads", L=L, F_frozen=base_lin,
                     F_logits=logits)
@@ -108,7 +111,13 @@ def _hybrid_layer_flops(ev, setup: Setup, prefix: str, *, B, L, kinds: dict, rho
         ssm = dict(n_M=kinds["M"], F_M=ev(F.ssd_flops, key=f"{prefix}/ssd_scan_per_layer", B=B, s=sh.s,
                                           Q=m.chunk_size, N=m.state_size, G=m.num_groups, d=m.d_inner))
     F_ssm = ev(average_hybrid_flops, key=f"{prefix}/ssd_scan", L=L, **ssm)
-    return F_lin, F_core, F_ssm
+    rerun = {}
+    if ssm:
+        rerun = dict(n_M=kinds["M"], F_M=ev(F.ssd_backward_rerun_flops, key=f"{prefix}/ssd_backward_rerun_per_layer",
+                                            B=B, s=sh.s, Q=m.chunk_size, N=m.state_size, G=m.num_groups,
+                                            d=m.d_inner))
+    F_rerun = ev(average_hybrid_flops, key=f"{prefix}/ssd_backward_rerun", L=L, **rerun)
+    return F_lin, F_core, F_ssm, F_rerun
 
 
 @formula("flops/average_layer_linear", "(n_dense*F_dense + (L - n_dense)*F_moe)/L",
