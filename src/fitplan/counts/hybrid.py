@@ -37,6 +37,11 @@ KIND_NAMES = {MAMBA_LAYER: "mamba", ATTENTION_LAYER: "attention", MLP_LAYER: "ml
 KIND_TAGS = {MAMBA_LAYER: "M", ATTENTION_LAYER: "A", MLP_LAYER: "D", MOE_LAYER: "E"}
 
 
+def dt_rank(model: ModelSpec) -> int:
+    """Mamba (mamba1)'s dt rank R: the given one, or mamba_ssm's "auto", ceil(h/16) (mamba_simple.Mamba)."""
+    return model.mamba.dt_rank or -(-model.hidden_size // 16)
+
+
 def in_proj_width(model: ModelSpec) -> int:
     """in_proj's output: z, x, B, C, dt (Mamba-2: 2d + 2GN + H); x and z (Mamba: 2d)."""
     m = model.mamba
@@ -54,7 +59,8 @@ def conv_channels(model: ModelSpec) -> int:
 def _x_dt_proj(model: ModelSpec) -> int:
     """Mamba (mamba1) only: x_proj d*(R + 2N) and dt_proj R*d."""
     m = model.mamba
-    return m.d_inner * (m.dt_rank + 2 * m.state_size) + m.dt_rank * m.d_inner
+    R = dt_rank(model)
+    return m.d_inner * (R + 2 * m.state_size) + R * m.d_inner
 
 
 def mamba_matmul_params(model: ModelSpec) -> int:
@@ -85,7 +91,7 @@ def mamba_replicated_params(model: ModelSpec) -> int:
     """A Mamba layer's parameters every tp rank holds: its pre-norm, out_proj's bias (proj_bias)
     and Jamba's RMSNorms on dt, B and C."""
     m = model.mamba
-    inner = m.dt_rank + 2 * m.state_size if m.inner_norms else 0
+    inner = dt_rank(model) + 2 * m.state_size if m.inner_norms else 0
     return P.norm_params(model) + (model.hidden_size if m.proj_bias else 0) + inner
 
 

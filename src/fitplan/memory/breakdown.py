@@ -505,7 +505,7 @@ def mamba_token_kw(model: ModelSpec, sh: "Shapes") -> dict:
     if sh.e_l is not None:
         kw["e_l"] = sh.e_l
     if m.version.value == "mamba1":
-        kw.update(version="mamba1", R=m.dt_rank, s=sh.s)
+        kw.update(version="mamba1", R=HY.dt_rank(model), s=sh.s)
     return kw
 
 

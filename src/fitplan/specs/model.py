@@ -150,13 +150,13 @@ class MambaSpec:
 
     num_heads: int = declared("int", flag="--mamba-heads", group=MAMBA, lo=1, hi=2**20, example=16,
                               help="Mamba heads (Mamba-2: nheads; Mamba: the d_inner channels, with --mamba-head-dim 1)")
-    head_dim: int = declared("int", flag="--mamba-head-dim", group=MAMBA, lo=1, hi=2**16, example=64,
+    head_dim: int = declared("int", flag="--mamba-head-dim", group=MAMBA, lo=1, hi=2**16, example=32,
                              help="channels per Mamba head (d_inner = heads x head dim)")
-    state_size: int = declared("int", flag="--mamba-state", group=MAMBA, lo=1, hi=2**16, example=128,
+    state_size: int = declared("int", flag="--mamba-state", group=MAMBA, lo=1, hi=2**16, example=64,
                                help="the SSM state per channel (d_state, N)")
-    num_groups: int = declared("int", default=1, flag="--mamba-groups", group=MAMBA, lo=1, hi=2**16, example=8,
+    num_groups: int = declared("int", default=1, flag="--mamba-groups", group=MAMBA, lo=1, hi=2**16, example=4,
                                help="groups of heads sharing B and C (Mamba-2 ngroups)")
-    conv_kernel: int = declared("int", default=4, flag="--mamba-conv", group=MAMBA, lo=1, hi=1024, example=4,
+    conv_kernel: int = declared("int", default=4, flag="--mamba-conv", group=MAMBA, lo=1, hi=1024, example=2,
                                 help="the causal depthwise convolution's width (d_conv)")
     chunk_size: int = declared("int", default=128, flag="--mamba-chunk", group=MAMBA, lo=1, hi=2**20, example=256,
                                help="tokens per chunk of the SSD scan (Megatron-LM: 128; mamba_ssm: 256)")
@@ -164,7 +164,8 @@ class MambaSpec:
                                    group=MAMBA, example=SsmVersion.MAMBA1,
                                    help="mamba2 (SSD: Nemotron-H, Granite 4.0-H) or mamba1 (selective scan: Jamba)")
     dt_rank: int = declared("int", default=0, flag="--mamba-dt-rank", group=MAMBA, lo=0, hi=2**20, example=256,
-                            help="Mamba (mamba1) only: the rank of dt's projection (x_proj, dt_proj)")
+                            help="Mamba (mamba1) only: the rank of dt's projection (x_proj, dt_proj); 0: mamba_ssm's "
+                                 "auto, ceil(h/16)")
     inner_norms: bool = declared("bool", default=False, flag="--mamba-inner-norms", off_flag="--no-mamba-inner-norms",
                                  group=MAMBA, example=True,
                                  help="Mamba (mamba1): RMSNorms on dt, B and C (Jamba's dt/b/c_layernorm)")
@@ -191,9 +192,6 @@ class MambaSpec:
                 raise SpecError("model.mamba.dt_rank and inner_norms belong to Mamba (version mamba1); a Mamba-2 "
                                 "layer projects dt per head in in_proj")
         else:
-            if self.dt_rank < 1:
-                raise SpecError("model.mamba.dt_rank: a Mamba (mamba1) layer needs dt's rank (Jamba: 256; "
-                                "mamba_ssm's default ceil(h/16)); set --mamba-dt-rank")
             if self.head_dim != 1 or self.num_groups != 1:
                 raise SpecError("model.mamba: a Mamba (mamba1) layer has one state per channel: give num_heads = "
                                 "d_inner, head_dim 1 and num_groups 1")
@@ -226,7 +224,8 @@ class ModelSpec:
     norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
                           example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
     position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
-                                  example=Position.ROPE, help="learned position table, rope or alibi (no parameters)")
+                                  example=Position.ROPE, help="learned position table, rope or alibi (no parameters), "
+                                                              "or none (NoPE: hybrid Mamba models)")
     tied_embeddings: bool = declared("bool", default=True, flag="--tied-embeddings", off_flag="--untied-embeddings",
                                      group="model", example=False,
                                      help="the output layer shares the embedding's weights")

@@ -132,8 +132,8 @@ def mamba_linears(model, *, T, t) -> tuple[Gemm, ...]:
     m, h = model.mamba, model.hidden_size
     out = (Gemm("mamba_in_proj", T, HY.in_proj_width(model) / t, h), Gemm("mamba_out_proj", T, h, m.d_inner / t))
     if m.version.value == "mamba1":
-        out += (Gemm("mamba_x_proj", T, m.dt_rank + 2 * m.state_size, m.d_inner / t),
-                Gemm("mamba_dt_proj", T, m.d_inner / t, m.dt_rank))
+        R = HY.dt_rank(model)
+        out += (Gemm("mamba_x_proj", T, R + 2 * m.state_size, m.d_inner / t), Gemm("mamba_dt_proj", T, m.d_inner / t, R))
     return out
 
 
