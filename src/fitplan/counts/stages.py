@@ -41,7 +41,7 @@ def _share(U, P, j, ends=True):
     base, r = U // P, U % P
     lo = _first_extra(P, r, ends)
     top = P - 2 if ends else P - 1
-    extra = ((j >= lo) & (j <= top)) | ((j == P - 1) & (r == P - 1))
+    extra = ((j >= lo) & (j <= top)) | ((j == P - 1) & (r == P - 1) & ends)   # the last chunk's: only with ends
     return base + select(extra, 1, 0)
 
 
