@@ -174,7 +174,7 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     from fitplan.specs.parallel import Schedule
     kw, moe, v = _split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
     layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)
-    dense = (lambda j, k: None) if moe is None else (lambda j, k: ev(
+    dense = (lambda j, k: None) if moe is None or model.hybrid else (lambda j, k: ev(
         ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=v, i=j, **kw))
     p = c.pp
     if getattr(c, "schedule", None) == Schedule.DUALPIPE:
