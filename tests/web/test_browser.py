@@ -108,6 +108,13 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     assert f"tp {rec['tp']} · pp {rec['pp']}" in page.inner_text("#recommended")
     assert "80%" in page.inner_text("#recommend-note") and "tight" in page.inner_text("#recommend-note")
     assert "tp 8 · pp 2" in page.inner_text("#minimum-viable")
+    # every step time carries its 80% band (time.uncertainty), in the verdict and in the table
+    u = rec["time"]["uncertainty"]
+    assert f"({u['low_s']:,.1f}–{u['high_s']:,.1f} s, 80% band)" in page.inner_text("#verdict-detail")
+    u = mv["time"]["uncertainty"]
+    assert page.locator('#table-disturbance thead th').nth(13).inner_text() == "step s (80% band)"
+    assert first.locator("td").nth(13).inner_text() == (f"{mv['time']['step_s']:,.3f} "
+                                                        f"({u['low_s']:,.1f}–{u['high_s']:,.1f})")
     assert f"risk {mv['risk']['level']}" in page.inner_text("#verdict-detail") and mv["risk"]["level"] == "tight"
     # the timeline: one column per event of the recommended layout's busiest GPU, the peak marked
     events = page.locator("#timeline-chart svg g.tl-event")

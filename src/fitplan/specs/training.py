@@ -168,7 +168,7 @@ class TrainingSpec:
                                            "second copy of every gradient")
     fsdp_prefetch: int = declared("int", default=1, flag="--fsdp-prefetch", group="runtime", lo=0, hi=16, example=2,
                                   help="ZeRO-3/FSDP: layers all-gathered ahead of the one computing (FSDP2's default "
-                                       "1)")
+                                       "1); each holds a gathered layer, and 0 leaves every gather exposed")
     fragmentation: float = declared("number", default=0.0, flag="--fragmentation", group="runtime", lo=0, hi=0.9,
                                     example=0.15,
                                     help="the caching allocator's reserved-but-unused share of the step's activations "
