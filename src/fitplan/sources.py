@@ -108,6 +108,19 @@ SOURCES = {
                             "megatron/core/tensor_parallel/cross_entropy.py"),
     "fujii": Source("Accelerating Large Language Model Training with 4D Parallelism and Memory Consumption "
                     "Estimator", "Fujii, Watanabe, Yokota", 2024, "arXiv:2411.06465"),
+    "mamba2": Source("Transformers are SSMs: Generalized Models and Efficient Algorithms Through Structured State "
+                     "Space Duality", "Dao, Gu", 2024, "arXiv:2405.21060; state-spaces/mamba mamba_ssm/modules/mamba2.py, "
+                     "mamba_ssm/ops/triton/ssd_combined.py"),
+    "mamba": Source("Mamba: Linear-Time Sequence Modeling with Selective State Spaces", "Gu, Dao", 2023,
+                    "arXiv:2312.00752; state-spaces/mamba mamba_ssm/modules/mamba_simple.py, "
+                    "mamba_ssm/ops/selective_scan_interface.py"),
+    "megatron-mamba": Source("Megatron-LM hybrid Mamba models", "NVIDIA", 2025,
+                             "megatron/core/ssm/mamba_mixer.py (MambaMixer), mamba_block.py, "
+                             "mamba_hybrid_layer_allocation.py"),
+    "nemotron-h": Source("Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models", "NVIDIA",
+                         2025, "arXiv:2504.03624; transformers models/nemotron_h/modeling_nemotron_h.py"),
+    "jamba": Source("Jamba: A Hybrid Transformer-Mamba Language Model", "Lieber et al. (AI21)", 2024,
+                    "arXiv:2403.19887; transformers models/jamba/modeling_jamba.py"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -143,4 +156,6 @@ def short_name(key: str) -> str:
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
             "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
-            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al."}[key]
+            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al.",
+            "mamba2": "Dao & Gu (Mamba-2)", "mamba": "Gu & Dao (Mamba)", "megatron-mamba": "Megatron-LM",
+            "nemotron-h": "Nemotron-H", "jamba": "Jamba"}[key]

@@ -221,6 +221,9 @@ def check_supported(model, training) -> str | None:
     """Why this model and training cannot be fine-tuned with adapters here, or None."""
     if not is_lora(training):
         return None
+    if model.hybrid:
+        return ("--finetune lora/qlora: adapters on a hybrid model's Mamba layers are not modelled; use --finetune "
+                "full")
     if model.moe is not None:
         return ("--finetune lora/qlora: adapters on mixture-of-experts layers are not modelled; plan a dense model, "
                 "or --finetune full")

@@ -235,6 +235,18 @@ def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="e
     return edges + maximum(attn, mlp) + weight_grad + tied * ceil_div(w * V * h, t)
 
 
+@formula("runtime/mamba_backward", "2*e*s*b*h/([t if SP]*c) + e*s*b*(W_in + 2d)/(t*c) + w*h*W_in/t",
+         Cite("fitplan", "formulas.md#hybrid-models (mamba_ssm ssd_combined.py MambaSplitConv1dScanCombinedFn."
+                         "backward: dzxbcdt, the scan's and the gate's output gradients)"),
+         assumes=("a Mamba layer's backward holds its input and output gradients, in_proj's output gradient "
+                  "(zxBCdt) and the gradients of the scan's and the gate's outputs, and in_proj's weight gradient; "
+                  "an estimate in the manner of runtime/layer_backward, not measured",))
+def mamba_backward_bytes(*, s, b, h, e, t, c, sp, W_in, d, w=0):
+    """The gradients one Mamba layer's backward holds at once, on top of what it stores."""
+    edges = 2 * ceil_div(e * s * b * h, select(sp, t, 1) * c)
+    return edges + ceil_div(e * s * b * (W_in + 2 * d), t * c) + ceil_div(w * h * W_in, t)
+
+
 def _logits_text(*, kernel, t=1, **_):
     if kernel == "linear":
         return "0  (a fused linear cross-entropy made the gradients in its forward; the backward scales them)"

@@ -19,6 +19,10 @@ def _weight_text(name: str) -> str:
 
 
 def _attention(m) -> str:
+    if m.hybrid:
+        from fitplan.counts.hybrid import KIND_NAMES, kind_counts
+        kinds = ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in kind_counts(m.layer_pattern).items() if n)
+        return f"hybrid ({kinds}), {m.num_heads} heads, {m.num_kv_heads} kv heads of {m.kv_size // m.num_kv_heads}"
     if m.mla is not None:
         return (f"MLA, latent {m.mla.kv_lora_rank} + rotary key {m.mla.qk_rope_head_dim} cached per token and "
                 f"layer")
@@ -48,7 +52,9 @@ def blocks(a) -> list:
     w, kv = by["serving/weights_per_gpu"], by["serving/kv_cache_per_gpu"]
     rows = (("weights", fmt_gib(a.weights_bytes_per_gpu), w.formula, str(w.cite)),
             ("KV cache", fmt_gib(a.kv_cache_bytes_per_gpu), kv.formula, str(kv.cite)),
-            ("total", fmt_gib(a.per_gpu_bytes), "weights + KV cache", ""),
+            *_ssm_rows(a, by),
+            ("total", fmt_gib(a.per_gpu_bytes), "weights + KV cache" + (" + SSM state" if a.attention_layers is not None
+                                                                         else ""), ""),
             ("usable", fmt_gib(a.usable_bytes_per_gpu), by["serving/usable_per_gpu"].formula + f"  (capacity "
              f"{fmt_gib(c.gpu.memory_bytes)}, reserve {fmt_gib(c.reserve_bytes)})", str(by["serving/usable_per_gpu"].cite)),
             ("headroom", fmt_gib(a.headroom_bytes), "usable - total", ""))
@@ -61,6 +67,13 @@ def blocks(a) -> list:
         f"{a.kv_cache_bytes_per_token:,} B",
         f"the batch: {_line(total)} B = {fmt_gb(a.kv_cache_bytes)} GB ({fmt_gib(a.kv_cache_bytes)} GiB)",
         f"per GPU: {a.kv_cache_bytes_per_gpu:,} B = {fmt_gib(a.kv_cache_bytes_per_gpu)} GiB{copies}"))]
+    if "serving/ssm_state_per_gpu" in by:
+        ssm = by["serving/ssm_state_per_gpu"]
+        out += [Heading(f"SSM state  [{ssm.cite}]"), Lines((
+            f"the KV cache above covers the {a.attention_layers} attention layers only",
+            f"per sequence, all Mamba layers: {a.ssm_state_bytes_per_sequence:,} B = "
+            f"{fmt_gib(a.ssm_state_bytes_per_sequence)} GiB, the same at any context",
+            f"per GPU for the batch: {_line(ssm)} B = {fmt_gib(a.ssm_state_bytes_per_gpu)} GiB"))]
     out += [Heading(f"Largest that fits  [{by['serving/max_batch'].cite}]"), Lines(_largest(a, by))]
     out += [Heading("Decode step, memory-bound lower bound"), Lines(_decode(a, by))]
     verdict = ("fits" if a.fits else "does not fit: the weights alone exceed the usable memory" if not a.weights_fit
@@ -135,6 +148,13 @@ def _cell(t) -> str:
     return fmt_gib(t.value) if t.unit == "bytes" else f"{t.value:g}"
 
 
+def _ssm_rows(a, by) -> tuple:
+    ssm = by.get("serving/ssm_state_per_gpu")
+    if ssm is None:
+        return ()
+    return (("SSM state", fmt_gib(a.ssm_state_bytes_per_gpu), ssm.formula, str(ssm.cite)),)
+
+
 def _largest(a, by) -> tuple[str, ...]:
     if not a.weights_fit:
         return (f"nothing: the weights alone, {fmt_gib(a.weights_bytes_per_gpu)} GiB per GPU, exceed the "
@@ -143,10 +163,14 @@ def _largest(a, by) -> tuple[str, ...]:
     per_seq, per_tok = by["serving/kv_per_gpu_per_sequence"], by["serving/kv_per_gpu_per_token"]
     capped = (f" (the learned position table's {a.max_context_limit:,} rows)"
               if a.max_context_limit is not None and a.max_context == a.max_context_limit else "")
+    state = by.get("serving/ssm_state_per_gpu_per_sequence")
+    per_seq_value = per_seq.value + (state.value if state is not None else 0)
+    with_state = "" if state is None else f" (KV {per_seq.value:,} + SSM state {state.value:,})"
+    free = "free" if state is None else "free after the batch's SSM state"
     return (f"batch at context {a.context:,}: {a.max_batch:,} sequences = floor(({fmt_gib(a.usable_bytes_per_gpu)} "
-            f"- {fmt_gib(a.weights_bytes_per_gpu)}) GiB / {per_seq.value:,} B per sequence per GPU)",
-            f"context at batch {a.batch:,}: {a.max_context:,} tokens = floor(free / {per_tok.value:,} B per token of "
-            f"the batch per GPU){capped}",
+            f"- {fmt_gib(a.weights_bytes_per_gpu)}) GiB / {per_seq_value:,} B per sequence per GPU{with_state})",
+            f"context at batch {a.batch:,}: {a.max_context:,} tokens = floor({free} / {per_tok.value:,} B per token "
+            f"of the batch per GPU){capped}",
             "each checked: one more sequence, or one more token, does not fit")
 
 
@@ -159,7 +183,8 @@ def _decode(a, by) -> tuple[str, ...]:
     if read is not None:
         lines.append(f"weights read per GPU: {read.formula} = {read.value:,} B = {fmt_gib(read.value)} GiB  "
                      f"[{read.cite}]")
-    lines.append(f"{step.formula} = ({a.weights_read_bytes_per_gpu:,} + {a.kv_cache_bytes_per_gpu:,}) B / "
+    state = f" + 2 x {a.ssm_state_bytes_per_gpu:,} (the SSM state, read and written)" if a.ssm_state_bytes_per_gpu else ""
+    lines.append(f"{step.formula} = ({a.weights_read_bytes_per_gpu:,} + {a.kv_cache_bytes_per_gpu:,}{state}) B / "
                  f"{fmt_rate(a.cluster.gpu.hbm_bytes_per_s)} = {step.value * 1e3:,.3f} ms per step  [{step.cite}]")
     lines.append(f"so at most {a.batch / step.value:,.0f} tokens/s for the batch, {1 / step.value:,.1f} per sequence")
     return tuple(lines)
@@ -179,6 +204,9 @@ def as_json(a) -> str:
         "weights_bytes_per_gpu": a.weights_bytes_per_gpu,
         "kv_cache_bytes": a.kv_cache_bytes, "kv_cache_bytes_per_gpu": a.kv_cache_bytes_per_gpu,
         "kv_cache_bytes_per_token": a.kv_cache_bytes_per_token, "kv_cache_replicas": a.kv_replicas,
+        "kv_cache_layers": m.num_layers if a.attention_layers is None else a.attention_layers,
+        "ssm_state_bytes_per_gpu": a.ssm_state_bytes_per_gpu,
+        "ssm_state_bytes_per_sequence": a.ssm_state_bytes_per_sequence,
         "per_gpu_bytes": a.per_gpu_bytes, "usable_bytes_per_gpu": a.usable_bytes_per_gpu,
         "headroom_bytes": a.headroom_bytes, "weights_fit": a.weights_fit, "fits": a.fits,
         "max_batch": a.max_batch, "max_context": a.max_context,
