@@ -150,7 +150,7 @@ RISK_RULE = ("Fujii et al. 2024 (arXiv:2411.06465): over 454 training runs on A1
              "within usable memory (capacity - reserve), likely_oom beyond usable memory")
 
 
-# What the memory model cannot pin, and so the band around its peak (docs/formulas.md#the-peak-band): the
+# What the memory model cannot pin, and so the band around its peak (docs/formulas.md#peak): the
 # caching allocator's fragmentation, from none (every free block reused) to FRAGMENTATION_SPREAD of the moment's
 # transient bytes beyond the assumed share (GMLake, Guo et al. 2024: 15% on average over eight LLMs with the
 # default allocator), and one layer's backward buffers, an upper bound (fitplan validate measures below it).

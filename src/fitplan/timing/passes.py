@@ -65,8 +65,9 @@ def compute_passes(ev, c, *, m, flops, L, rates: G.LayerRates):
         ssm_b = dict(F_ssm=2 * L * flops["ssm"] + flops["rerun_ssm"], eff_ssm=rates.ssm)
     T_f = ev(pass_s, key="time/forward_microbatch", F_lin=lin, F_core=core, F_head=head,
              T_mem=rates.mem_s + rates.cast_forward_s, **kw, **ssm_f)
-    T_b = ev(pass_s, key="time/backward_microbatch", F_lin=2 * lin + flops["rerun_linear"],
-             F_core=2 * core + flops["rerun_core"], F_head=2 * head,
+    # frozen matrices (adapters' fine-tuning) compute only their input's gradient in the backward
+    T_b = ev(pass_s, key="time/backward_microbatch", F_lin=2 * lin + flops["rerun_linear"] - flops.get("frozen_linear", 0),
+             F_core=2 * core + flops["rerun_core"], F_head=2 * head - flops.get("frozen_head", 0),
              T_mem=E.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, **kw, **ssm_b)
     return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
@@ -106,8 +107,9 @@ def layer_times(ev, setup: Setup, c, *, L, flops, rates, kinds=None) -> LayerTim
                T_linear=lin_at("time/layer/recompute_linear", flops["rerun_linear"] / n),
                T_core=rerun_core, T_mem=rates.rerun_mem_s)
     return LayerTimes(forward=ev(layer_pass_s, key="time/layer/forward", T_linear=lin, T_core=core, T_mem=rates.mem_s),
-                      backward=ev(layer_pass_s, key="time/layer/backward", T_linear=2 * lin, T_core=2 * core,
-                                  T_mem=rates.mem_s, k=E.BACKWARD_TRAFFIC),
+                      backward=ev(layer_pass_s, key="time/layer/backward", T_linear=lin_at(
+                          "time/layer/backward_linear", (2 * flops["linear"] - flops.get("frozen_linear", 0)) / n),
+                                  T_core=2 * core, T_mem=rates.mem_s, k=E.BACKWARD_TRAFFIC),
                       recompute=rerun, attn_linear=lin_at("time/layer/attention_linear", attn),
                       mlp_linear=lin_at("time/layer/mlp_linear", mlp))
 

@@ -73,6 +73,7 @@ def step_flops(ev, setup: Setup, prefix: str, *, B, L, recompute, n_dense=None, 
         bwd = ev(F.backward_flops, key=f"{prefix}/backward", F_forward=fwd, F_recompute=rec, F_frozen=frozen)
         return {"core": core, "forward": fwd, "backward": bwd, "linear": L * lin, "logits": logits,
                 "rerun_linear": rerun_linear, "rerun_core": rerun_core, "recompute": rec,
+                "frozen_linear": L * base_lin, "frozen_head": logits,
                 "model": ev(F.hardware_flops, key=f"{prefix}/model_lora", F_forward=fwd,
                             F_backward=ev(F.backward_flops, key=f"{prefix}/backward_no_recompute", F_forward=fwd,
                                           F_recompute=0, F_frozen=frozen))}
