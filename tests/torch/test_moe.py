@@ -163,6 +163,27 @@ def test_expert_parallel_states_exact():
     assert sum(sum(t) for r in records for t in r["expert_tokens"]) == 2 * (2 * 32 * 1)
 
 
+def test_fsdp2_nosync_keeps_the_experts_too():
+    """FSDP2 at dp = 2, ep = 1, after a backward with set_requires_gradient_sync(False) and
+    set_reshard_after_backward(False) (a pipeline stage's every micro-batch but the last).
+    fully_shard(layer) makes the MoE layer's 4 experts FSDPParams of the layer's group, and
+    FSDPParamGroup.post_backward, with reduce_grads off, keeps every one of them unsharded with
+    its gradient (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward).
+    So both rows are 4 B x all parameters: dense psi = 219,712 - 73,728 = 145,984 plus routed
+    experts psi_e = 4*3*64*96 = 73,728: 4*219,712 = 878,848 B, exact (every expert runs, on
+    its possibly empty slice, so each gets a gradient whatever the routing). Counting the
+    dense part alone (the harness before this test) gave 4*145,984 = 583,936."""
+    records = D.measure_distributed([TINY_MOE], seq_len=32, micro_batch=1, world_size=2, checks=("fsdp2-nosync",))
+    rows = D.runtime_rows(TINY_MOE, records, seq_len=32, micro_batch=1, world=2)
+    assert [r.quantity for r in rows] == ["fsdp2 no-sync: gathered weights kept", "fsdp2 no-sync: unsharded gradients"]
+    psi_e = 4 * 3 * 64 * 96
+    assert psi_e == 73_728 and shape_params(TINY_MOE) - psi_e == 145_984
+    for row in rows:
+        assert row.relation == "==" and row.ok
+        assert row.planner == row.measured == 4 * (145_984 + psi_e) == 878_848
+        assert row.per_rank_measured == (878_848, 878_848)
+
+
 def test_run_validation_rows_exact():
     report = run_validation(model=TINY_MOE, seq_len=32, micro_batch=1, include_distributed=False)
     assert report.ok

@@ -749,24 +749,32 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
     if recs:
         from fitplan.memory import states as S
         from fitplan.explain import RAW
-        from fitplan.memory.breakdown import accumulated_grads_bytes, gathered_weights_bytes, stage_at, stage_psi
+        from fitplan.memory.breakdown import (accumulated_grads_bytes, gathered_weights_bytes, stage_at,
+                                              stage_expert_psi, stage_psi)
         config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
-        psi = int(stage_psi(RAW, spec, config, stage=stage_at(RAW, spec, config, 0)))
-        weights = gathered_weights_bytes(psi=psi, psi_e=0, w=4, keep=1)
-        grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P)) + accumulated_grads_bytes(
-            psi=psi, psi_e=0, n_d=world, n_ed=1, g=4, pipelined=1)
+        stage = stage_at(RAW, spec, config, 0)
+        # Every FSDP unit's parameters, routed experts included: fully_shard(layer) makes the
+        # layer's experts FSDPParams of its group, sharded over the same world ranks (ep = 1, so
+        # N_ed = N_d), and with reduce_grads and reshard_after_backward off its post_backward
+        # keeps all of their unsharded parameters and gradients (_fsdp_param_group.py post_backward).
+        psi, psi_e = int(stage_psi(RAW, spec, config, stage=stage)), int(stage_expert_psi(RAW, spec, config,
+                                                                                           stage=stage))
+        weights = gathered_weights_bytes(psi=psi, psi_e=psi_e, w=4, keep=1)
+        grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P, psi_e=psi_e, n_ed=world)) + \
+            accumulated_grads_bytes(psi=psi, psi_e=psi_e, n_d=world, n_ed=world, g=4, pipelined=1)
         note = ("after a backward with gradient sync and resharding after backward off, as torch.distributed."
                 "pipelining runs every micro-batch but the last")
         rows.append(Row(section=section, quantity="fsdp2 no-sync: gathered weights kept", planner=weights,
                         measured=max(r["unsharded_params"] for r in recs),
                         per_rank_measured=tuple(r["unsharded_params"] for r in recs),
                         per_rank_predicted=(weights,) * len(recs),
-                        note="runtime/gathered_weights = w*psi, the whole stage beside its shards; " + note))
+                        note="runtime/gathered_weights = w*(psi + psi_e), the whole stage beside its shards; " + note))
         rows.append(Row(section=section, quantity="fsdp2 no-sync: unsharded gradients", planner=grads,
                         measured=max(r["unsharded_grads"] for r in recs),
                         per_rank_measured=tuple(r["unsharded_grads"] for r in recs),
                         per_rank_predicted=(grads,) * len(recs),
-                        note="states/grads + runtime/accumulated_grads = g*psi/N + g*psi*(1 - 1/N); " + note))
+                        note="states/grads + runtime/accumulated_grads = g*(psi + psi_e)/N + g*(psi + psi_e)*(1 - 1/N); "
+                             + note))
     return rows
 
 
