@@ -757,8 +757,8 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
         # layer's experts FSDPParams of its group, sharded over the same world ranks (ep = 1, so
         # N_ed = N_d), and with reduce_grads and reshard_after_backward off its post_backward
         # keeps all of their unsharded parameters and gradients (_fsdp_param_group.py post_backward).
-        psi, psi_e = int(stage_psi(RAW, spec, config, stage=stage)), int(stage_expert_psi(RAW, spec, config,
-                                                                                           stage=stage))
+        psi = int(stage_psi(RAW, spec, config, stage=stage))
+        psi_e = 0 if spec.moe is None else int(stage_expert_psi(RAW, spec, config, stage=stage))
         weights = gathered_weights_bytes(psi=psi, psi_e=psi_e, w=4, keep=1)
         grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P, psi_e=psi_e, n_ed=world)) + \
             accumulated_grads_bytes(psi=psi, psi_e=psi_e, n_d=world, n_ed=world, g=4, pipelined=1)
