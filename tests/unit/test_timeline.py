@@ -217,3 +217,18 @@ def test_pipelined_zero_keeps_gradients_and_weights_unsharded(zero):
         assert key not in moments[TL.STEP_MOMENT]
     flat = stage_memory(Trace(), setup, ParallelConfig(tp=1, pp=1, dp=16, zero=zero), first=True)
     assert flat["runtime/accumulated_grads"] == flat["runtime/gathered_weights"] == 0
+
+
+def test_each_event_holds_its_own_moments_fsdp_buffers():
+    """Llama 3.1 8B, ZeRO-3 over 8: the output unit (final norm and head, P_head = 4096 + 128256*4096 =
+    525,340,672) is larger than a layer (P_layer = 218,112,000), so FSDP's buffers are largest in the loss's
+    backward, (w + g)*P_head + k*w*P_layer = 4*525,340,672 + 2*218,112,000 = 2,537,586,688 B, and the breakdown
+    states that. A layer's backward holds (1 + k)*w*P_layer + g*P_layer = 6*218,112,000 = 1,308,672,000 B, and
+    the timeline's layer-backward event must show that, not the loss's (it did, 1.23 GB too high)."""
+    setup = make_setup("llama3.1-8b", 8)
+    b = evaluate(setup, ParallelConfig(dp=8, zero=ZeroStage.OS_G_P))
+    assert b.parts["runtime/fsdp_buffers"] == 4 * 525_340_672 + 2 * 218_112_000 == 2_537_586_688
+    by_phase = {e.phase: e.held for e in stage_timeline(setup, b)}
+    assert by_phase["backward of micro-batch 1 (loss)"]["runtime/fsdp_buffers"] == 2_537_586_688
+    assert by_phase["backward of micro-batch 1"]["runtime/fsdp_buffers"] == 6 * 218_112_000 == 1_308_672_000
+    assert by_phase["forward of micro-batch 1"]["runtime/fsdp_buffers"] == 4 * 218_112_000

@@ -615,7 +615,7 @@ def stage_timeline(setup: Setup, b: Breakdown) -> tuple:
     m = UNBOUNDED_MICROBATCHES if setup.training.global_batch is None else setup.training.global_batch // (c.dp * c.micro_batch)
     v = 2 if dual else c.virtual_stages
     chunks = int(A.chunks_in_flight(p=c.pp, v=v, r=b.stage_index, m=m, schedule=str(c.schedule)))
-    parts = {**b.parts, **b.aux}
+    parts = stage_memory(RAW, setup, c, stage=st)   # each term as its moments hold it, not b.parts' largest
     return TL.timeline(parts, phi=setup.training.fragmentation, chunks=chunks, m=m, v=v, p=c.pp,
                        schedule=str(c.schedule), head=bool(st.head))
 
