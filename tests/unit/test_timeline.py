@@ -13,6 +13,7 @@ import pytest
 from fitplan import presets
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, TIGHT, risk
 from fitplan.cli import main
+from fitplan.explain import RAW
 from fitplan.memory import runtime as RT
 from fitplan.memory import timeline as TL
 from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_timeline
@@ -122,11 +123,13 @@ def test_runtime_terms_by_hand():
     assert RT.grad_buckets_bytes(psi=10**9, g=2, zero=0, view=False, bucket=25 * MiB) == 2 * 10**9
     assert RT.grad_buckets_bytes(psi=10**9, g=2, zero=1, view=True, bucket=25 * MiB) == 0
     # FSDP2: a layer computing and one prefetched, and its unsharded gradients in the backward
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=0, moment="forward") == 4 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=0) == 6 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=5 * 10**7, k=1, keep=0, moment="loss") == \
-        4 * 5 * 10**7 + 2 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=1) == 2 * 10**8
+    # (full training: W = w*P and G = g*P, w = g = 2, P_layer = 10^8, P_head = 5*10^7)
+    units = RT.fsdp_units(RAW, w=2, g=2, P_layer=10**8, P_head=5 * 10**7)
+    assert units == {"W_layer": 2 * 10**8, "G_layer": 2 * 10**8, "W_head": 10**8, "G_head": 10**8}
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0, moment="forward") == 4 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0) == 6 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0, moment="loss") == 4 * 5 * 10**7 + 2 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=1) == 2 * 10**8
     # the allocator: pages only with expandable segments; phi of the moment's transient bytes without
     assert RT.allocator_bytes(phi=0, D=10 * GiB, streams=1) == 22 * MiB
     assert RT.allocator_bytes(phi=0.15, D=10 * GiB, streams=3) == -(-15 * GiB // 10) + 66 * MiB

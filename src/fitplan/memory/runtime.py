@@ -8,7 +8,7 @@ fitplan.memory.states (psi, N_d, w, g, m). Per GPU:
   blas_workspace  W_blas * streams            PyTorch's cuBLAS workspace per (handle, stream)
   nccl            C * B_conn * sum(peers)     NCCL buffers of every communicator the layout creates
   grad_buckets    g*psi (no bucket views) or 2*min(B_bucket, g*psi) (ZeRO-2 reduce-scatter)
-  fsdp_buffers    (1 + k)*w*P_layer + g*P_layer  ZeRO-3's gathered layers and unsharded gradients
+  fsdp_buffers    (1 + k)*W_layer + G_layer   ZeRO-3's gathered layers and unsharded gradients
   layer_backward  the gradients one layer's backward holds at once (an upper bound)
   logits_grad     the loss's logit gradients beyond the saved fp32 logits
   p2p             pipeline gradient send and receive buffers
@@ -92,35 +92,55 @@ def grad_buckets_bytes(*, psi, g, zero, view, bucket):
 
 def _fsdp_text(*, keep, moment="layer", **_):
     if moment == "loss":
-        return ("g*P_head  (the output unit's unsharded gradients; its weights stay gathered: gathered_weights)"
-                if keep else "(w + g)*P_head + k*w*P_layer  (the output unit kept gathered from its forward, its "
+        return ("G_head  (the output unit's unsharded gradients; its weights stay gathered: gathered_weights)"
+                if keep else "W_head + G_head + k*W_layer  (the output unit kept gathered from its forward, its "
                              "unsharded gradients, k layers prefetched)")
     if moment == "forward":
         return "0  (every layer stays gathered: gathered_weights)" if keep else \
-            "(1 + k)*w*P_layer  (the computing layer and k prefetched)"
-    return ("g*P_layer  (the layer's unsharded gradients; its weights stay gathered: gathered_weights)" if keep else
-            "(1 + k)*w*P_layer + g*P_layer  (the computing and k prefetched layers gathered, the layer's unsharded "
+            "(1 + k)*W_layer  (the computing layer and k prefetched)"
+    return ("G_layer  (the layer's unsharded gradients; its weights stay gathered: gathered_weights)" if keep else
+            "(1 + k)*W_layer + G_layer  (the computing and k prefetched layers gathered, the layer's unsharded "
             "gradients)")
 
 
-@formula("runtime/fsdp_buffers", _fsdp_text,
-         Cite("torchtitan", "apply_fsdp: fully_shard on the embedding, each block and [norm, output], the last kept "
-                            "gathered after forward; FSDP2's implicit forward and explicit backward prefetch"),
+FSDP_WRAP = Cite("torchtitan", "apply_fsdp: fully_shard on the embedding, each block and [norm, output], the last kept "
+                               "gathered after forward; FSDP2's implicit forward and explicit backward prefetch")
+
+
+@formula("runtime/fsdp_buffers", _fsdp_text, FSDP_WRAP,
          assumes=("ZeRO-3 gathers one unit per layer, one for the embedding and one for the final norm and output "
-                  "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",))
-def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer"):
+                  "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",
+                  "W_layer, W_head: a unit's parameters as FSDP gathers them; G_layer, G_head: the unsharded "
+                  "gradients of its trained parameters (w*P and g*P in full training; a frozen base: "
+                  "fitplan.memory.finetune.fsdp_units)"))
+def fsdp_buffers_bytes(*, W_layer, G_layer, W_head, G_head, k, keep, moment="layer"):
     """ZeRO-3/FSDP all-gather and reduce-scatter buffers at one moment of the step. forward: the
-    layer computing and k prefetched, at w bytes per parameter. layer (a layer's backward): those
-    and the layer's unsharded gradients before their reduce-scatter. loss (the output layer's
-    backward): the output unit, kept gathered since its forward, its unsharded gradients and k
-    layers prefetched. keep: reshard_after_forward off, every unit already gathered
-    (runtime/gathered_weights): only the unsharded gradients remain."""
+    layer computing and k prefetched (W_layer bytes each, a layer's parameters as gathered).
+    layer (a layer's backward): those and the layer's unsharded gradients before their
+    reduce-scatter (G_layer). loss (the output layer's backward): the output unit, kept gathered
+    since its forward, its unsharded gradients and k layers prefetched. keep: reshard_after_forward
+    off, every unit already gathered (runtime/gathered_weights): only the unsharded gradients
+    remain."""
     gather = 1 - keep   # keep: 1 or 0 (ints or the search's arrays)
     if moment == "forward":
-        return gather * ceil_div((1 + k) * w * P_layer, 1)
+        return gather * (1 + k) * W_layer
     if moment == "loss":
-        return ceil_div(g * P_head, 1) + gather * ceil_div(w * P_head + k * w * P_layer, 1)
-    return ceil_div(g * P_layer, 1) + gather * ceil_div((1 + k) * w * P_layer, 1)
+        return G_head + gather * (W_head + k * W_layer)
+    return G_layer + gather * (1 + k) * W_layer
+
+
+@formula("runtime/fsdp_unit", "c*P  (a unit's P parameters at c bytes each)", FSDP_WRAP)
+def fsdp_unit_bytes(*, c, P):
+    return ceil_div(c * P, 1)
+
+
+def fsdp_units(ev, *, w, g, P_layer, P_head) -> dict:
+    """fsdp_buffers_bytes's unit sizes in full training: every parameter gathered at w bytes and
+    given a g-byte gradient."""
+    return {"W_layer": ev(fsdp_unit_bytes, key="runtime/fsdp_layer_weights", c=w, P=P_layer),
+            "G_layer": ev(fsdp_unit_bytes, key="runtime/fsdp_layer_grads", c=g, P=P_layer),
+            "W_head": ev(fsdp_unit_bytes, key="runtime/fsdp_head_weights", c=w, P=P_head),
+            "G_head": ev(fsdp_unit_bytes, key="runtime/fsdp_head_grads", c=g, P=P_head)}
 
 
 def _layer_backward_text(*, kernel="eager", tied=0, **_):
