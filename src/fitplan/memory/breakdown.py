@@ -21,7 +21,7 @@ from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
-from fitplan.specs.model import Position
+from fitplan.specs.model import LAYER_KINDS, Position
 from fitplan.specs.parallel import Offload, Recompute
 
 PARTS = part_keys(STATES, ACTIVATIONS, RUNTIME)   # the table of parts, fitplan.parts
@@ -59,10 +59,12 @@ class MoeShapes:
     f_e: int
     f_s: int
     E: int
+    w: int | None = None   # LatentMoE: the routed experts' latent width l
 
     def kw(self) -> dict:
         """The keywords these symbols add to a formula call for an MoE layer."""
-        return dict(k=self.k, rho=self.rho, f_e=self.f_e, f_s=self.f_s, E=self.E)
+        return dict(k=self.k, rho=self.rho, f_e=self.f_e, f_s=self.f_s, E=self.E,
+                    **({} if self.w is None else {"w": self.w}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,8 @@ class Shapes:
         moe = None if m.moe is None else MoeShapes(
             k=m.moe.experts_per_token,
             rho=m.moe.capacity_factor if m.moe.capacity_factor is not None else tr.moe_imbalance,
-            f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts)
+            f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts,
+            w=m.moe.latent_size)
         r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
                    n=3 if m.mlp.gated else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
@@ -137,14 +140,25 @@ def in_flight_bytes(*, A_stage, v, chunks):
 class Stage:
     """One pipeline rank as the memory and time models see it: its index, its layers (both
     stages' under DualPipe), how many of them are dense (MoE models; None for dense models),
-    and whether it holds the embedding and the output head. Ints for one configuration,
-    arrays over the search's candidates."""
+    and whether it holds the embedding and the output head; for a hybrid model, how many of
+    its layers are Mamba, attention, MLP and MoE blocks (None otherwise). Ints for one
+    configuration, arrays over the search's candidates."""
     index: object
     layers: object       # multi-token-prediction modules' layers included (they sit with the head)
     n_dense: object
     embedding: object
     head: object
     mtp: object = 0      # multi-token-prediction modules on this rank
+    n_mamba: object = None
+    n_attention: object = None
+    n_mlp: object = None
+    n_moe: object = None
+
+    def kinds(self) -> dict:
+        """A hybrid stage's layers by kind (M, *, -, E), or None."""
+        if self.n_mamba is None:
+            return None
+        return dict(zip(LAYER_KINDS, (self.n_mamba, self.n_attention, self.n_mlp, self.n_moe)))
 
 
 def _split_kw(model: ModelSpec, c) -> dict:
@@ -160,7 +174,7 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     from fitplan.specs.parallel import Schedule
     kw, moe, v = _split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
     layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)
-    dense = (lambda j, k: None) if moe is None else (lambda j, k: ev(
+    dense = (lambda j, k: None) if moe is None or model.hybrid else (lambda j, k: ev(
         ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=v, i=j, **kw))
     p = c.pp
     if getattr(c, "schedule", None) == Schedule.DUALPIPE:
@@ -173,13 +187,56 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
         l, n_d = layers(i, "pipeline/stage_layers"), dense(i, "params/dense_layers_on_stage")
         emb, head = (i == 0) | (p == 1), (i == p - 1) | (p == 1)
     mtp = select(head, model.mtp_depth, 0) if model.mtp_depth else 0   # DeepSeek-V3 Sec. 2.2: after the last layer
+    if model.hybrid:
+        return _hybrid_stage(model, c, i, l=l, emb=emb, head=head, mtp=mtp, dual=getattr(c, "schedule", None)
+                             == Schedule.DUALPIPE)
     return Stage(i, l + mtp, n_d, emb, head, mtp)
+
+
+def _hybrid_stage(model: ModelSpec, c, i, *, l, emb, head, mtp, dual) -> Stage:
+    """A hybrid model's stage: its slice of the pattern counted by kind
+    (fitplan.counts.stages.kind_layers_on_stage), plus its multi-token-prediction modules'
+    layers (mtp_pattern each)."""
+    from fitplan.counts import hybrid as HY
+    kw, v = _split_kw(model, c), getattr(c, "virtual_stages", 1)
+    cum = HY.prefix_counts(model.layer_pattern)
+    extra = HY.kind_counts(model.mtp_pattern or "")
+    counts = []
+    for k in LAYER_KINDS:
+        n = ST.kind_layers_on_stage(cum=cum[k], v=v, i=i, **kw)
+        if dual:
+            n = n + ST.kind_layers_on_stage(cum=cum[k], v=v, i=c.pp - 1 - i, **kw)
+        counts.append(n + mtp * extra[k])
+    per_module = len(model.mtp_pattern or "")
+    return Stage(i, l + mtp * per_module, None, emb, head, mtp, *counts)
+
+
+def hybrid_layer_kw(model: ModelSpec, stage: Stage, *, replicated: bool = True) -> dict:
+    """The keywords of P.hybrid_layers_params for a hybrid stage: each kind's layer count and
+    its split and replicated parameters (fitplan.counts.hybrid.block_params); replicated=False
+    leaves the replicated ones out (the linear weights alone)."""
+    from fitplan.counts import hybrid as HY
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    out = {}
+    for k, n in stage.kinds().items():
+        tag = HY.KIND_TAGS[k]
+        S, R = HY.block_params(model, k) if k in used else (0, 0)
+        out.update({f"n_{tag}": n, f"S_{tag}": S, f"R_{tag}": R if replicated else 0})
+    return out
 
 
 def stage_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
     """Parameters one GPU of a pipeline stage holds before ZeRO, routed experts excluded
     (stage_expert_psi). c: a ParallelConfig, or the search's grid (only its tp and pp are
     read, so serving's layouts use it too: fitplan.serving)."""
+    if model.hybrid:   # the ends here, the layers kind by kind
+        psi = ev(P.stage_params, key=key, l=0, S=0, R=0, Vh=P.embedding_params(model), P_pos=P.position_params(model),
+                 N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
+                 emb=stage.embedding, out=stage.head)
+        psi = psi + ev(P.hybrid_layers_params, key=key and key + "_layers", t=c.tp, **hybrid_layer_kw(model, stage))
+        if model.mtp_depth:
+            psi = psi + ev(P.mtp_extra_params, key=key and key + "_mtp", D=stage.mtp, h=model.hidden_size, t=c.tp)
+        return _published(ev, model, psi, key)
     moe = {} if model.moe is None else dict(n_dense=stage.n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, l=stage.layers, S=P.layer_sharded_params(model),
@@ -201,8 +258,8 @@ def _published(ev, model: ModelSpec, psi, key):
 def stage_expert_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
     """Routed-expert parameters one GPU of a stage holds (0 for dense models): E/ep experts
     of each MoE layer on the stage (c's ep is read)."""
-    psi_e = ev(P.stage_expert_params, key=key, l=stage.layers, n_dense=stage.n_dense, X=P.expert_params(model),
-               ep=c.ep)
+    l, n_d = (stage.n_moe, 0) if model.hybrid else (stage.layers, stage.n_dense)
+    psi_e = ev(P.stage_expert_params, key=key, l=l, n_dense=n_d, X=P.expert_params(model), ep=c.ep)
     return _published(ev, model, psi_e, key and key + "_experts")
 
 
@@ -214,15 +271,55 @@ def shard_group(*, dp, c, shard=None):
     return dp * c if shard is None else shard + 0 * dp
 
 
+# Bytes per weight of Transformer Engine's quantized copies: the rowwise data and, for the backward's
+# transposed GEMMs, the columnwise (transformer_engine/pytorch/tensor/float8_tensor.py: a separate _transpose
+# only where the GPU lacks non-TN fp8 GEMMs, Hopper and Ada; utils.py is_non_tn_fp8_gemm_supported: compute
+# capability 10.x and later has them), mxfp8_tensor.py (rowwise and columnwise data, a uint8 scale per 32
+# elements each), nvfp4_tensor.py (4-bit data and an fp8 scale per 16 elements, rowwise and columnwise).
+LOW_PRECISION_COPY = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+TRANSPOSE_FREE = ("blackwell", "blackwell-ultra")   # non-TN fp8 GEMMs: no transposed fp8 copy
+
+
+def fp8_cache_factor(*, compute: str, weights_bytes, architecture) -> float:
+    """c8: bytes per linear weight Transformer Engine keeps quantized across micro-batches. fp8: the cast
+    (none with fp8 primary weights, which are the cast) and, on Hopper, its transpose; mxfp8 and nvfp4:
+    both directions, each with its block scales."""
+    if compute == "fp8":
+        rowwise = 0.0 if weights_bytes <= 1 else 1.0
+        return rowwise + (0.0 if architecture in TRANSPOSE_FREE else 1.0)
+    return 2 * LOW_PRECISION_COPY[compute]
+
+
 @formula("runtime/fp8_weight_cache",
          lambda *, zero3, **_: "c8*psi_lin" + ("/l  (ZeRO-3: the gathered layer's)" if zero3 else ""),
-         Cite("transformer-engine", "module/base.py: fp8 weight workspaces (the cast weight and its transpose)"),
-         assumes=("fp8 recipes keep, per linear weight, its fp8 cast and the cast's transpose for the backward "
-                  "GEMMs across micro-batches (2 B/param; 1 B with fp8 primary weights)",))
+         Cite("transformer-engine", "module/base.py: quantized weight workspaces kept across micro-batches "
+                                    "(is_first_microbatch); tensor/float8_tensor.py, mxfp8_tensor.py, nvfp4_tensor.py"),
+         assumes=("low-precision recipes keep, per linear weight, its quantized copies for the forward and the "
+                  "backward GEMMs across micro-batches (--no-fp8-weight-cache: frameworks that cast per use)",))
 def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
-    """Transformer Engine's fp8 copies of the stage's linear weights (psi_lin: the layers'
-    tp-split GEMM weights and this rank's experts): c8 bytes per parameter."""
-    return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), c8 * psi_lin)
+    """Transformer Engine's quantized copies of the stage's linear weights (psi_lin: the layers'
+    tp-split GEMM weights and this rank's experts): c8 bytes per parameter (fp8_cache_factor)."""
+    return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), ceil_div(c8 * psi_lin, 1))
+
+
+@formula("states/grads", "g*P_max/[N_d under ZeRO-2/3]  (the largest parameter's gradient, stepped in its hook)",
+         Cite("torchtune", "torchtune/modules/optim.py OptimizerInBackward (post-accumulate-grad hooks step and "
+                           "free each parameter's gradient); torch/distributed/optim/apply_optimizer_in_backward.py"))
+def optimizer_in_backward_grads_bytes(*, g, P_max, n_d, zero):
+    """With the optimizer stepped in each parameter's gradient hook, one parameter's gradient lives
+    at a time: the largest's (P_max), its shard under ZeRO-2/3."""
+    return ceil_div(g * P_max, select(zero >= 2, n_d, 1))
+
+
+@formula("states/optimizer", "K*P_max/[N_d under ZeRO-1+]  (the pages of the parameter being stepped)",
+         Cite("bnb-code", "bitsandbytes/optim/optimizer.py get_state_buffer (paged when numel >= 1e5: "
+                              "cudaMallocManaged), functional.py prefetch_tensor"),
+         assumes=("a paged optimizer's state lives in CUDA managed memory: the driver moves its pages to the host "
+                  "while the GPU needs the room and back for the update; on the GPU at least the state of the "
+                  "parameter being stepped",))
+def paged_resident_bytes(*, K, P_max, n_d, zero):
+    x = ceil_div(K * P_max, select(zero >= 1, n_d, 1))
+    return x if is_array(x) else int(x)
 
 
 @formula("runtime/gathered_weights", "w*(psi + psi_e)  (the stage's weights, gathered beside their shards)",
@@ -241,12 +338,13 @@ def gathered_weights_bytes(*, psi, psi_e, w, keep):
 
 
 def pipelined(c):
-    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays):
-    torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
-    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate
-    unsharded, ZeRO-3 weights stay gathered and both sync once per step. The one rule the memory
-    (here) and the time (fitplan.timing.step) read."""
-    return select(c.pp > 1, 1, 0)
+    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays) and syncs once per
+    step: torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
+    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate unsharded, ZeRO-3
+    weights stay gathered and both sync once per step. --microbatch-grad-sync (Llama 3's FSDP: each micro-batch
+    reduce-scattered into a sharded fp32 accumulator; the Ultra-Scale Playbook's 4*psi/N_d) turns it off. The one
+    rule the memory (here) and the time (fitplan.timing.data_parallel) read."""
+    return select(c.pp > 1, 0 if getattr(c, "microbatch_grad_sync", False) else 1, 0)
 
 
 def kept_gathered(c):
@@ -303,19 +401,35 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         }
         trained = dict(psi=psi, n_d=n_d, zero=zero, **experts)
     OF.place_states(ev, out, OF.offload_of(c), trained=dict(trained, g_h=OF.gradient_precision(recipe)))
+    if training.optimizer_in_backward or training.paged_optimizer:
+        P_max = _largest_trained(setup, c, stage=stage, trained=trained)
+        if training.optimizer_in_backward:
+            out["states/grads"] = ev(optimizer_in_backward_grads_bytes, g=recipe.grads_bytes, P_max=P_max, n_d=n_d,
+                                     zero=zero)
+        if training.paged_optimizer and not OF.offload_of(c).optimizer:
+            resident = ev(paged_resident_bytes, K=recipe.optimizer_bytes, P_max=P_max, n_d=n_d, zero=zero)
+            paged = out["states/optimizer"] - resident
+            out["host/optimizer"] = ev(OF.moved_bytes, key="host/optimizer",
+                                       gpu_bytes=paged if is_array(paged) else int(paged), what="states/optimizer (paged)")
+            out["states/optimizer"] = resident
     keep = kept_gathered(c)
     if zero == 3 and (is_array(keep) or keep):
         out["runtime/gathered_weights"] = ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
             gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
-    if recipe.compute != "bf16":   # mxfp8 and nvfp4 held as fp8's for now (their scales: issue 29)
+    if recipe.compute != "bf16" and training.fp8_weight_cache:
+        if model.hybrid:
+            psi_lin = ev(P.hybrid_layers_params, key="params/stage_linear", t=tp,
+                         **hybrid_layer_kw(model, stage, replicated=False))
+        else:
+            psi_lin = ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
+                         R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
+                         **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
         out["runtime/fp8_weight_cache"] = ev(
-            fp8_weight_cache_bytes, c8=2 if recipe.weights_bytes > 1 else 1, zero3=int(zero == 3),
-            psi_lin=ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
-                       R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
-                       **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
-            + experts.get("psi_e", 0), l=stage.layers)
+            fp8_weight_cache_bytes, c8=fp8_cache_factor(compute=recipe.compute, weights_bytes=recipe.weights_bytes,
+                                                        architecture=setup.cluster.gpu.architecture),
+            zero3=int(zero == 3), psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
     else:
         out["runtime/fp8_weight_cache"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
@@ -323,12 +437,14 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         A.per_layer_bytes, A.recompute_workspace_bytes)
     layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
-    a_layer = ev(per_layer, **layer)
+    a_layer = None if model.hybrid else ev(per_layer, **layer)
     dual = c.schedule == Schedule.DUALPIPE
     v_held = 2 if dual else v
     chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
     l = stage.layers
-    if moe is None:
+    if model.hybrid:
+        a_stage, workspace, buffers, a_layer = hybrid_activations(ev, setup, c, stage=stage, layer=layer)
+    elif moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
         workspace = ev(per_workspace, **layer)
         buffers = 0 * a_layer
@@ -339,7 +455,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
         workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
                             ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
-        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
                      **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
     if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
         a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer,
@@ -349,8 +465,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     if OF.offload_of(c).activations:   # stored activations go to host memory; one layer's are on the GPU in transit
         out["host/activations"] = ev(OF.host_activation_bytes, A_stage=a_stage,
                                      A_in_flight=out["activations/pipeline_in_flight"])
-        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None else maximum(
-            a_layer, a_moe), A_stage=a_stage)
+        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None or model.hybrid else
+                                       maximum(a_layer, a_moe), A_stage=a_stage)
         out["activations/pipeline_in_flight"] = 0 * a_layer
     frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
     n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
@@ -359,7 +475,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
     out["activations/output"] = _held(stage.head, lambda: ev(
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **({"k_in": 1} if lora else {})),
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)),
         a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
@@ -369,21 +485,97 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     return out
 
 
+def hybrid_block_bytes(ev, setup: Setup, layer: dict, suffix: str = "") -> dict:
+    """One layer's stored bytes for each kind of a hybrid model (activations.per_block_bytes;
+    0 for the kinds it does not have). layer: the per-layer keywords (Shapes.kw with b, t, c,
+    sp, recompute)."""
+    from fitplan.counts import hybrid as HY
+    model, sh = setup.model, Shapes.of(setup)
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    base = {k: layer[k] for k in ("s", "b", "h", "e", "M", "D", "t", "c", "sp", "recompute")}
+    if sh.e_l is not None:
+        base["e_l"] = sh.e_l
+    out = {}
+    for kind in LAYER_KINDS:
+        if kind not in used:
+            out[kind] = 0 * layer["b"]
+            continue
+        kw = dict(base, kind=kind)
+        if kind == "*":
+            kw.update(q=sh.q, kv=sh.kv, a=sh.a, **({} if sh.kernel == "eager" else {"kernel": sh.kernel}))
+        elif kind == "M":
+            kw["T_tok"] = ev(A.mamba_per_token_bytes, **mamba_token_kw(model, sh))
+        else:
+            kw["T_tok"] = A.mlp_per_token_bytes(h=sh.h, f=sh.f, n=sh.n, e=sh.e, e_l=sh.e_l,
+                                                **(sh.moe.kw() if kind == "E" else {}))
+        out[kind] = ev(A.per_block_bytes, key=f"activations/per_{HY.KIND_NAMES[kind]}_layer{suffix}", **kw)
+    return out
+
+
+def hybrid_activations(ev, setup: Setup, c, *, stage: Stage, layer: dict):
+    """A hybrid stage's activations: (the stage's layers for one micro-batch, the recompute
+    workspace, the MoE all-to-all buffers, the widest layer's bytes). Each kind's block
+    (activations.per_block_bytes) times its count on the stage; the workspace is the largest
+    kind's (a recomputed block's activations, or an attention core under selective), a Mamba
+    layer's adding its scan's transient chunk states (activations.ssd_scan_workspace_bytes)."""
+    from fitplan.counts import hybrid as HY
+    model, sh = setup.model, Shapes.of(setup)
+    kinds = stage.kinds()
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    bytes_of = hybrid_block_bytes(ev, setup, layer)
+    if c.recompute == Recompute.FULL:   # the whole block, re-created while its backward runs
+        extra_of = hybrid_block_bytes(ev, setup, dict(layer, recompute=Recompute.NONE), "_kept")
+    elif c.recompute == Recompute.SELECTIVE:   # the attention core it dropped
+        kept = hybrid_block_bytes(RAW, setup, dict(layer, recompute=Recompute.NONE))
+        extra_of = {k: kept[k] - bytes_of[k] for k in LAYER_KINDS}
+    else:
+        extra_of = {k: 0 * layer["b"] for k in LAYER_KINDS}
+    a_stage = ev(A.hybrid_stage_bytes, **{f"n_{HY.KIND_TAGS[k]}": n for k, n in kinds.items()},
+                 **{f"A_{HY.KIND_TAGS[k]}": bytes_of[k] for k in LAYER_KINDS})
+    workspace = widest = 0 * layer["b"]
+    for kind in sorted(used, key=LAYER_KINDS.index):
+        extra = extra_of[kind]
+        if kind == "M" and model.mamba.version.value == "mamba2":   # the scan's chunk states, in forward and backward
+            m = model.mamba
+            extra = extra + ev(A.ssd_scan_workspace_bytes, b=layer["b"], s=sh.s, Q=m.chunk_size, H=m.num_heads,
+                               P=m.head_dim, N=m.state_size, G=m.num_groups, t=layer["t"], c=layer["c"])
+        workspace = maximum(workspace, extra)
+        widest = maximum(widest, bytes_of[kind])
+    if "E" in used:
+        mk = sh.moe
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=layer["b"], h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho,
+                     t=layer["t"], c=layer["c"], **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(
+            kinds["E"] > 0, 1, 0)
+    else:
+        buffers = 0 * layer["b"]
+    return a_stage, workspace, buffers, widest
+
+
+def mamba_token_kw(model: ModelSpec, sh: "Shapes") -> dict:
+    """The keywords of activations.mamba_per_token_bytes for the model's Mamba layers."""
+    from fitplan.counts import hybrid as HY
+    m = model.mamba
+    kw = dict(W_in=HY.in_proj_width(model), d=m.d_inner, G=m.num_groups, N=m.state_size, e=sh.e)
+    if sh.e_l is not None:
+        kw["e_l"] = sh.e_l
+    if m.version.value == "mamba1":
+        kw.update(version="mamba1", R=HY.dt_rank(model), s=sh.s)
+    return kw
+
+
 def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer) -> dict:
     """The runtime's buffers on one GPU of a stage (fitplan.memory.runtime), and the aux values
     the peak and the timeline read (fitplan.memory.timeline). psi: the stage's parameters (what
     FSDP gathers); trained: the parameters that get gradients and their sharding (the adapters
     under LoRA), which the buckets and the optimizer step hold."""
     model, training, cluster, recipe = setup.model, setup.training, setup.cluster, setup.training.recipe
-    tp, pp, dp, cp, b, zero = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.zero
+    tp, pp, cp, b, zero = c.tp, c.pp, c.cp, c.micro_batch, c.zero
     sh, moe = Shapes.of(setup), model.moe
     psi_t, n_d = trained["psi"], trained["n_d"]
     psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
     out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes) + 0 * a_layer,
            "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes) + 0 * a_layer,
-           "runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes, tp=tp,
-                              cp=cp, pp=pp, dp=dp * cp, ep=c.ep, world=tp * pp * dp * cp,
-                              node=cluster.gpus_per_node),
+           **_communicators(ev, setup, c, like=a_layer),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
     piped = pipelined(c)
@@ -398,15 +590,19 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                     P_pos=P.position_params(model), N_f=P.norm_params(model), head=P.head_params(model),
                     tied=model.tied_embeddings, t=tp, p=pp)
         head = ev(P.stage_params, key="params/fsdp_output_unit", l=0, emb=False, out=stage.head, **w_kw)
-        unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)
-        if moe is not None:
+        if model.hybrid:
+            unit = _hybrid_fsdp_unit(ev, model, c, w_kw)
+        else:
+            unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)
+        if moe is not None and not model.hybrid:
             unit = maximum(unit, ev(P.stage_params, key="params/fsdp_moe_layer_unit", l=1, emb=False, out=False,
                                     n_dense=0, S_moe=P.moe_layer_sharded_params(model),
                                     R_moe=P.moe_layer_replicated_params(model), **w_kw)
                            + ceil_div(P.expert_params(model), c.ep))
         units = FT.fsdp_units(ev, setup, c, P_layer=unit, P_head=head) if FT.is_lora(training) else RT.fsdp_units(
-            ev, w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head)
-        fsdp = dict(units, k=training.fsdp_prefetch, keep=kept_gathered(c))
+            ev, w=recipe.weights_bytes, P_layer=unit, P_head=head)
+        fsdp = dict(units, w=recipe.weights_bytes, g=recipe.grads_bytes, k=training.fsdp_prefetch,
+                    keep=kept_gathered(c), acc=piped)
         out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
         out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")
@@ -418,17 +614,24 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     if model.tied_embeddings:   # both ends on one rank: one parameter, its gradient accumulated across the backward
         grads_kw.update(V=model.vocab_size, tied=stage.embedding * stage.head)
     backward = ev(RT.layer_backward_bytes, **grads_kw)
+    if model.hybrid and model.mamba is not None and "M" in model.layer_pattern:
+        from fitplan.counts import hybrid as HY
+        backward = maximum(backward, ev(RT.mamba_backward_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, t=tp, c=cp,
+                                        sp=c.sequence_parallel,
+                                        W_in=HY.in_proj_width(model), d=model.mamba.d_inner, w=w_grad))
     if moe is not None:
         backward = maximum(backward, ev(RT.layer_backward_bytes, key="runtime/layer_backward_moe", **grads_kw,
                                         k=sh.moe.k, rho=sh.moe.rho, f_e=sh.moe.f_e, f_s=sh.moe.f_s))
     out["runtime/layer_backward"] = backward
     loss = dict(s=sh.s, b=b, V=model.vocab_size, e=sh.e, t=tp, c=cp, kernel=training.cross_entropy)
-    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad),
-                                 a_layer)
-    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss) * select(stage.head, 1, 0)
+    chunks = {"k": training.ce_chunks} if training.cross_entropy == "chunked" else {}
+    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad,
+                                                             **chunks), a_layer)
+    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss, h=sh.h, w=recipe.weights_bytes, **chunks) * select(
+        stage.head, 1, 0)
     out[TL.OUTPUT_ONE] = _held(stage.head, lambda: A.output_bytes(
         s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel, n_mb=1 + model.mtp_depth,
-        **({"k_in": 1} if FT.is_lora(training) else {})), a_layer)   # as activations/output counts one micro-batch
+        **loss_kept(setup, b=b, t=tp, c=cp)), a_layer)   # as activations/output counts one micro-batch
     out["runtime/p2p"] = ev(RT.p2p_bytes, e=sh.e, s=sh.s, b=b, h=sh.h, t=tp, c=cp, sp=c.sequence_parallel, pp=pp)
     n_opt = n_d if zero >= 1 else 1
     psi_opt = ceil_div(psi_t, n_opt) + ceil_div(psi_e, select(zero >= 1, n_ed, 1))
@@ -441,6 +644,90 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                                            m=recipe.master_bytes, impl=training.optimizer_impl)
     out[TL.STREAMS] = 1 + 2 * int(zero3)   # the compute stream; FSDP2's all-gather and reduce-scatter streams
     return out
+
+
+def loss_kept(setup: Setup, *, b, t, c) -> dict:
+    """What the loss keeps for its backward, as activations.output_bytes takes it: x bytes per logit (4: fp32;
+    2: torchtune's chunked loss compiled, bf16 chunks; 0: a fused linear cross-entropy), the head's input
+    kept or not (k_in), and what a fused linear cross-entropy holds instead of logits: the output layer's
+    input gradient (e*s*b*h/c), its weight gradient in the weights' dtype (w*V*h/t; none for a frozen head)
+    and the per-token losses (4*s*b/c) (Liger-Kernel ops/fused_linear_cross_entropy.py: grad_input,
+    grad_weight and loss_1d saved for backward)."""
+    training, model = setup.training, setup.model
+    lora, ce = FT.is_lora(training), training.cross_entropy
+    out = {"k_in": 1} if lora or ce == "linear" else {}
+    if ce == "linear":
+        s, h, e = training.seq_len, model.hidden_size, training.act_bytes
+        w = 0 if lora else training.recipe.weights_bytes
+        out.update(x=0, held=ceil_div(e * s * b * h, c) + ceil_div(w * model.vocab_size * h, t) + ceil_div(4 * s * b, c))
+    elif ce == "chunked" and training.kernels == "compiled":
+        out["x"] = 2
+    return out
+
+
+def _largest_trained(setup: Setup, c, *, stage: Stage, trained: dict):
+    """The largest trained parameter tensor on a GPU of the stage: a layer's widest matrix split over tp, or the
+    embedding or output layer where the stage holds them; no more than the rank's trained parameters."""
+    model = setup.model
+    widest = FT.largest_linear(model)
+    if model.moe is not None:
+        widest = max(widest, model.hidden_size * model.moe.expert_ffn_size)
+    ends = select(stage.embedding | stage.head, model.vocab_size * model.hidden_size, 0)
+    return minimum(ceil_div(maximum(widest, ends), c.tp), trained["psi"] + trained.get("psi_e", 0))
+
+
+def _communicators(ev, setup: Setup, c, *, like) -> dict:
+    """NCCL's buffers for the communicators the layout creates (fitplan.memory.runtime.nccl_bytes), and
+    DeepEP's where it dispatches the experts' tokens. Rings: tp, the gradient reduction group (dp x cp), the
+    experts' data-parallel group, cp when its K/V exchange is an all-gather, the world group when larger
+    than all of them. p2p: the pipeline's neighbours, cp's K/V ring (TE's p2p, with --cp-comm-overlap) and
+    an NCCL all-to-all's expert group; ranks in Megatron-Core's order (fitplan.timing.axes.placement)."""
+    from fitplan.timing.comm import group_is_intra_node
+    cluster, G = setup.cluster, setup.cluster.gpus_per_node
+    tp, pp, dp, cp, ep = c.tp, c.pp, c.dp, c.cp, c.ep
+    world = tp * cp * dp * pp
+    n_ed = maximum(tp * cp * dp // maximum(ep, 1), 1)
+    cp_p2p = 1 if getattr(c, "cp_comm_overlap", True) else 0
+    nccl_a2a = setup.training.moe_dispatcher != "deepep" and setup.model.moe is not None
+    largest = maximum(maximum(tp, cp * dp), maximum(maximum(pp, cp), ep))
+    rings = (1 * (tp > 1) + 1 * (dp * cp > 1) + 1 * ((ep > 1) & (n_ed > 1)) + (1 - cp_p2p) * (cp > 1)
+             + 1 * (world > largest))   # 1 *: NumPy's bools add as "or"
+    gpu = cluster.gpu
+    nvlink = "pcie" not in gpu.intra_node.name.lower()
+    net_ch = maximum(1, ceil_div(gpu.inter_node.bytes_per_s, RT.NCCL_P2P_PER_CHANNEL_NET_GBPS * 10**9))
+    P2P = RT._pow2_up(minimum(cluster.nccl_channels, RT.NCCL_MAX_CHANNELS))
+    groups = []
+    for n, stride, used in ((pp, tp * cp * dp, pp > 1), (cp, tp, (cp > 1) & (cp_p2p == 1))):
+        intra = group_is_intra_node(stride=stride, n=n, G=G)
+        peers = select(used & intra, minimum(2, n - 1), 0 * n)
+        spans = used & ~intra if is_array(intra) else bool(used) and not bool(intra)
+        ch = RT.p2p_channels_per_peer(P2P=P2P, n=n, spans=spans, net_ch=net_ch, nvlink=nvlink)
+        groups.append((peers, ch, 1 * spans))
+    if nccl_a2a:   # ep consecutive ranks: min(ep, G) - 1 peers on this node, the rest across nodes
+        spans = ep > G
+        ch = RT.p2p_channels_per_peer(P2P=P2P, n=ep, spans=spans, net_ch=net_ch, nvlink=nvlink)
+        groups.append((select(ep > 1, minimum(ep, G) - 1, 0 * ep), ch, 1 * spans))
+    out = {"runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes,
+                              rings=rings, p2p_groups=tuple(groups)) + 0 * like}
+    deepep = setup.model.moe is not None and setup.training.moe_dispatcher == "deepep"
+    out["runtime/deepep"] = (ev(RT.deepep_bytes, ep=ep, h=setup.model.hidden_size, e=setup.training.act_bytes)
+                             + 0 * like if deepep else 0 * like)
+    return out
+
+
+def _hybrid_fsdp_unit(ev, model: ModelSpec, c, w_kw: dict):
+    """The largest layer FSDP gathers at once in a hybrid model: each kind's block (its split and
+    replicated parameters, an MoE block with its E/ep experts)."""
+    from fitplan.counts import hybrid as HY
+    unit = 0 * c.tp
+    for kind in sorted(set(model.layer_pattern) | set(model.mtp_pattern or ""), key=LAYER_KINDS.index):
+        S, R = HY.block_params(model, kind)
+        this = ev(P.stage_params, key=f"params/fsdp_{HY.KIND_NAMES[kind]}_layer_unit", l=1, emb=False, out=False,
+                  **dict(w_kw, S=S, R=R))
+        if kind == "E":
+            this = this + ceil_div(P.expert_params(model), c.ep)
+        unit = maximum(unit, this)
+    return unit
 
 
 def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict, object]:
@@ -595,7 +882,7 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     cluster = setup.cluster
     per_node = [0, 0]
-    if config.offload is not Offload.NONE:   # the busiest rank's host bytes, for each process on a node
+    if config.offload is not Offload.NONE or setup.training.paged_optimizer:   # host bytes, each process on a node
         per_node = [trace(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
                     if x or key == "host/per_node" else 0
                     for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
@@ -668,7 +955,7 @@ def busiest_totals(setup: Setup, c):
         parts = stage_memory(RAW, setup, c, stage=st)
         t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
         out = t if out is None else maximum(out, t)
-        if OF.offload_of(c) is not Offload.NONE:
+        if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)
             host = x if host is None else maximum(host, x)
     if host is None:

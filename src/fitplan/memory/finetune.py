@@ -173,10 +173,10 @@ def gathered_frozen_bytes(*, W_shard, keep):
 
 
 def fsdp_units(ev, setup, c, *, P_layer, P_head) -> dict:
-    """fitplan.memory.runtime.fsdp_buffers_bytes's unit sizes with a frozen base: a layer
-    gathers its P_layer base parameters as sharded (frozen_sharded_bytes: an NF4 base's packed
-    4-bit data, not bf16) and its adapters; only the adapters have gradients. The output unit
-    (final norm and head: frozen, no adapter) gathers at w and has none."""
+    """fitplan.memory.runtime.fsdp_buffers_bytes's units with a frozen base: a layer gathers its
+    P_layer base parameters as sharded (frozen_sharded_bytes: an NF4 base's packed 4-bit data,
+    not bf16) and its adapters, which are all it trains; the output unit (final norm and head:
+    frozen, no adapter) gathers at w and trains nothing."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     w, precision = recipe.weights_bytes, base_precision(training)
     P_a = ev(adapter_params, key="params/lora_adapters_layer", l=1, r=training.lora_rank,
@@ -186,10 +186,8 @@ def fsdp_units(ev, setup, c, *, P_layer, P_head) -> dict:
     C_q = ev(quant_constant_bytes, key="runtime/fsdp_layer_quant_constants", psi=lin, precision=precision)
     return {"W_layer": ev(frozen_sharded_bytes, key="runtime/fsdp_layer_weights", W_lin=W_lin, C_q=C_q, psi=P_layer,
                           psi_lin=lin, P_a=P_a, w=w),
-            "G_layer": ev(adapter_grads_bytes, key="runtime/fsdp_layer_grads", P_a=P_a, g=recipe.grads_bytes, n_d=1,
-                          zero=0),
             "W_head": ev(RT.fsdp_unit_bytes, key="runtime/fsdp_head_weights", c=w, P=P_head),
-            "G_head": 0 * P_head}
+            "T_layer": P_a, "T_head": 0 * P_head}
 
 
 def _adapter_text(symbol: str, key: str):
@@ -239,9 +237,11 @@ def _lora_layer_text(*, recompute, sp, qkv, o, mlp, **_):
                   "adapted matrix's input, e*s*b*d_in, and its 1-byte mask)",
                   "the layer input requires a gradient (peft's enable_input_require_grads)"))
 def lora_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, kernel="eager", r, N_ad, qkv, o,
-                     mlp):
+                     mlp, e_l=None):
     """Bytes one layer with a frozen base and rank-r adapters stores for one micro-batch on one
-    GPU. D here is the dropout indicator (1 with dropout), as in per_layer_bytes."""
+    GPU. D here is the dropout indicator (1 with dropout), as in per_layer_bytes. e_l (a low-precision
+    recipe's linear inputs) does not apply: a frozen linear keeps no input (its weight gets no gradient),
+    and the adapters run in the activations' precision."""
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
     R = s * b * h * (2 * e + e * qkv + e * mlp + 2 * D * M)
@@ -256,7 +256,7 @@ def lora_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, k
                                     "full": "one LoRA layer without recompute"}[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def lora_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, kernel="eager", r, N_ad, qkv, o,
-                         mlp):
+                         mlp, e_l=None):
     if recompute == Recompute.NONE:
         return 0 * b
     if recompute == Recompute.FULL:
@@ -283,13 +283,17 @@ def check_supported(model, training) -> str | None:
     """Why this model and training cannot be fine-tuned with adapters here, or None."""
     if not is_lora(training):
         return None
+    if model.hybrid:
+        return ("--finetune lora/qlora: adapters on a hybrid model's Mamba layers are not modelled; use --finetune "
+                "full")
     if model.moe is not None:
         return ("--finetune lora/qlora: adapters on mixture-of-experts layers are not modelled; plan a dense model, "
                 "or --finetune full")
     if model.mla is not None:
         return "--finetune lora/qlora: adapters on MLA attention are not modelled; plan a model with GQA/MHA attention"
-    if training.recipe.compute == "fp8":
-        return "--finetune lora/qlora: fp8 compute with adapters is not modelled; use a bf16 recipe (--precision)"
+    if training.recipe.compute != "bf16" and training.finetune == "qlora":
+        return (f"--finetune qlora: {training.recipe.compute} compute on a 4-bit base is not modelled (QLoRA "
+                f"dequantizes to bf16 for its GEMMs); use a bf16 recipe (--precision), or --finetune lora")
     return None
 
 

@@ -827,8 +827,9 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
         for quantity, key, measured, text in (
                 ("fsdp2 qlora: a layer's gathered unit", "runtime/fsdp_layer_weights", "layer_params",
                  "W_lin - C_q + w*(P_layer - P_lin) + w*P_a: the packed 4-bit codes, norms and biases, adapters; "),
-                ("fsdp2 qlora: a layer's unsharded gradients", "runtime/fsdp_layer_grads", "layer_grads",
-                 "g*P_a: the adapters' only, the frozen base has none; "),
+                ("fsdp2 qlora: a layer's unsharded gradients", "runtime/fsdp_buffers", "layer_grads",
+                 "runtime/fsdp_buffers with every unit kept gathered = g*T_layer, T_layer = P_a: the adapters' "
+                 "only, the frozen base has none; "),
                 ("fsdp2 qlora: every unit gathered", "states/frozen_sharded", "all_params",
                  "runtime/gathered_weights = W_shard, the model as FSDP shards it (quantization constants "
                  "excluded: every rank keeps them whole); ")):

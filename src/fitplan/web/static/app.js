@@ -282,7 +282,7 @@
       const shown = r || mv;   // the layout the verdict stands for
       if (shown && shown.risk.level === "tight") {
         v.className = "verdict tight";
-        v.replaceChildren("Fits, tight", node("span", { id: "verdict-band", class: "band", textContent: riskBand(shown) }));
+        v.replaceChildren("Fits, tight", node("span", { id: "verdict-band", class: "band", textContent: riskBand(shown, plan.usable_bytes_per_gpu) }));
       } else {
         v.className = "verdict fits";
         v.textContent = "Fits";
@@ -354,9 +354,10 @@
 
   /** The risk band of a tight layout: risk.band_bytes where the plan states one, else its peak's share of
    * GPU memory against the 80% margin (fitplan.analysis.risk). */
-  function riskBand(s) {
-    if (s.risk.band_bytes !== undefined && s.risk.band_bytes !== null)
-      return `peak ${gib(s.per_gpu_bytes)} GiB ± ${gib(s.risk.band_bytes)} GiB`;
+  function riskBand(s, usable) {
+    const b = s.risk.band_bytes;   // [low, high] around the peak (fitplan.analysis.peak_band)
+    if (Array.isArray(b) && b.length === 2)
+      return `peak ${gib(s.per_gpu_bytes)} GiB (${gib(b[0])}–${gib(b[1])} GiB of ${gib(usable)} usable)`;
     return `peak at ${fmt(100 * s.risk.peak_fraction_of_capacity, 1)}% of GPU memory, above the 80% margin`;
   }
 
