@@ -97,6 +97,11 @@ SOURCES = {
     "lora": Source("LoRA: Low-Rank Adaptation of Large Language Models", "Hu et al.", 2021, "arXiv:2106.09685"),
     "qlora": Source("QLoRA: Efficient Finetuning of Quantized LLMs", "Dettmers, Pagnoni, Holtzman, Zettlemoyer", 2023,
                     "arXiv:2305.14314; artidoro/qlora scripts/finetune_guanaco_65b.sh"),
+    "fsdp-qlora": Source("FSDP-QLoRA: 4-bit weights sharded by FSDP", "Answer.AI; bitsandbytes", 2024,
+                         "bitsandbytes-foundation/bitsandbytes (@95f9af309d) bitsandbytes/nn/modules.py (Params4bit, "
+                         "quant_storage) and docs/source/fsdp_qlora.md; AnswerDotAI/fsdp_qlora (@05ed9f2a60) train.py "
+                         "(load_and_quantize: FSDP syncs only parameters and buffers, so every rank builds its own "
+                         "quant_state)"),
     "llm-int8": Source("LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale", "Dettmers et al.", 2022,
                        "arXiv:2208.07339; bitsandbytes Linear8bitLt"),
     "pcie": Source("PCI Express Base Specification 4.0 and 5.0", "PCI-SIG", 2019,
@@ -155,7 +160,7 @@ def short_name(key: str) -> str:
             "megatron-overlap": "Megatron-Core",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
-            "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
+            "lora": "LoRA", "qlora": "QLoRA", "fsdp-qlora": "FSDP-QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
             "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al.",
             "mamba2": "Dao & Gu (Mamba-2)", "mamba": "Gu & Dao (Mamba)", "megatron-mamba": "Megatron-LM",
             "nemotron-h": "Nemotron-H", "jamba": "Jamba"}[key]

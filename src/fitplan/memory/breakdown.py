@@ -388,8 +388,9 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                           n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
     zero = c.zero
     lora = FT.is_lora(training)
+    frozen = None   # a frozen base's bytes as ZeRO-3 shards and gathers them (fitplan.memory.finetune)
     if lora:   # a frozen base, trained adapters (fitplan.memory.finetune)
-        out, trained = _lora_states(ev, setup, c, stage=stage, psi=psi, n_d=n_d)
+        out, trained, frozen = _lora_states(ev, setup, c, stage=stage, psi=psi, n_d=n_d)
     else:
         out = {
             "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
@@ -413,8 +414,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
             out["states/optimizer"] = resident
     keep = kept_gathered(c)
     if zero == 3 and (is_array(keep) or keep):
-        out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
-                                            w=recipe.weights_bytes, keep=keep)
+        out["runtime/gathered_weights"] = ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
+            gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
     if recipe.compute != "bf16" and training.fp8_weight_cache:
@@ -598,7 +599,9 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                                     n_dense=0, S_moe=P.moe_layer_sharded_params(model),
                                     R_moe=P.moe_layer_replicated_params(model), **w_kw)
                            + ceil_div(P.expert_params(model), c.ep))
-        fsdp = dict(w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head, k=training.fsdp_prefetch,
+        units = FT.fsdp_units(ev, setup, c, P_layer=unit, P_head=head) if FT.is_lora(training) else RT.fsdp_units(
+            ev, w=recipe.weights_bytes, P_layer=unit, P_head=head)
+        fsdp = dict(units, w=recipe.weights_bytes, g=recipe.grads_bytes, k=training.fsdp_prefetch,
                     keep=kept_gathered(c), acc=piped)
         out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
@@ -727,20 +730,24 @@ def _hybrid_fsdp_unit(ev, model: ModelSpec, c, w_kw: dict):
     return unit
 
 
-def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict]:
-    """The states of a frozen base with rank-r adapters (fitplan.memory.finetune), and the
-    trained parameters' sharding (for offload's host gradients)."""
+def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict, object]:
+    """The states of a frozen base with rank-r adapters (fitplan.memory.finetune), the trained
+    parameters' sharding (for offload's host gradients), and the bytes ZeRO-3 shards and
+    gathers of the stage (FT.frozen_sharded_bytes)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     l, zero = stage.layers, c.zero
     P_a = ev(FT.adapter_params, l=l, r=training.lora_rank, D=FT.adapter_dims(model, training)[0], t=c.tp)
     psi_lin = ev(FT.stage_linear_params, l=l, P_lin=FT.linear_params(model), t=c.tp)
-    W_lin = ev(FT.quantized_weight_bytes, psi=psi_lin, precision=FT.base_precision(training), w=recipe.weights_bytes)
-    out = {"states/weights": ev(FT.frozen_weights_bytes, W_lin=W_lin, psi=psi, psi_lin=psi_lin, P_a=P_a,
-                                w=recipe.weights_bytes, n_d=n_d, zero=zero),
+    precision = FT.base_precision(training)
+    W_lin = ev(FT.quantized_weight_bytes, psi=psi_lin, precision=precision, w=recipe.weights_bytes)
+    C_q = ev(FT.quant_constant_bytes, psi=psi_lin, precision=precision)
+    W_shard = ev(FT.frozen_sharded_bytes, W_lin=W_lin, C_q=C_q, psi=psi, psi_lin=psi_lin, P_a=P_a,
+                 w=recipe.weights_bytes)
+    out = {"states/weights": ev(FT.frozen_weights_bytes, W_shard=W_shard, C_q=C_q, n_d=n_d, zero=zero),
            "states/grads": ev(FT.adapter_grads_bytes, P_a=P_a, g=recipe.grads_bytes, n_d=n_d, zero=zero),
            "states/master": ev(FT.adapter_master_bytes, P_a=P_a, m=recipe.master_bytes, n_d=n_d, zero=zero),
            "states/optimizer": ev(FT.adapter_optimizer_bytes, P_a=P_a, K=recipe.optimizer_bytes, n_d=n_d, zero=zero)}
-    return out, dict(psi=P_a, n_d=n_d, zero=zero)
+    return out, dict(psi=P_a, n_d=n_d, zero=zero), W_shard
 
 
 @formula("activations/layers",
@@ -901,7 +908,7 @@ def stage_timeline(setup: Setup, b: Breakdown) -> tuple:
     m = UNBOUNDED_MICROBATCHES if setup.training.global_batch is None else setup.training.global_batch // (c.dp * c.micro_batch)
     v = 2 if dual else c.virtual_stages
     chunks = int(A.chunks_in_flight(p=c.pp, v=v, r=b.stage_index, m=m, schedule=str(c.schedule)))
-    parts = {**b.parts, **b.aux}
+    parts = stage_memory(RAW, setup, c, stage=st)   # each term as its moments hold it, not b.parts' largest
     return TL.timeline(parts, phi=setup.training.fragmentation, chunks=chunks, m=m, v=v, p=c.pp,
                        schedule=str(c.schedule), head=bool(st.head))
 

@@ -7,7 +7,8 @@ device), bytes saved for backward per layer (none / norms / selective / op / ful
 bf16 and fp32; dense and MoE layers apart, op on dense layers only), FLOPs of one step
 (FlopCounterMode), and, on 2-4 local gloo ranks, per-rank model states for DDP, ZeRO-1,
 FSDP2 (ZeRO-2/3), DTensor tensor and pipeline parallel, expert parallel (MoE), plus
-tensor-parallel activations and pipeline activations in flight (GPipe, 1F1B).
+tensor-parallel activations and pipeline activations in flight (GPipe, 1F1B), DDP's and FSDP2's
+runtime buffers, and QLoRA's NF4 base under FSDP2.
 `fitplan.validate.report.render_text` prints it.
 
 Importing this package does not import torch; run_validation does.

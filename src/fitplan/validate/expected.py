@@ -12,7 +12,7 @@ from fitplan.explain import RAW
 from fitplan.memory import activations as A
 from fitplan.memory.breakdown import Setup, Shapes, stage_memory
 from fitplan.presets import gpu, recipe
-from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.specs.model import Norm, Position
 from fitplan.timing.work import step_flops
 from fitplan.validate.report import Extra
@@ -395,6 +395,24 @@ def planner_lora(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
             "grads": parts["states/grads"], "optimizer": parts["states/master"] + parts["states/optimizer"],
             "layer": by_key["activations/per_layer"],
             "outside": parts["activations/embedding"] + parts["activations/output"]}
+
+
+def planner_qlora_fsdp(model: ModelSpec, *, seq_len: int, micro_batch: int, world: int,
+                       lora: tuple[int, str]) -> dict:
+    """The planner's FSDP terms for the fsdp2-qlora check: QLoRA (an NF4 base) at the reference's
+    fp32 recipe, ZeRO-3 over `world`, reshard_after_forward off (every unit kept gathered, so
+    runtime/fsdp_buffers is a layer's unsharded gradients alone): a layer's gathered unit
+    (runtime/fsdp_layer_weights), its gradients (runtime/fsdp_buffers) and the model's sharded
+    bytes (states/frozen_sharded), by key."""
+    from dataclasses import replace
+
+    from fitplan.explain import Trace
+    setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=world, lora=lora)
+    setup = replace(setup, training=replace(setup.training, finetune="qlora"))
+    trace = Trace()
+    stage_memory(trace, setup, ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch,
+                                              reshard_after_forward=False), first=True)
+    return {t.key: int(t.value) for t in trace.terms}
 
 
 def lora_outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,
