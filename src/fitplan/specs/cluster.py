@@ -109,7 +109,7 @@ class GpuSpec:
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=1000,
                                                   omitted="no fp8 tensor cores",
                                                   help="dense fp8 peak of one GPU in TFLOP/s (H100 SXM: 1979)")
-    # the dense fp4 (NVFP4/MXFP4) tensor-core peak: stated by the presets, not yet read by the timing model
+    # the dense fp4 (NVFP4/MXFP4) tensor-core peak: --compute-precision nvfp4's GEMMs run at it (fitplan.timing.compute)
     peak_fp4_flops_per_s: float | None = declared("number", default=None, flag="--peak-fp4-tflops", scale=1e12,
                                                   group="cluster", lo=0.001, hi=1e6, unit="TFLOP/s", example=9000,
                                                   omitted="no fp4 tensor cores",
