@@ -197,3 +197,16 @@ def test_fp8_with_lora_adapters():
     code = main(["plan", *base[:7], "qlora", "--precision", "fp8", "--tp", "4"], out=io.StringIO(),
                 err=(err := io.StringIO()))
     assert code == 2 and "qlora" in err.getvalue()
+
+
+def test_the_search_grid_takes_a_paged_optimizer():
+    """The fuzz found `sweep --paged-optimizer` an internal error: the largest trained tensor joined the search's
+    stage flags with `|`, which NumPy refuses on float arrays. The sweep's 4-GPU point must be the exact plan of the
+    configuration it names (tp 4, SP, ZeRO-0, full recompute: 22,670,311,424 B), to the byte."""
+    out = io.StringIO()
+    assert main(["sweep", "--preset", "llama3.1-8b", "--gpus", "16", "--values", "4", "--paged-optimizer", "--json"],
+                out=out, err=io.StringIO()) == 0
+    point = json.loads(out.getvalue())["points"][0]
+    code, exact = plan(["--preset", "llama3.1-8b", "--gpus", "4", "--tp", "4", "--sequence-parallel", "--pp", "1",
+                        "--cp", "1", "--zero", "0", "--recompute", "full", "--paged-optimizer"])
+    assert point["fits"] and point["per_gpu_bytes"] == exact["peak"]["bytes"] == 22_670_311_424

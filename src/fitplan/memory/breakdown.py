@@ -672,7 +672,8 @@ def _largest_trained(setup: Setup, c, *, stage: Stage, trained: dict):
     widest = FT.largest_linear(model)
     if model.moe is not None:
         widest = max(widest, model.hidden_size * model.moe.expert_ffn_size)
-    ends = select(stage.embedding | stage.head, model.vocab_size * model.hidden_size, 0)
+    table = model.vocab_size * model.hidden_size   # (the search's stage flags may be float arrays: no `|` on them)
+    ends = maximum(select(stage.embedding, table, 0), select(stage.head, table, 0))
     return minimum(ceil_div(maximum(widest, ends), c.tp), trained["psi"] + trained.get("psi_e", 0))
 
 
