@@ -493,10 +493,10 @@ def _state_term(ev, hy: HybridLayout) -> int:
 
 def _hybrid_assumes(hy: HybridLayout) -> str:
     return (f"Mamba state per request and layer: a conv state of d_conv - 1 columns in bf16 and an SSM state in "
-            f"float32 ({hy.mamba_state_bytes:,} B per GPU), the dtype Nemotron-H's config.json states as "
-            f"mamba_ssm_cache_dtype and both servers take from it (vLLM's NemotronH config hook, SGLang's "
-            f"mamba_ssm_dtype default); --mamba-ssm-cache-dtype bfloat16 (vLLM) or SGLANG_MAMBA_SSM_DTYPE would halve "
-            f"the SSM part; no speculative decoding (its extra Mamba states are not modelled)")
+            f"float32 ({hy.mamba_state_bytes:,} B per GPU), the mamba_ssm_cache_dtype Nemotron-H's config.json states; "
+            f"SGLang defaults to float32 and vLLM releases with the NemotronH config hook read it from the config, "
+            f"while earlier vLLM releases (and --mamba-ssm-cache-dtype bfloat16, or SGLANG_MAMBA_SSM_DTYPE) keep it in "
+            f"bf16, about half the state; no speculative decoding (its extra Mamba states are not modelled)")
 
 
 def _vllm(ev, serving, settings: ServerSettings, *, W: int, last: bool, KV_tok: int, hy: HybridLayout | None,
@@ -587,9 +587,11 @@ def _vllm_hybrid(ev, hy: HybridLayout, *, pool: int, s: int, R: int, i: int):
         f"hybrid KV cache manager: {hy.attention_layers} attention and {hy.mamba_layers} Mamba layers in groups of "
         f"{hy.group_layers} ({G_a} attention, {G_M} Mamba groups); every block is one page of {page:,} B per layer, "
         f"so the {S_M:,} B Mamba state is padded to it and the attention block size is raised to {B} tokens",
-        "prefix caching off, mamba_cache_mode none: vLLM's default for hybrid models since v0.10.2 (one Mamba block "
-        "per group and request); with --enable-prefix-caching (mamba_cache_mode align or all, the default in newer "
-        "releases) a request holds 2 Mamba blocks per group (align) or one per B tokens (all): not modelled",
+        "prefix caching off, mamba_cache_mode none, the default vLLM set for hybrid models from v0.10.2 (one Mamba "
+        "block per group and request); with prefix caching on (--enable-prefix-caching, or a release that turns it "
+        "on for hybrids) mamba_cache_mode align holds 2 Mamba blocks per group and request, and all one per block "
+        "of tokens with a block size rounded to the Mamba chunk: not modelled; --no-enable-prefix-caching matches "
+        "this",
         "\"GPU KV cache size\" is what vLLM logs (the blocks shared out evenly over all groups, so it understates the "
         "tokens one request may hold); max_context is the longest request whose attention blocks fit beside its "
         "Mamba blocks",
