@@ -549,6 +549,8 @@ def _vllm(ev, serving, settings: ServerSettings, *, W: int, last: bool, KV_tok: 
                        f"below u*C ({requested / GiB:.2f} GiB): vLLM refuses to start; lower "
                        f"--gpu-memory-utilization")
         blocks = max_batch = 0
+        if hy is not None:   # no pool at all: nothing logged, no request accepted
+            extra.update(tokens=0, max_context=0)
     if m.sliding_window is not None:
         assumes.append("every layer caches the whole context (vLLM's hybrid allocator keeps only the window on "
                        "sliding-window layers, so it holds more tokens than this)")

@@ -291,3 +291,12 @@ def test_dense_answers_carry_no_hybrid_keys():
     """A model without Mamba layers takes the dense path: no "hybrid" key, its log unchanged."""
     _, s = server_json(*LLAMA_H100, "--server", "sglang")
     assert "hybrid" not in s and len(s["log"]) == 1
+
+
+def test_vllm_hybrid_without_free_memory_refuses_to_start():
+    """--reserve 20 GiB leaves 85,520,809,984 - 21,474,836,480 - 419,430,400 = 63,626,543,104 B free, below
+    u*C = 76,968,728,985 B: vLLM refuses to start, so no block, no logged token and no request (exit 1)."""
+    code, s = server_json(*NEMOTRON_H100, "--reserve", "20GiB", "--server", "vllm")
+    assert H100 - 20 * 2**30 - CTX == 63_626_543_104 < int(0.9 * H100)
+    assert (s["kv_blocks"], s["kv_tokens"], s["max_context"], s["max_batch"]) == (0, 0, 0, 0)
+    assert code == 1 and not s["fits"]
