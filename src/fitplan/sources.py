@@ -60,11 +60,18 @@ SOURCES = {
                           "determine_available_memory); vllm/utils/mem_utils.py @a6d5c39 (memory_profiling); "
                           "vllm/v1/worker/gpu_model_runner.py @4e17906 (profile_run, _dummy_sampler_run); "
                           "vllm/v1/sample/sampler.py @3e34265; vllm/v1/sample/ops/topk_topp_sampler.py @3babc05; "
-                          "vllm/v1/core/kv_cache_utils.py @bbf906a; vllm/engine/arg_utils.py @99d7eb5"),
+                          "vllm/v1/core/kv_cache_utils.py @bbf906a; vllm/engine/arg_utils.py @99d7eb5; hybrid "
+                          "models: vllm/model_executor/models/config.py @0144dd5 "
+                          "(HybridAttentionMambaModelConfig), vllm/v1/core/kv_cache_utils.py @001cabc and "
+                          "vllm/v1/kv_cache_interface.py @001cabc (KV cache groups, MambaSpec), "
+                          "vllm/model_executor/layers/mamba/mamba_utils.py @02d7108"),
     "sglang": Source("SGLang: the KV cache pool at start-up", "SGLang team", 2025,
                      "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py @01cc04e "
                      "(init_torch_distributed, profile_max_num_token); python/sglang/srt/server_args.py "
-                     "ServerArgs._handle_gpu_memory_settings (the reserved-memory heuristic, v0.5)"),
+                     "ServerArgs._handle_gpu_memory_settings (the reserved-memory heuristic, v0.5); hybrid "
+                     "models: python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py @001ccef "
+                     "(handle_max_mamba_cache, profile_max_num_token, init_memory), "
+                     "python/sglang/srt/configs/mamba_utils.py @02e208d (Mamba2StateShape, mamba2_state_dtype)"),
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),

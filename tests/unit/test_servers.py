@@ -173,3 +173,130 @@ def test_the_text_report_prints_the_budget_and_the_log_lines():
     assert "27,249 blocks of 16 tokens" in out
     assert "log      Maximum concurrency for 8,192 tokens per request: 53.22x" in out
     assert "servers/vllm/kv_pool = 57,146,964,377 B" in out
+
+
+# ---------------------------------------------------------------- hybrid (Mamba + attention) models
+
+# Nemotron-H-8B (HF config.json): 52 layers by hybrid_override_pattern, 4 attention (*) and 24 Mamba-2 (M);
+# 8 kv heads of 128; Mamba-2 with 128 heads of 64, state 128, 8 groups, conv kernel 4, d_inner 8192.
+NH_W = 16_201_705_472                  # fitplan's bf16 weights of the preset on one GPU (serving/weights_per_gpu)
+NH_A1 = 2 * 8 * 128 * 2                # one token's keys and values in one attention layer, bf16: 4,096 B
+NH_CONV = 3 * (8192 + 2 * 8 * 128) * 2           # (K - 1) x (d + 2GN) conv state in bf16: 61,440 B
+NH_SSM = 128 * 64 * 128 * 4                       # H x P x N SSM state in float32: 4,194,304 B
+NH_STATE = NH_CONV + NH_SSM                       # one request, one Mamba layer: 4,255,744 B
+NEMOTRON_H100 = ("--preset", "nemotron-h-8b", "--gpus", "1", "--gpu", "h100-80gb", "--context", "8192",
+                 "--batch", "16")
+
+
+def test_vllm_nemotron_h_8b_hybrid_pool_by_hand():
+    """vLLM V1's hybrid KV cache manager (kv_cache_utils.py, config.py/platforms interface.py), all integers:
+      pool   = floor(0.9*C) - W - A = 76,968,728,985 - 16,201,705,472 - 3,841,982,464 = 56,925,041,049 B
+               (A: the sampler warm-up (8192 + 2048)*4096*2 + 1024*131072*28, as for a dense model)
+      B      = 16*ceil(4,255,744 / (16*4,096)) = 16*65 = 1,040 tokens; page = 1,040*4,096 = 4,259,840 B
+               (the Mamba page padded by 4,096 B, 0.10%)
+      groups = 4 attention and 24 Mamba layers; 24 >= 1.5*4 so S = 4: 1 attention, 6 Mamba groups
+      blocks = floor(floor(56,925,041,049 / 4,259,840) / 4) = floor(13,363 / 4) = 3,340
+      a request of 8,192 tokens: ceil(8192/1040) + 6 = 8 + 6 = 14 blocks
+      "GPU KV cache size" = floor(3,340 / 7)*1,040 = 477*1,040 = 496,080 tokens
+      "Maximum concurrency" = 3,340/14 = 238.57x; max_batch 238; max_context (3,340 - 6)*1,040 = 3,467,360.
+    Before this rule fitplan cached all 52 layers (212,992 B a token): 16,703 blocks, 267,248 tokens, 32.62x."""
+    code, s = server_json(*NEMOTRON_H100, "--server", "vllm")
+    A = (8192 + 2 * 1024) * 4096 * 2 + 1024 * 131072 * 28
+    pool = int(0.9 * H100) - NH_W - A
+    assert (A, pool) == (3_841_982_464, 56_925_041_049) and s["kv_pool_bytes"] == pool
+    assert NH_STATE == 4_255_744
+    B = 16 * -(-NH_STATE // (16 * NH_A1))
+    page = B * NH_A1
+    assert (B, page) == (1040, 4_259_840) and s["block_tokens"] == B and s["settings"]["block_size"] == B
+    blocks = pool // page // 4
+    assert blocks == 3340 and s["kv_blocks"] == blocks
+    assert s["kv_token_bytes"] == 4 * NH_A1 == 16_384   # the attention layers only
+    assert s["hybrid"] == {"attention_layers": 4, "mamba_layers": 24, "mamba_state_bytes_per_layer": NH_STATE,
+                           "attention_token_bytes_per_layer": NH_A1, "page_bytes": page, "layers_per_group": 4,
+                           "attention_groups": 1, "mamba_groups": 6, "stage_layers_per_group": 4,
+                           "blocks_per_request": 14}
+    assert s["kv_tokens"] == blocks // 7 * 1040 == 496_080
+    assert s["max_concurrency"] == pytest.approx(3340 / 14, rel=1e-12)
+    assert s["max_batch"] == 238 and s["max_context"] == 3334 * 1040 == 3_467_360 and code == 0 and s["fits"]
+    assert s["log"] == ["Setting attention block size to 1040 tokens to ensure that attention page size is >= mamba "
+                        "page size.",
+                        "Padding mamba page size by 0.10% to ensure that mamba page size and attention page size are "
+                        "exactly equal.",
+                        "Available KV cache memory: 53.02 GiB", "GPU KV cache size: 496,080 tokens",
+                        "Maximum concurrency for 8,192 tokens per request: 238.57x"]
+
+
+def test_sglang_nemotron_h_8b_mamba_pool_by_hand():
+    """SGLang (model_runner_kv_cache_mixin.py handle_max_mamba_cache, profile_max_num_token, init_memory):
+      rest  = floor(0.835*M0) - W = 71,059,651,952 - 16,201,705,472 = 54,857,946,480 B
+      slots = floor(rest*0.9/1.9 / (24*4,255,744)) = floor(54,857,946,480*9 / (19*102,137,856)) = 254
+      Mamba pool 254*102,137,856 = 25,943,015,424 B; KV pool = rest - that = 28,914,931,056 B
+      tokens = floor(28,914,931,056 / (4*4,096)) = 1,764,827 (the 4 attention layers only)
+      max_running_requests = min(clamp(1,764,827*512/8192, 2048, 4096), floor(254/3)) = min(4096, 84) = 84
+      max_batch = min(floor(1,764,827/8192) = 215, 84) = 84: the Mamba slots bind.
+    Before: 54,857,946,480 // 212,992 = 257,558 tokens and 31 requests, no Mamba pool."""
+    code, s = server_json(*NEMOTRON_H100, "--server", "sglang")
+    rest = int(0.835 * (H100 - CTX)) - NH_W
+    assert rest == 54_857_946_480
+    M_req = 24 * NH_STATE
+    slots = rest * 9 // (19 * M_req)
+    assert slots == 254 == int(rest / 2**30 * 0.9 / 1.9 * 2**30 // M_req)   # SGLang's float GB gives the same
+    mamba = slots * M_req
+    pool = rest - mamba
+    assert (mamba, pool) == (25_943_015_424, 28_914_931_056) and s["kv_pool_bytes"] == pool
+    tokens = pool // (4 * NH_A1)
+    assert tokens == 1_764_827 and s["kv_tokens"] == s["kv_blocks"] == s["max_context"] == tokens
+    assert s["hybrid"] == {"attention_layers": 4, "mamba_layers": 24, "mamba_state_bytes_per_layer": NH_STATE,
+                           "mamba_state_bytes_per_request": M_req, "mamba_full_memory_ratio": 0.9,
+                           "max_mamba_cache_size": 254, "mamba_pool_bytes": mamba, "max_running_requests": 84}
+    assert s["max_batch"] == 84 and code == 0 and s["fits"]
+    assert s["max_concurrency"] == 84.0   # min(tokens/s = 215.4, 84 running requests)
+    # the pool holds one padding slot more than it counts: 255 x 24 layers of each state
+    conv, ssm = 255 * 24 * NH_CONV / 2**30, 255 * 24 * NH_SSM / 2**30
+    half = tokens * 4 * NH_A1 / 2 / 2**30
+    assert s["log"] == [f"Mamba Cache is allocated. max_mamba_cache_size: 254, conv_state size: {conv:.2f}GB, "
+                        f"ssm_state size: {ssm:.2f}GB",
+                        f"KV Cache is allocated. #tokens: 1764827, K size: {half:.2f} GB, V size: {half:.2f} GB"]
+    assert (f"{conv:.2f}", f"{ssm:.2f}", f"{half:.2f}") == ("0.35", "23.91", "13.46")
+
+
+def test_vllm_hybrid_block_follows_tp_and_the_kv_dtype():
+    """Nemotron 3 Nano (23 Mamba-2 layers of 64 heads x 64, state 128, 8 groups, d_inner 4096; 6 attention
+    layers of 2 kv heads of 128) on tp 2 with an fp8 cache: per GPU the conv state is 3*(4096 + 2*8*128)/2
+    channels*2 B = 18,432 B and the SSM state 32*64*128*4 = 1,048,576 B; one attention token 2*1*128*1 = 256 B,
+    so B = 16*ceil(1,067,008/4,096) = 16*261 = 4,176 tokens; groups of 6: 1 attention, 4 Mamba."""
+    _, s = server_json("--preset", "nemotron-3-nano-30b-a3b", "--gpus", "2", "--tp", "2", "--gpu", "h100-80gb",
+                       "--context", "131072", "--kv-precision", "fp8", "--server", "vllm")
+    h = s["hybrid"]
+    assert h["mamba_state_bytes_per_layer"] == 18_432 + 1_048_576 == 1_067_008
+    assert h["attention_token_bytes_per_layer"] == 256 and s["block_tokens"] == 4176
+    assert (h["layers_per_group"], h["attention_groups"], h["mamba_groups"]) == (6, 1, 4)
+    assert s["kv_blocks"] == s["kv_pool_bytes"] // (4176 * 256) // 6
+    assert h["blocks_per_request"] == -(-131072 // 4176) + 4 == 36
+
+
+def test_vllm_groups_by_its_layer_grouping_rule():
+    """kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: the group size is the smaller kind's count,
+    or the larger's when it is under 1.5 times the smaller; each kind is cut into ceil(n/S) groups taking
+    every ceil(n/S)-th layer, so with pp 2 each stage holds one layer of each group (vLLM's own example:
+    stage 0 full.0 sw.0 sw.1, stage 1 full.1 sw.2 sw.3 -> (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3))."""
+    from fitplan.servers import vllm_groups
+    assert vllm_groups("*MM*MM", 2) == (2, 1, 2, (1, 1))
+    assert vllm_groups("*MM*MM", 1) == (2, 1, 2, (2,))
+    assert vllm_groups("*M*M*M*MM", 1) == (5, 1, 1, (5,))     # 5 < 1.5*4: one group each, attention padded
+    assert vllm_groups("*MM*M", 1) == (2, 1, 2, (2,))          # 3 is not under 1.5*2
+
+
+def test_dense_answers_carry_no_hybrid_keys():
+    """A model without Mamba layers takes the dense path: no "hybrid" key, its log unchanged."""
+    _, s = server_json(*LLAMA_H100, "--server", "sglang")
+    assert "hybrid" not in s and len(s["log"]) == 1
+
+
+def test_vllm_hybrid_without_free_memory_refuses_to_start():
+    """--reserve 20 GiB leaves 85,520,809,984 - 21,474,836,480 - 419,430,400 = 63,626,543,104 B free, below
+    u*C = 76,968,728,985 B: vLLM refuses to start, so no block, no logged token and no request (exit 1)."""
+    code, s = server_json(*NEMOTRON_H100, "--reserve", "20GiB", "--server", "vllm")
+    assert H100 - 20 * 2**30 - CTX == 63_626_543_104 < int(0.9 * H100)
+    assert (s["kv_blocks"], s["kv_tokens"], s["max_context"], s["max_batch"]) == (0, 0, 0, 0)
+    assert code == 1 and not s["fits"]

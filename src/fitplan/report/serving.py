@@ -115,14 +115,22 @@ def _server(a) -> list:
             rows.append((label, _cell(by[key]), by[key].formula, str(by[key].cite)))
     rows.append(("weights", fmt_gib(v.weights_bytes), "fitplan's weights on this stage's GPUs (serving/weights)", ""))
     for key, label in (("servers/vllm/forward_peak", "forward (profile)"), ("servers/vllm/sampler_peak", "sampler (profile)"),
-                       ("servers/vllm/activation_peak", "activation peak")):
+                       ("servers/vllm/activation_peak", "activation peak"), ("servers/sglang/cache_memory", "for caches"),
+                       ("servers/mamba_state_per_layer", "Mamba state"), ("servers/vllm/page", "page (block x layer)"),
+                       ("servers/sglang/mamba_pool", "Mamba pool")):
         if key in by:
-            rows.append((label, _cell(by[key]), by[key].formula, str(by[key].cite)))
+            small = key in ("servers/mamba_state_per_layer", "servers/vllm/page")   # MiB, not GiB
+            rows.append((label, f"{by[key].value:,} B" if small else _cell(by[key]), by[key].formula,
+                         str(by[key].cite)))
     pool = by["servers/vllm/kv_pool" if v.name == "vllm" else "servers/sglang/kv_pool"]
     rows.append(("KV pool", fmt_gib(v.kv_pool_bytes), pool.formula, str(pool.cite)))
     stage = "" if v.stage == "only" else f", the {v.stage} pipeline stage (fewest blocks)"
     settings = ", ".join(f"{k} {x:g}" if isinstance(x, float) else f"{k} {x:,}" for k, x in v.settings)
-    unit = (f"blocks of {v.block_tokens} tokens x {v.kv_token_bytes:,} B per token per GPU"
+    hy = dict(v.hybrid)
+    unit = (f"blocks of {v.block_tokens:,} tokens, a {hy['page_bytes']:,} B page in each of the "
+            f"{hy['stage_layers_per_group']} tensors its layers share (attention keys and values, or one Mamba state); "
+            f"{hy['blocks_per_request']} a request; the log's" if "page_bytes" in hy else
+            f"blocks of {v.block_tokens} tokens x {v.kv_token_bytes:,} B per token per GPU"
             if v.block_tokens > 1 else f"{v.kv_token_bytes:,} B per token per GPU, one token a page")
     verdict = (f"fits: {a.batch:,} requests of {a.context:,} tokens <= {v.max_batch:,}" if v.fits else
                f"{name} would refuse to start: no KV cache is left" if v.kv_blocks == 0 else
@@ -219,11 +227,11 @@ def as_json(a) -> str:
 
 def _server_json(v) -> dict:
     """--server: the server's own budget on the GPU that binds; kv_tokens is the token count the
-    server logs (vLLM "GPU KV cache size", SGLang "#tokens")."""
+    server logs (vLLM "GPU KV cache size", SGLang "#tokens"); hybrid: a hybrid model's Mamba figures."""
     return {"name": v.name, "stage": v.stage, "settings": dict(v.settings), "capacity_bytes": v.capacity_bytes,
             "weights_bytes": v.weights_bytes, "activation_peak_bytes": v.activation_peak_bytes,
             "kv_pool_bytes": v.kv_pool_bytes, "kv_token_bytes": v.kv_token_bytes, "block_tokens": v.block_tokens,
             "kv_blocks": v.kv_blocks, "kv_tokens": v.kv_tokens, "context": v.context, "max_context": v.max_context,
             "max_batch": v.max_batch, "max_concurrency": v.max_concurrency, "fits": v.fits,
-            "log": list(v.log_lines), "assumptions": list(v.assumes),
+            "log": list(v.log_lines), "assumptions": list(v.assumes), **({"hybrid": dict(v.hybrid)} if v.hybrid else {}),
             "terms": [{"key": t.key, "value": t.value, "formula": t.formula, "source": str(t.cite)} for t in v.terms]}
