@@ -4,7 +4,6 @@ answer, the largest buffer its total leaves out.
 
 Pure: returns dataclasses; fitplan.report renders them.
 """
-import math
 from dataclasses import dataclass
 
 from fitplan.counts import params as P
@@ -128,7 +127,8 @@ def hybrid_layer_terms(setup: Setup, *, micro_batch: int) -> tuple[tuple, int]:
     Term) for each kind it has, the widest first; the bytes of all of them)."""
     from fitplan.counts import hybrid as HY
     from fitplan.explain import Trace
-    from fitplan.memory.breakdown import hybrid_activations, stage_at
+    from fitplan.memory.hybrid_memory import hybrid_activations
+    from fitplan.memory.stages import stage_at
     model, trace, c = setup.model, Trace(), ParallelConfig(micro_batch=micro_batch)
     stage = stage_at(trace, model, c, 0)
     layer = dict(Shapes.of(setup).kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)

@@ -20,7 +20,7 @@ from fitplan.counts import flops as F
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.parts import ACTIVATIONS, part_keys
 from fitplan.specs import compat
-from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig, Recompute
+from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig
 from fitplan.timing import compute as C
 from fitplan.timing.breakdown import StepBreakdown, evaluate_step
 

@@ -15,7 +15,8 @@ import numpy as np
 from fitplan.errors import SpecError
 from fitplan.analysis import is_safe, margin_limit_bytes
 from fitplan.explain import RAW
-from fitplan.memory.breakdown import Breakdown, Setup, Stage, busiest_totals, candidate_stages, evaluate
+from fitplan.memory.breakdown import Breakdown, Setup, busiest_totals, evaluate
+from fitplan.memory.stages import Stage, candidate_stages
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, Offload, ParallelConfig, Recompute, ZeroStage
 from fitplan.units import fmt_count
@@ -97,7 +98,7 @@ class _Grid:
     recompute: Recompute = Recompute.NONE
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     offload: Offload = Offload.NONE
-    stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.breakdown.candidate_stages), row-aligned
+    stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages), row-aligned
 
     def __getattr__(self, name):
         if name in SETTINGS:

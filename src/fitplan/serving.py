@@ -8,7 +8,7 @@ d_r the decoupled rotary key width; psi parameters one GPU holds, M usable bytes
 B the GPU's HBM bandwidth. One model instance: tp x pp GPUs, --gpus of them.
 
 Parameters and their split over tp and pp are fitplan.counts.params' (through
-fitplan.memory.breakdown.stage_psi): vocabulary-parallel embedding and head, replicated
+fitplan.memory.stages.stage_psi): vocabulary-parallel embedding and head, replicated
 norms, L/p layers per stage; routed experts are spread over the stage's t GPUs (expert
 parallel over the tensor-parallel group; slicing each expert by t holds the same bytes).
 """

@@ -11,7 +11,8 @@ from fitplan.analysis import LIKELY_OOM, TIGHT, peak_band, risk
 from fitplan.cli import main
 from fitplan.memory import activations as A
 from fitplan.memory import runtime as RT
-from fitplan.memory.breakdown import evaluate, fp8_cache_factor
+from fitplan.memory.breakdown import evaluate
+from fitplan.memory.copies import fp8_cache_factor
 from fitplan.specs import ParallelConfig, Recompute, ZeroStage
 from tests.conftest import make_setup
 

@@ -168,7 +168,7 @@ def frozen_weights_bytes(*, W_shard, C_q, n_d, zero):
                                      "their shards)", FSDP_QLORA)
 def gathered_frozen_bytes(*, W_shard, keep):
     """runtime/gathered_weights with a frozen base: the stage's sharded bytes, whole (keep: 1
-    where the gathered weights stay, fitplan.memory.breakdown.kept_gathered)."""
+    where the gathered weights stay, fitplan.memory.copies.kept_gathered)."""
     return keep * W_shard
 
 

@@ -8,7 +8,9 @@ from fitplan.arith import ceil_div, is_array, maximum, minimum
 from fitplan.explain import RAW
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
-from fitplan.memory.breakdown import Setup, pipelined, stage_at, stage_expert_psi, stage_psi
+from fitplan.memory.copies import pipelined
+from fitplan.memory.shapes import Setup
+from fitplan.memory.stages import stage_at, stage_expert_psi, stage_psi
 from fitplan.specs.parallel import overlaps_param_gather
 from fitplan.timing import comm as CM
 from fitplan.timing import traffic as T

@@ -119,10 +119,10 @@ def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe, kinds=N
 
 def _hybrid_elementwise(ev, setup, c, sh, *, L, kinds, kappa, kappa_moe, W):
     """layer_elementwise for a hybrid stage: each kind's stored bytes (activations.per_block_bytes,
-    through fitplan.memory.breakdown.hybrid_activations) weighted by its layers; the MoE layers'
+    through fitplan.memory.hybrid_memory.hybrid_activations) weighted by its layers; the MoE layers'
     routed copies add their token traffic."""
     from fitplan.explain import RAW
-    from fitplan.memory import breakdown as BD
+    from fitplan.memory import hybrid_memory as HM
     from fitplan.specs.model import LAYER_KINDS
     from fitplan.specs.parallel import Recompute
     layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
@@ -135,7 +135,7 @@ def _hybrid_elementwise(ev, setup, c, sh, *, L, kinds, kappa, kappa_moe, W):
         scan = A.ssd_scan_workspace_bytes(b=c.micro_batch, s=sh.s, Q=m.chunk_size, H=m.num_heads, P=m.head_dim,
                                           N=m.state_size, G=m.num_groups, t=c.tp, c=c.cp)
     for mode in {Recompute.NONE, c.recompute}:
-        per = BD.hybrid_block_bytes(RAW, setup, dict(layer, recompute=mode))
+        per = HM.hybrid_block_bytes(RAW, setup, dict(layer, recompute=mode))
         per["M"] = per["M"] + scan
         stored[mode] = mix_kinds([kinds[k] for k in LAYER_KINDS], L, [per[k] for k in LAYER_KINDS])
     mem = ev(elementwise_s, A=stored[Recompute.NONE], kappa=kappa, W=W)

@@ -9,7 +9,8 @@ from fitplan.counts import flops as F
 from fitplan.counts import params as P
 from fitplan.explain import RAW, formula
 from fitplan.memory import finetune as FT
-from fitplan.memory.breakdown import Setup, Shapes, candidate_stages
+from fitplan.memory.shapes import Setup, Shapes
+from fitplan.memory.stages import candidate_stages
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Recompute
 
@@ -142,7 +143,7 @@ def recomputed_share_of(ev, c, l):
 
 def pacing_rank(setup: Setup, c):
     """The pipeline rank whose micro-batch takes longest: of the candidate ranks
-    (fitplan.memory.breakdown.candidate_ranks), the one with the most forward FLOPs; the later
+    (fitplan.memory.stages.candidate_ranks), the one with the most forward FLOPs; the later
     rank among equals (the output layer's sends come last)."""
     best_i, best_f = None, None
     for st in candidate_stages(setup.model, c):

@@ -792,8 +792,8 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
     if recs:
         from fitplan.memory import states as S
         from fitplan.explain import RAW
-        from fitplan.memory.breakdown import (accumulated_grads_bytes, gathered_weights_bytes, stage_at,
-                                              stage_expert_psi, stage_psi)
+        from fitplan.memory.copies import accumulated_grads_bytes, gathered_weights_bytes
+        from fitplan.memory.stages import stage_at, stage_expert_psi, stage_psi
         config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
         stage = stage_at(RAW, spec, config, 0)
         # Every FSDP unit's parameters, routed experts included: fully_shard(layer) makes the

@@ -164,8 +164,8 @@ def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_byte
 
 def planner_block_bytes(model: ModelSpec, kind: str, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
     """One layer of a hybrid model (kind M, *, -; no recompute, one GPU): activations.per_block_bytes
-    as fitplan.memory.breakdown.hybrid_block_bytes calls it."""
-    from fitplan.memory.breakdown import hybrid_block_bytes
+    as fitplan.memory.hybrid_memory.hybrid_block_bytes calls it."""
+    from fitplan.memory.hybrid_memory import hybrid_block_bytes
     sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes))
     layer = dict(sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
     return int(hybrid_block_bytes(RAW, setup_for(model, seq_len=seq_len, act_bytes=act_bytes), layer)[kind])

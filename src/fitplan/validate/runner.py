@@ -148,7 +148,7 @@ def step_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
     AdamW's scratch; fused: none; exact) and the step's peak, all beyond the model states."""
     from fitplan.validate.peak import measure_step
     rows = []
-    section = f"peak over one step (cpu, live tensor bytes beyond the model states, AdamW)"
+    section = "peak over one step (cpu, live tensor bytes beyond the model states, AdamW)"
     kw = dict(seq_len=seq_len, micro_batch=micro_batch)
     batch = X.batch_extra(**kw)
     for e in ACT_BYTES:
