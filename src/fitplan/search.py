@@ -165,7 +165,7 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
     stages = None
     if model is not None:
-        pps = np.unique(deg[:, 1])
+        pps = np.array(sorted(set(deg[:, 1].tolist())), dtype=np.int64)   # np.unique would import numpy.ma
         stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
                  ep=eps[x], settings=space.settings, stages=stages)
