@@ -20,6 +20,7 @@ from fitplan.counts.params import num_params
 from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, gpu_state_floor, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
+from fitplan.memory.breakdown import fits as config_fits
 from fitplan.request import SearchOptions
 from fitplan.specs import ClusterSpec, TrainingSpec, compat
 from fitplan.specs.declare import field_bounds
@@ -226,7 +227,7 @@ def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig) -> int | N
                                 allow_cross_node_tp=True)
 
     def fits(b: int) -> bool:
-        return evaluate(setup, replace(config, micro_batch=b)).fits
+        return config_fits(setup, replace(config, micro_batch=b))
 
     hi = int(field_bounds(ParallelConfig, "micro_batch")[1])
     b0 = config.micro_batch

@@ -669,3 +669,11 @@ def busiest_totals(setup: Setup, c):
         return out, 0
     cluster = setup.cluster
     return out, OF.per_node_bytes(per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus)
+
+
+def fits(setup: Setup, config: ParallelConfig) -> bool:
+    """Breakdown.fits of one configuration without its explanation: on ints busiest_totals is
+    exactly the peak and the host bytes per node that evaluate gives (tests/unit/test_search.py)."""
+    peak, host = busiest_totals(setup, config)
+    limit = setup.cluster.host_memory_bytes
+    return peak <= setup.cluster.usable_bytes and (limit is None or host <= limit)
