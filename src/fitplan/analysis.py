@@ -127,12 +127,32 @@ RISK_RULE = ("Fujii et al. 2024 (arXiv:2411.06465): over 454 training runs on A1
              "within usable memory (capacity - reserve), likely_oom beyond usable memory")
 
 
+# What the memory model cannot pin, and so the band around its peak (docs/formulas.md#the-peak-band): the
+# caching allocator's fragmentation, from none (every free block reused) to FRAGMENTATION_SPREAD of the moment's
+# transient bytes beyond the assumed share (GMLake, Guo et al. 2024: 15% on average over eight LLMs with the
+# default allocator), and one layer's backward buffers, an upper bound (fitplan validate measures below it).
+FRAGMENTATION_SPREAD = 0.15
+BAND_RULE = ("band: the peak without the allocator's fragmentation and with half the layer backward's buffers (an "
+             "upper bound), to the peak with 15% more of the moment's transient bytes lost to fragmentation "
+             "(GMLake's average); likely_oom only when even its low end is over usable memory")
+
+
 @dataclass(frozen=True, slots=True)
 class Risk:
     level: str           # FITS_WITH_MARGIN, TIGHT or LIKELY_OOM
     rule: str            # RISK_RULE
     fraction: float      # peak / capacity
     limit_bytes: int     # the most a peak may be and still fit with margin
+    band_bytes: tuple = ()   # (low, high): the peak's band (BAND_RULE)
+
+
+def peak_band(b: Breakdown) -> tuple[int, int]:
+    """(low, high) around the peak, from the terms at its moment (BAND_RULE)."""
+    from fitplan.memory.timeline import transient_bytes
+    held = b.peak.held
+    low = b.per_gpu_bytes - held.get("runtime/allocator", 0) - held.get("runtime/layer_backward", 0) // 2
+    D = transient_bytes({k: v for k, v in held.items() if k != "runtime/allocator"})
+    return int(low), int(b.per_gpu_bytes + -(-FRAGMENTATION_SPREAD * D // 1))
 
 
 def margin_limit_bytes(*, capacity, usable):
@@ -143,11 +163,16 @@ def margin_limit_bytes(*, capacity, usable):
 
 
 def risk(b: Breakdown) -> Risk:
-    """The verdict on one configuration's peak, by RISK_RULE."""
+    """The verdict on one configuration's peak, by RISK_RULE, with its band (BAND_RULE): likely_oom only
+    when the band's low end is over usable memory (or the host's memory is short), tight between."""
     limit = int(margin_limit_bytes(capacity=b.capacity_bytes, usable=b.usable_bytes))
     peak = b.per_gpu_bytes
-    level = LIKELY_OOM if not b.fits else FITS_WITH_MARGIN if peak <= limit else TIGHT
-    return Risk(level, RISK_RULE, peak / b.capacity_bytes, limit)
+    band = peak_band(b)
+    if not b.host_fits or band[0] > b.usable_bytes:
+        level = LIKELY_OOM
+    else:
+        level = FITS_WITH_MARGIN if peak <= limit else TIGHT
+    return Risk(level, RISK_RULE + "; " + BAND_RULE, peak / b.capacity_bytes, limit, band)
 
 
 def is_safe(setup: Setup, b: Breakdown) -> bool:

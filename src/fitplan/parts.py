@@ -38,6 +38,7 @@ TABLE = (
     Part("runtime/cuda_context", "CUDA context (outside PyTorch's allocator)", "#3b3b3b", RUNTIME),
     Part("runtime/blas_workspace", "cuBLAS workspace", "#525252", RUNTIME),
     Part("runtime/nccl", "NCCL communicator buffers (outside PyTorch's allocator)", "#737373", RUNTIME),
+    Part("runtime/deepep", "DeepEP dispatch buffers (outside PyTorch's allocator)", "#9e9ac8", RUNTIME),
     Part("runtime/grad_buckets", "gradient buckets", "#66c2a4", RUNTIME),
     Part("runtime/fsdp_buffers", "ZeRO-3/FSDP gathered layers and unsharded gradients", "#2ca25f", RUNTIME),
     Part("runtime/layer_backward", "one layer's gradients during its backward", "#fc9272", RUNTIME),

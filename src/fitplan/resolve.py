@@ -211,7 +211,8 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
             kernel, dropout, trained = "flash", False, "fitplan's defaults for a model from flags"
         start = TrainingSpec(seq_len=seq_len, recipe=presets.recipe(DEFAULT_RECIPE), attention_kernel=kernel,
                              dropout=dropout, global_batch=preset.global_batch if preset else None,
-                             moe_dispatcher=preset.moe_dispatcher if preset else "alltoall")
+                             moe_dispatcher=preset.moe_dispatcher if preset else "alltoall",
+                             fp8_weight_cache=preset.fp8_weight_cache if preset else True)
         framework = FRAMEWORKS.get(values.get("framework"))
         kernel_taken = "attention_kernel" not in values and not (framework and "attention_kernel" in framework.training)
         taken = ([f"attention kernel {kernel}"] if kernel_taken else []) + (

@@ -61,6 +61,14 @@ SOURCES = {
     "nccl": Source("NCCL: its tuning model and its buffers", "NVIDIA", 2026,
                    "NVIDIA/nccl src/graph/tuning.cc @5067397c (ncclTunerConstantsDefaults, ncclTopoTuneModel, "
                    "ncclTopoGetAlgoTime); src/init.cc, src/include/device.h (buffers); issues #864, #1685"),
+    "torchtune": Source("torchtune", "PyTorch", 2025, "pytorch/torchtune (@bd2a0fc7c3)"),
+    "bnb-code": Source("bitsandbytes", "bitsandbytes-foundation", 2025,
+                       "bitsandbytes-foundation/bitsandbytes (@95f9af309d)"),
+    "liger": Source("Liger Kernel: Efficient Triton Kernels for LLM Training", "Hsu et al.", 2024,
+                    "arXiv:2410.10989; linkedin/Liger-Kernel src/liger_kernel/ops/fused_linear_cross_entropy.py "
+                    "(@ead96b618e)"),
+    "deepep": Source("DeepEP: expert-parallel dispatch and combine kernels", "DeepSeek-AI", 2025,
+                     "deepseek-ai/DeepEP (csrc/legacy/config.hpp buffer size hints, @dd758caf45)"),
     "nccl-tests": Source("nccl-tests bus bandwidths, as published", "NVIDIA; Bekman", 2026,
                          "stas00/ml-engineering network/README.md @744d01e; NVIDIA/nccl-tests#212, #267; "
                          "NVIDIA/nccl#812"),
@@ -119,7 +127,8 @@ def short_name(key: str) -> str:
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
             "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM",
-            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests",
+            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP", "torchtune": "torchtune", "bnb-code": "bitsandbytes",
+            "liger": "Liger-Kernel",
             "megatron-overlap": "Megatron-Core",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",

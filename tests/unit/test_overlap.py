@@ -40,7 +40,7 @@ def test_defaults_are_the_frameworks():
 def test_tp_comm_overlap_by_hand():
     """llama3.1-8b on 8 H100s, tp = 8 with sequence parallel, m = 8 micro-batches of 4,096
     tokens, 32 layers. One exchange is a reduce-scatter and an all-gather of b*s*h*e = 32 MiB
-    over NVLink (ring/Simple: 32.2 us + 7/8*33.55 MB/(369 GB/s x comm_efficiency) + the framework's
+    over NVLink (ring/Simple: (32.2 us + 7/8*33.55 MB/369 GB/s)/comm_efficiency + the framework's
     collective_overhead each; both constants fitted end to end, docs/calibration.md), a = the pair.
     The attention block's linear GEMMs take w_a = 2*4096*(4096*6144 + 4096^2)/8 FLOPs at 989
     TFLOP/s x the layer's sustained linear efficiency (fitplan.timing.gemm: under H100's 0.799
@@ -56,7 +56,7 @@ def test_tp_comm_overlap_by_hand():
     plain = evaluate_step(setup, ParallelConfig(tp=8, sequence_parallel=True))
     over = evaluate_step(setup, ParallelConfig(tp=8, sequence_parallel=True, tp_comm_overlap=True))
     t = _terms(over)
-    one = 32.2e-6 + 7 / 8 * 33_554_432 / (369e9 * k.comm_efficiency) + k.collective_overhead_s
+    one = (32.2e-6 + 7 / 8 * 33_554_432 / 369e9) / k.comm_efficiency + k.collective_overhead_s
     assert t["comm/tp_exchange_rs_s"] == pytest.approx(one) == t["comm/tp_exchange_ag_s"]
     a, wa, wm = 2 * one, t["time/layer/attention_linear"], t["time/layer/mlp_linear"]
     eff = t["ratio/linear_efficiency"]
@@ -185,3 +185,19 @@ def test_per_layer_in_text_markdown_and_json():
     assert set(one) == {"stage", "layers", "dense_layers", "paces", "forward_s", "backward_s", "recompute_s", "comm",
                         "microbatch_forward_s", "microbatch_backward_s", "exposed_s"}
     assert set(one["comm"]) == {"tp", "ep", "cp", "dp", "pp"} and set(one["comm"]["tp"]) == {"busy_s", "exposed_s"}
+
+
+def test_zero3_without_prefetch_exposes_every_gather():
+    """--fsdp-prefetch 0: each layer's all-gather starts when the layer needs it, so the forward's gathers are
+    all exposed (L per micro-batch) rather than only the first one; a depth of 2 times like 1 (the link, not the
+    queue, bounds a link-bound step)."""
+    setup = _setup(num_gpus=8, global_batch=8)
+    c = ParallelConfig(dp=8, zero=ZeroStage.OS_G_P)
+    at = lambda k: evaluate_step(dataclasses.replace(setup, training=dataclasses.replace(   # noqa: E731
+        setup.training, fsdp_prefetch=k)), c)
+    none, one, two = at(0), at(1), at(2)
+    t = _terms(none)
+    L = setup.model.num_layers
+    assert t["time/dp_forward_exposed"] == pytest.approx(L * t["comm/dp_layer_ag_s"])
+    assert _terms(one)["time/dp_forward_exposed"] < t["time/dp_forward_exposed"]
+    assert none.comm["dp"].exposed_s > one.comm["dp"].exposed_s == pytest.approx(two.comm["dp"].exposed_s)

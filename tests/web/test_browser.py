@@ -102,12 +102,21 @@ def test_the_page_answers_like_the_cli(browser, server, shots):
     # the minimum viable layout with its peak, risk and phase; all at the fixed global batch the header's
     # assumptions name
     assert rec["risk"]["level"] == "tight"
-    # the badge's band: the peak's share of GPU memory (risk.band_bytes when the plan states one)
-    fraction = 100 * rec["risk"]["peak_fraction_of_capacity"]
-    assert page.inner_text("#verdict-band") == f"peak at {fraction:.1f}% of GPU memory, above the 80% margin"
+    # the badge's band: the peak and its band (risk.band_bytes) against usable memory
+    lo, hi = rec["risk"]["band_bytes"]
+    gib = lambda x: f"{x / 2**30:,.2f}"   # noqa: E731
+    assert page.inner_text("#verdict-band") == (f"peak {gib(rec['per_gpu_bytes'])} GiB ({gib(lo)}–{gib(hi)} GiB of "
+                                                f"{gib(plan['usable_bytes_per_gpu'])} usable)")
     assert f"tp {rec['tp']} · pp {rec['pp']}" in page.inner_text("#recommended")
     assert "80%" in page.inner_text("#recommend-note") and "tight" in page.inner_text("#recommend-note")
     assert "tp 8 · pp 2" in page.inner_text("#minimum-viable")
+    # every step time carries its 80% band (time.uncertainty), in the verdict and in the table
+    u = rec["time"]["uncertainty"]
+    assert f"({u['low_s']:,.1f}–{u['high_s']:,.1f} s, 80% band)" in page.inner_text("#verdict-detail")
+    u = mv["time"]["uncertainty"]
+    assert page.locator('#table-disturbance thead th').nth(13).inner_text() == "step s (80% band)"
+    assert first.locator("td").nth(13).inner_text() == (f"{mv['time']['step_s']:,.3f} "
+                                                        f"({u['low_s']:,.1f}–{u['high_s']:,.1f})")
     assert f"risk {mv['risk']['level']}" in page.inner_text("#verdict-detail") and mv["risk"]["level"] == "tight"
     # the timeline: one column per event of the recommended layout's busiest GPU, the peak marked
     events = page.locator("#timeline-chart svg g.tl-event")

@@ -32,6 +32,12 @@ PLANNER_ONLY = {
     "training.grad_bucket_view": "the estimate's model of the gradient buckets' layout",
     "training.fsdp_prefetch": "the estimate's model of ZeRO-3 prefetching",
     "training.fragmentation": "the estimate's allowance for the caching allocator",
+    "training.ce_chunks": "the estimate's model of the chunked loss's buffers (torchtune's num_output_chunks)",
+    "training.fp8_weight_cache": "the estimate's model of the quantized weight copies the framework keeps",
+    "training.optimizer_in_backward": "the estimate's model of a torchtune recipe setting (optimizer_in_bwd), "
+                                      "which no export's framework has",
+    "training.paged_optimizer": "the estimate's model of a bitsandbytes optimizer, which no export's framework "
+                                "builds",
 }
 # prose fields of the precision recipe (its bytes are the setting)
 _RECIPE_PROSE = ("name", "description", "source")

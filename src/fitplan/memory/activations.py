@@ -240,14 +240,26 @@ def embedding_microbatches(*, chunks, v):
     return ceil_div(chunks, v)
 
 
-@formula("activations/output",
-         lambda *, sp, n_mb=1, k_in=2, **_: ("" if n_mb == 1 else "n_mb*(")
-         + (f"{k_in}*e*s*b*h" if k_in != 1 else "e*s*b*h") + ("/(t*c)" if sp else "/c")
-         + " + 4*s*b*V/(t*c)" + ("" if n_mb == 1 else ")") + ("" if k_in == 2 else "  (a frozen head keeps no input)"),
-         SEC43, assumes=("logits kept in fp32 for the cross-entropy (Korthikanti Sec. 4.3)",))
-def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1, k_in=2):
+def _output_text(*, sp, n_mb=1, k_in=2, x=4, held=0, **_):
+    kept = {4: "4*s*b*V/(t*c)", 2: "2*s*b*V/(t*c) + 8*s*b/c  (compiled chunked loss: bf16 logits and two fp32 row "
+            "statistics)", 0: "0*V  (no logits kept: the loss runs with the output layer)"}.get(x, f"{x}*s*b*V/(t*c)")
+    extra = " + H_lce  (the output layer's gradients, made in the forward)" if held else ""
+    return (("" if n_mb == 1 else "n_mb*(") + (f"{k_in}*e*s*b*h" if k_in != 1 else "e*s*b*h")
+            + ("/(t*c)" if sp else "/c") + f" + {kept}{extra}" + ("" if n_mb == 1 else ")")
+            + ("" if k_in == 2 else "  (the head's input is not kept)"))
+
+
+@formula("activations/output", _output_text, SEC43,
+         assumes=("logits kept in fp32 for the cross-entropy (Korthikanti Sec. 4.3) unless --cross-entropy says "
+                  "otherwise",))
+def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1, k_in=2, x=4, held=0):
     """Last stage: final-norm input and output-projection input (2sbh/t each in Sec. 4.3;
-    k_in = 1 when the head is frozen: its input is kept only for its weight gradient)
-    and the fp32 logits of the vocabulary-parallel cross-entropy, 4sbV/t, for the n_mb
-    micro-batches whose loss waits for its backward (1 under 1F1B, all m under GPipe)."""
-    return n_mb * (ceil_div(k_in * e * s * b * h, select(sp, t, 1) * c) + ceil_div(4 * s * b * V, t * c))
+    k_in = 1 when the head is frozen or its gradients are made in the forward: its input is not
+    kept) and the logits the loss saves for its backward, x bytes each: the fp32 logits of
+    the vocabulary-parallel cross-entropy, 4sbV/t; 2 (bf16) with two fp32 statistics per row for
+    a compiled chunked loss (torchtune's compute_cross_entropy under torch.compile); 0 for a fused
+    linear cross-entropy, which holds `held` instead (the output layer's input and weight
+    gradients). For the n_mb micro-batches whose loss waits for its backward (1 under 1F1B, all m
+    under GPipe)."""
+    logits = ceil_div(x * s * b * V, t * c) + select(x == 2, ceil_div(8 * s * b, c), 0 * s)
+    return n_mb * (ceil_div(k_in * e * s * b * h, select(sp, t, 1) * c) + logits + held)

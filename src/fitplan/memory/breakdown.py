@@ -214,15 +214,55 @@ def shard_group(*, dp, c, shard=None):
     return dp * c if shard is None else shard + 0 * dp
 
 
+# Bytes per weight of Transformer Engine's quantized copies: the rowwise data and, for the backward's
+# transposed GEMMs, the columnwise (transformer_engine/pytorch/tensor/float8_tensor.py: a separate _transpose
+# only where the GPU lacks non-TN fp8 GEMMs, Hopper and Ada; utils.py is_non_tn_fp8_gemm_supported: compute
+# capability 10.x and later has them), mxfp8_tensor.py (rowwise and columnwise data, a uint8 scale per 32
+# elements each), nvfp4_tensor.py (4-bit data and an fp8 scale per 16 elements, rowwise and columnwise).
+LOW_PRECISION_COPY = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+TRANSPOSE_FREE = ("blackwell", "blackwell-ultra")   # non-TN fp8 GEMMs: no transposed fp8 copy
+
+
+def fp8_cache_factor(*, compute: str, weights_bytes, architecture) -> float:
+    """c8: bytes per linear weight Transformer Engine keeps quantized across micro-batches. fp8: the cast
+    (none with fp8 primary weights, which are the cast) and, on Hopper, its transpose; mxfp8 and nvfp4:
+    both directions, each with its block scales."""
+    if compute == "fp8":
+        rowwise = 0.0 if weights_bytes <= 1 else 1.0
+        return rowwise + (0.0 if architecture in TRANSPOSE_FREE else 1.0)
+    return 2 * LOW_PRECISION_COPY[compute]
+
+
 @formula("runtime/fp8_weight_cache",
          lambda *, zero3, **_: "c8*psi_lin" + ("/l  (ZeRO-3: the gathered layer's)" if zero3 else ""),
-         Cite("transformer-engine", "module/base.py: fp8 weight workspaces (the cast weight and its transpose)"),
-         assumes=("fp8 recipes keep, per linear weight, its fp8 cast and the cast's transpose for the backward "
-                  "GEMMs across micro-batches (2 B/param; 1 B with fp8 primary weights)",))
+         Cite("transformer-engine", "module/base.py: quantized weight workspaces kept across micro-batches "
+                                    "(is_first_microbatch); tensor/float8_tensor.py, mxfp8_tensor.py, nvfp4_tensor.py"),
+         assumes=("low-precision recipes keep, per linear weight, its quantized copies for the forward and the "
+                  "backward GEMMs across micro-batches (--no-fp8-weight-cache: frameworks that cast per use)",))
 def fp8_weight_cache_bytes(*, c8, psi_lin, l, zero3):
-    """Transformer Engine's fp8 copies of the stage's linear weights (psi_lin: the layers'
-    tp-split GEMM weights and this rank's experts): c8 bytes per parameter."""
-    return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), c8 * psi_lin)
+    """Transformer Engine's quantized copies of the stage's linear weights (psi_lin: the layers'
+    tp-split GEMM weights and this rank's experts): c8 bytes per parameter (fp8_cache_factor)."""
+    return select(zero3, ceil_div(c8 * psi_lin, maximum(l, 1)), ceil_div(c8 * psi_lin, 1))
+
+
+@formula("states/grads", "g*P_max/[N_d under ZeRO-2/3]  (the largest parameter's gradient, stepped in its hook)",
+         Cite("torchtune", "torchtune/modules/optim.py OptimizerInBackward (post-accumulate-grad hooks step and "
+                           "free each parameter's gradient); torch/distributed/optim/apply_optimizer_in_backward.py"))
+def optimizer_in_backward_grads_bytes(*, g, P_max, n_d, zero):
+    """With the optimizer stepped in each parameter's gradient hook, one parameter's gradient lives
+    at a time: the largest's (P_max), its shard under ZeRO-2/3."""
+    return ceil_div(g * P_max, select(zero >= 2, n_d, 1))
+
+
+@formula("states/optimizer", "K*P_max/[N_d under ZeRO-1+]  (the pages of the parameter being stepped)",
+         Cite("bnb-code", "bitsandbytes/optim/optimizer.py get_state_buffer (paged when numel >= 1e5: "
+                              "cudaMallocManaged), functional.py prefetch_tensor"),
+         assumes=("a paged optimizer's state lives in CUDA managed memory: the driver moves its pages to the host "
+                  "while the GPU needs the room and back for the update; on the GPU at least the state of the "
+                  "parameter being stepped",))
+def paged_resident_bytes(*, K, P_max, n_d, zero):
+    x = ceil_div(K * P_max, select(zero >= 1, n_d, 1))
+    return x if is_array(x) else int(x)
 
 
 @formula("runtime/gathered_weights", "w*(psi + psi_e)  (the stage's weights, gathered beside their shards)",
@@ -241,12 +281,13 @@ def gathered_weights_bytes(*, psi, psi_e, w, keep):
 
 
 def pipelined(c):
-    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays):
-    torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
-    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate
-    unsharded, ZeRO-3 weights stay gathered and both sync once per step. The one rule the memory
-    (here) and the time (fitplan.timing.step) read."""
-    return select(c.pp > 1, 1, 0)
+    """1 where sharded data parallelism runs inside pipeline stages (pp > 1; ints or arrays) and syncs once per
+    step: torch.distributed.pipelining's stage (backward_maybe_with_nosync) turns off gradient sync and
+    resharding after backward until the last micro-batch, so ZeRO-2/3 gradients accumulate unsharded, ZeRO-3
+    weights stay gathered and both sync once per step. --microbatch-grad-sync (Llama 3's FSDP: each micro-batch
+    reduce-scattered into a sharded fp32 accumulator; the Ultra-Scale Playbook's 4*psi/N_d) turns it off. The one
+    rule the memory (here) and the time (fitplan.timing.data_parallel) read."""
+    return select(c.pp > 1, 0 if getattr(c, "microbatch_grad_sync", False) else 1, 0)
 
 
 def kept_gathered(c):
@@ -302,15 +343,28 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         }
         trained = dict(psi=psi, n_d=n_d, zero=zero, **experts)
     OF.place_states(ev, out, OF.offload_of(c), trained=dict(trained, g_h=OF.gradient_precision(recipe)))
+    if training.optimizer_in_backward or training.paged_optimizer:
+        P_max = _largest_trained(setup, c, stage=stage, trained=trained)
+        if training.optimizer_in_backward:
+            out["states/grads"] = ev(optimizer_in_backward_grads_bytes, g=recipe.grads_bytes, P_max=P_max, n_d=n_d,
+                                     zero=zero)
+        if training.paged_optimizer and not OF.offload_of(c).optimizer:
+            resident = ev(paged_resident_bytes, K=recipe.optimizer_bytes, P_max=P_max, n_d=n_d, zero=zero)
+            paged = out["states/optimizer"] - resident
+            out["host/optimizer"] = ev(OF.moved_bytes, key="host/optimizer",
+                                       gpu_bytes=paged if is_array(paged) else int(paged), what="states/optimizer (paged)")
+            out["states/optimizer"] = resident
     keep = kept_gathered(c)
     if zero == 3 and (is_array(keep) or keep):
         out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
                                             w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
-    if recipe.compute != "bf16":   # mxfp8 and nvfp4 held as fp8's for now (their scales: issue 29)
+    if recipe.compute != "bf16" and training.fp8_weight_cache:
         out["runtime/fp8_weight_cache"] = ev(
-            fp8_weight_cache_bytes, c8=2 if recipe.weights_bytes > 1 else 1, zero3=int(zero == 3),
+            fp8_weight_cache_bytes, c8=fp8_cache_factor(compute=recipe.compute, weights_bytes=recipe.weights_bytes,
+                                                        architecture=setup.cluster.gpu.architecture),
+            zero3=int(zero == 3),
             psi_lin=ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
                        R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
                        **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
@@ -358,7 +412,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
     out["activations/output"] = _held(stage.head, lambda: ev(
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **({"k_in": 1} if lora else {})),
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)),
         a_layer)
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
@@ -380,9 +434,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
     out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes) + 0 * a_layer,
            "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes) + 0 * a_layer,
-           "runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes, tp=tp,
-                              cp=cp, pp=pp, dp=dp * cp, ep=c.ep, world=tp * pp * dp * cp,
-                              node=cluster.gpus_per_node),
+           **_communicators(ev, setup, c, like=a_layer),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
     piped = pipelined(c)
@@ -404,7 +456,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                                     R_moe=P.moe_layer_replicated_params(model), **w_kw)
                            + ceil_div(P.expert_params(model), c.ep))
         fsdp = dict(w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head, k=training.fsdp_prefetch,
-                    keep=kept_gathered(c))
+                    keep=kept_gathered(c), acc=piped)
         out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
         out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")
@@ -421,12 +473,14 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                                         k=sh.moe.k, rho=sh.moe.rho, f_e=sh.moe.f_e, f_s=sh.moe.f_s))
     out["runtime/layer_backward"] = backward
     loss = dict(s=sh.s, b=b, V=model.vocab_size, e=sh.e, t=tp, c=cp, kernel=training.cross_entropy)
-    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad),
-                                 a_layer)
-    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss) * select(stage.head, 1, 0)
+    chunks = {"k": training.ce_chunks} if training.cross_entropy == "chunked" else {}
+    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad,
+                                                             **chunks), a_layer)
+    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss, h=sh.h, w=recipe.weights_bytes, **chunks) * select(
+        stage.head, 1, 0)
     out[TL.OUTPUT_ONE] = _held(stage.head, lambda: A.output_bytes(
         s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel, n_mb=1 + model.mtp_depth,
-        **({"k_in": 1} if FT.is_lora(training) else {})), a_layer)   # as activations/output counts one micro-batch
+        **loss_kept(setup, b=b, t=tp, c=cp)), a_layer)   # as activations/output counts one micro-batch
     out["runtime/p2p"] = ev(RT.p2p_bytes, e=sh.e, s=sh.s, b=b, h=sh.h, t=tp, c=cp, sp=c.sequence_parallel, pp=pp)
     n_opt = n_d if zero >= 1 else 1
     psi_opt = ceil_div(psi_t, n_opt) + ceil_div(psi_e, select(zero >= 1, n_ed, 1))
@@ -438,6 +492,75 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
         out["runtime/optimizer_step"] = ev(RT.optimizer_step_bytes, psi_opt=psi_opt, v=v, g=recipe.grads_bytes,
                                            m=recipe.master_bytes, impl=training.optimizer_impl)
     out[TL.STREAMS] = 1 + 2 * int(zero3)   # the compute stream; FSDP2's all-gather and reduce-scatter streams
+    return out
+
+
+def loss_kept(setup: Setup, *, b, t, c) -> dict:
+    """What the loss keeps for its backward, as activations.output_bytes takes it: x bytes per logit (4: fp32;
+    2: torchtune's chunked loss compiled, bf16 chunks; 0: a fused linear cross-entropy), the head's input
+    kept or not (k_in), and what a fused linear cross-entropy holds instead of logits: the output layer's
+    input gradient (e*s*b*h/c), its weight gradient in the weights' dtype (w*V*h/t; none for a frozen head)
+    and the per-token losses (4*s*b/c) (Liger-Kernel ops/fused_linear_cross_entropy.py: grad_input,
+    grad_weight and loss_1d saved for backward)."""
+    training, model = setup.training, setup.model
+    lora, ce = FT.is_lora(training), training.cross_entropy
+    out = {"k_in": 1} if lora or ce == "linear" else {}
+    if ce == "linear":
+        s, h, e = training.seq_len, model.hidden_size, training.act_bytes
+        w = 0 if lora else training.recipe.weights_bytes
+        out.update(x=0, held=ceil_div(e * s * b * h, c) + ceil_div(w * model.vocab_size * h, t) + ceil_div(4 * s * b, c))
+    elif ce == "chunked" and training.kernels == "compiled":
+        out["x"] = 2
+    return out
+
+
+def _largest_trained(setup: Setup, c, *, stage: Stage, trained: dict):
+    """The largest trained parameter tensor on a GPU of the stage: a layer's widest matrix split over tp, or the
+    embedding or output layer where the stage holds them; no more than the rank's trained parameters."""
+    model = setup.model
+    widest = FT.largest_linear(model)
+    if model.moe is not None:
+        widest = max(widest, model.hidden_size * model.moe.expert_ffn_size)
+    ends = select(stage.embedding | stage.head, model.vocab_size * model.hidden_size, 0)
+    return minimum(ceil_div(maximum(widest, ends), c.tp), trained["psi"] + trained.get("psi_e", 0))
+
+
+def _communicators(ev, setup: Setup, c, *, like) -> dict:
+    """NCCL's buffers for the communicators the layout creates (fitplan.memory.runtime.nccl_bytes), and
+    DeepEP's where it dispatches the experts' tokens. Rings: tp, the gradient reduction group (dp x cp), the
+    experts' data-parallel group, cp when its K/V exchange is an all-gather, the world group when larger
+    than all of them. p2p: the pipeline's neighbours, cp's K/V ring (TE's p2p, with --cp-comm-overlap) and
+    an NCCL all-to-all's expert group; ranks in Megatron-Core's order (fitplan.timing.axes.placement)."""
+    from fitplan.timing.comm import group_is_intra_node
+    cluster, G = setup.cluster, setup.cluster.gpus_per_node
+    tp, pp, dp, cp, ep = c.tp, c.pp, c.dp, c.cp, c.ep
+    world = tp * cp * dp * pp
+    n_ed = maximum(tp * cp * dp // maximum(ep, 1), 1)
+    cp_p2p = 1 if getattr(c, "cp_comm_overlap", True) else 0
+    nccl_a2a = setup.training.moe_dispatcher != "deepep" and setup.model.moe is not None
+    largest = maximum(maximum(tp, cp * dp), maximum(maximum(pp, cp), ep))
+    rings = (1 * (tp > 1) + 1 * (dp * cp > 1) + 1 * ((ep > 1) & (n_ed > 1)) + (1 - cp_p2p) * (cp > 1)
+             + 1 * (world > largest))   # 1 *: NumPy's bools add as "or"
+    gpu = cluster.gpu
+    nvlink = "pcie" not in gpu.intra_node.name.lower()
+    net_ch = maximum(1, ceil_div(gpu.inter_node.bytes_per_s, RT.NCCL_P2P_PER_CHANNEL_NET_GBPS * 10**9))
+    P2P = RT._pow2_up(minimum(cluster.nccl_channels, RT.NCCL_MAX_CHANNELS))
+    groups = []
+    for n, stride, used in ((pp, tp * cp * dp, pp > 1), (cp, tp, (cp > 1) & (cp_p2p == 1))):
+        intra = group_is_intra_node(stride=stride, n=n, G=G)
+        peers = select(used & intra, minimum(2, n - 1), 0 * n)
+        spans = used & ~intra if is_array(intra) else bool(used) and not bool(intra)
+        ch = RT.p2p_channels_per_peer(P2P=P2P, n=n, spans=spans, net_ch=net_ch, nvlink=nvlink)
+        groups.append((peers, ch, 1 * spans))
+    if nccl_a2a:   # ep consecutive ranks: min(ep, G) - 1 peers on this node, the rest across nodes
+        spans = ep > G
+        ch = RT.p2p_channels_per_peer(P2P=P2P, n=ep, spans=spans, net_ch=net_ch, nvlink=nvlink)
+        groups.append((select(ep > 1, minimum(ep, G) - 1, 0 * ep), ch, 1 * spans))
+    out = {"runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes,
+                              rings=rings, p2p_groups=tuple(groups)) + 0 * like}
+    deepep = setup.model.moe is not None and setup.training.moe_dispatcher == "deepep"
+    out["runtime/deepep"] = (ev(RT.deepep_bytes, ep=ep, h=setup.model.hidden_size, e=setup.training.act_bytes)
+                             + 0 * like if deepep else 0 * like)
     return out
 
 
@@ -589,7 +712,7 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     cluster = setup.cluster
     per_node = [0, 0]
-    if config.offload is not Offload.NONE:   # the busiest rank's host bytes, for each process on a node
+    if config.offload is not Offload.NONE or setup.training.paged_optimizer:   # host bytes, each process on a node
         per_node = [trace(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
                     if x or key == "host/per_node" else 0
                     for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
@@ -662,7 +785,7 @@ def busiest_totals(setup: Setup, c):
         parts = stage_memory(RAW, setup, c, stage=st)
         t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
         out = t if out is None else maximum(out, t)
-        if OF.offload_of(c) is not Offload.NONE:
+        if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)
             host = x if host is None else maximum(host, x)
     if host is None:

@@ -175,9 +175,11 @@ def _lora_layer_text(*, recompute, sp, qkv, o, mlp, **_):
                   "adapted matrix's input, e*s*b*d_in, and its 1-byte mask)",
                   "the layer input requires a gradient (peft's enable_input_require_grads)"))
 def lora_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, kernel="eager", r, N_ad, qkv, o,
-                     mlp):
+                     mlp, e_l=None):
     """Bytes one layer with a frozen base and rank-r adapters stores for one micro-batch on one
-    GPU. D here is the dropout indicator (1 with dropout), as in per_layer_bytes."""
+    GPU. D here is the dropout indicator (1 with dropout), as in per_layer_bytes. e_l (a low-precision
+    recipe's linear inputs) does not apply: a frozen linear keeps no input (its weight gets no gradient),
+    and the adapters run in the activations' precision."""
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
     R = s * b * h * (2 * e + e * qkv + e * mlp + 2 * D * M)
@@ -192,7 +194,7 @@ def lora_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, k
                                     "full": "one LoRA layer without recompute"}[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def lora_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, kernel="eager", r, N_ad, qkv, o,
-                         mlp):
+                         mlp, e_l=None):
     if recompute == Recompute.NONE:
         return 0 * b
     if recompute == Recompute.FULL:
@@ -224,8 +226,9 @@ def check_supported(model, training) -> str | None:
                 "or --finetune full")
     if model.mla is not None:
         return "--finetune lora/qlora: adapters on MLA attention are not modelled; plan a model with GQA/MHA attention"
-    if training.recipe.compute == "fp8":
-        return "--finetune lora/qlora: fp8 compute with adapters is not modelled; use a bf16 recipe (--precision)"
+    if training.recipe.compute != "bf16" and training.finetune == "qlora":
+        return (f"--finetune qlora: {training.recipe.compute} compute on a 4-bit base is not modelled (QLoRA "
+                f"dequantizes to bf16 for its GEMMs); use a bf16 recipe (--precision), or --finetune lora")
     return None
 
 

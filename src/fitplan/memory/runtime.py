@@ -6,7 +6,8 @@ fitplan.memory.states (psi, N_d, w, g, m). Per GPU:
 
   cuda_context    X_ctx                       the CUDA context and loaded kernels (outside the allocator)
   blas_workspace  W_blas * streams            PyTorch's cuBLAS workspace per (handle, stream)
-  nccl            C * B_conn * sum(peers)     NCCL buffers of every communicator the layout creates
+  nccl            B3*(C*rings + p2p peers)    NCCL buffers of every communicator the layout creates
+  deepep          DeepEP's NVLink and RDMA buffers (--moe-dispatcher deepep)
   grad_buckets    g*psi (no bucket views) or 2*min(B_bucket, g*psi) (ZeRO-2 reduce-scatter)
   fsdp_buffers    (1 + k)*w*P_layer + g*P_layer  ZeRO-3's gathered layers and unsharded gradients
   layer_backward  the gradients one layer's backward holds at once (an upper bound)
@@ -48,26 +49,95 @@ def blas_workspace_bytes(*, W_blas, streams=1):
     return W_blas * streams
 
 
+# NCCL's p2p constants (NVIDIA/nccl @5067397c): the network's shared p2p buffers hold NCCL_SHARED_STEPS chunks of
+# NCCL_P2P_NET_CHUNKSIZE per p2p channel and direction (src/transport/net.cc sharedNetBuffersInit; src/init.cc);
+# a peer over the network gets max(NICs, ceil(NIC GB/s / NCCL_P2P_PER_CHANNEL_NET_BW)) channels, halved while
+# they times ceil(peers/NCCL_MAX_DEV_WORK_P2P_PER_BATCH) exceed the p2p channels (src/graph/paths.cc).
+NCCL_SHARED_STEPS = 16
+NCCL_P2P_NET_CHUNK_BYTES = 128 * 2**10
+NCCL_P2P_PER_CHANNEL_NET_GBPS = 14
+NCCL_P2P_PER_BATCH = 8
+NCCL_MAX_CHANNELS = 64
+
+
+def _pow2_up(x):
+    """The smallest power of two >= x (x >= 1; ints or arrays)."""
+    if is_array(x):
+        import numpy as np
+        return (2 ** np.ceil(np.log2(np.maximum(x, 1)))).astype(np.int64)
+    return 1 << (max(int(x), 1) - 1).bit_length()
+
+
+def p2p_channels_per_peer(*, P2P, n, spans, net_ch, nvlink):
+    """Channels NCCL gives each p2p peer of a communicator of n ranks: the fewest any peer allows
+    (ncclTopoComputeP2pChannelsPerPeer: the minimum over the ranks), rounded up to a power of two.
+    A peer across nodes allows net_ch; on NVLink 2*floor(path/link bandwidth), which on NVSwitch
+    boards exceeds P2P (capped there); over PCIe 2. Across nodes they halve while ch*ceil(n/8)
+    exceeds P2P (ncclTopoComputeP2pChannels)."""
+    intra = select(nvlink, P2P, 2)
+    ch = select(spans, _pow2_up(net_ch), minimum(P2P, intra))
+    for _ in range(6):   # at most log2(64) halvings
+        ch = select(spans & (ch * ceil_div(n, NCCL_P2P_PER_BATCH) > P2P) & (ch > 1), ch // 2, ch)
+    return ch
+
+
 def _nccl_text(**_):
-    return "C*B_conn*(peers_tp + peers_cp + peers_pp + peers_dp + peers_ep + peers_world), B_conn = NCCL_BUFFSIZE + LL + LL128"
+    return ("B3*(C*rings + sum over p2p groups of peers_intra*ch_peer) + 2*P2P*16*128 KiB*(p2p groups across nodes), "
+            "B3 = NCCL_BUFFSIZE + LL + LL128, P2P = pow2Up(C)")
 
 
 @formula("runtime/nccl", _nccl_text,
-         Cite("nccl", "src/init.cc DEFAULT_BUFFSIZE, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE; buffers per "
-                      "channel and connection (nccl#864, nccl#1685)"),
-         assumes=("each communicator holds, per channel, one set of Simple, LL and LL128 buffers for each peer it "
-                  "exchanges with: 2 for ring collectives and pipeline send/receive; an all-to-all its intra-node "
-                  "peers and one shared pool for remote ones (NCCL_NET_SHARED_BUFFERS=1)",
-                  "communicators: tp, cp, pp, the data-parallel reduction group (dp x cp) and ep when their degree "
-                  "is above 1, and the world group when it is larger than all of them; NCCL memory is outside "
-                  "torch.cuda.max_memory_reserved"))
-def nccl_bytes(*, C, buffsize, tp, cp, pp, dp, ep, world, node):
-    """NCCL's per-communicator buffers: channels x connections x (Simple + LL + LL128)."""
-    a2a = 2 * (ep > 1) * (minimum(ep, node) - 1 + (ep > node))
-    largest = maximum(maximum(maximum(tp, cp), maximum(pp, dp)), ep)
-    rings = 1 * (tp > 1) + 1 * (cp > 1) + 1 * (pp > 1) + 1 * (dp > 1) + 1 * (world > largest)   # 1 *: NumPy's
-    peers = 2 * rings + a2a                                                                   # bools add as "or"
-    return C * (buffsize + NCCL_LL_BYTES + NCCL_LL128_BYTES) * peers
+         Cite("nccl", "src/init.cc DEFAULT_BUFFSIZE, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE, computeBuffSizes; "
+                      "src/transport/p2p.cc (a connection's receiver holds the LL and LL128 buffers, the sender the "
+                      "Simple one in read mode); src/graph/paths.cc ncclTopoGetNchannels, "
+                      "ncclTopoComputeP2pChannels; src/transport/net.cc sharedNetBuffersInit (@5067397c)"),
+         assumes=("a ring collective's communicator (tp, the data-parallel reduction group, the world group when it "
+                  "is larger than every other, cp without its p2p ring) holds one connection's buffers per channel",
+                  "a p2p communicator (pipeline sends, cp's K/V ring, an NCCL all-to-all) holds each node-local peer's "
+                  "buffers on ch_peer channels, and one shared pool for all its remote peers "
+                  "(NCCL_NET_SHARED_BUFFERS default)",
+                  "tree and NVLS buffers are not counted (NCCL connects them lazily, only when it picks them); "
+                  "NCCL's memory is outside torch.cuda.max_memory_reserved"))
+def nccl_bytes(*, C, buffsize, rings, p2p_groups=()):
+    """NCCL's buffers on one GPU. rings: the ring communicators (ints or arrays); p2p_groups:
+    (peers on this node, channels per peer, 1 where the group has peers on other nodes) per p2p
+    communicator."""
+    b3 = buffsize + NCCL_LL_BYTES + NCCL_LL128_BYTES
+    P2P = _pow2_up(minimum(C, NCCL_MAX_CHANNELS))
+    total = C * b3 * rings
+    for intra_peers, ch, spans in p2p_groups:
+        total = total + intra_peers * ch * b3 + spans * 2 * P2P * NCCL_SHARED_STEPS * NCCL_P2P_NET_CHUNK_BYTES
+    return total
+
+
+# DeepEP's buffers (deepseek-ai/DeepEP csrc/legacy/config.hpp Config, deep_ep/buffers/legacy.py get_dispatch_config;
+# Megatron-LM megatron/core/transformer/moe/fused_a2a.py get_buffer sizes them for max(dispatch, combine)): 20 SMs,
+# 10 channels; receive tokens per channel 256 for 8 ranks, 288 beyond (NVLink), 128 over RDMA; each token carries
+# its hidden bytes (max(e, 2)*h, fused_a2a.py get_hidden_bytes), its source metadata (8 B), top-k indices and
+# weights and scales (128*8 + 128*4 + 128*4 B); counters 4 B each.
+DEEPEP_CHANNELS = 10
+
+
+def _deepep_text(**_):
+    return ("ch*R_nvl*(2*R_rdma + 3)*4 + ch*R_nvl*T_nvl*(H_b + 2056) + [ep > 8]*(ch*R_rdma*36*4 + 2*ch*R_rdma*128*"
+            "(H_b + 2072)), R_nvl = min(ep, 8), R_rdma = max(ep/8, 1), H_b = max(e, 2)*h, ch = 10")
+
+
+@formula("runtime/deepep", _deepep_text,
+         Cite("deepep", "csrc/legacy/config.hpp Config::get_nvl_buffer_size_hint, get_rdma_buffer_size_hint "
+                        "(@dd758caf45); NVIDIA/Megatron-LM megatron/core/transformer/moe/fused_a2a.py get_buffer"),
+         assumes=("DeepEP's normal-mode buffers, sized as Megatron-LM asks for them: NVLink buffers by cudaMalloc and "
+                  "IPC, RDMA buffers in the NVSHMEM heap; both outside PyTorch's allocator",))
+def deepep_bytes(*, ep, h, e):
+    """DeepEP's NVLink and RDMA buffers on one GPU of an expert-parallel group of ep ranks; its kernels
+    reach at most 8 peers over NVLink (LEGACY_NUM_MAX_NVL_PEERS), the rest over RDMA, whatever the node."""
+    r_nvl = minimum(ep, 8)
+    r_rdma = maximum(ep // 8, 1)
+    hb = maximum(e, 2) * h
+    t_nvl = select(ep <= 8, 256, 288)
+    nvl = DEEPEP_CHANNELS * r_nvl * (2 * r_rdma + 3) * 4 + DEEPEP_CHANNELS * r_nvl * t_nvl * (hb + 8 + 128 * 16)
+    rdma = DEEPEP_CHANNELS * r_rdma * 36 * 4 + 2 * DEEPEP_CHANNELS * r_rdma * 128 * (hb + 8 + 128 * 16 + 16)
+    return select(ep > 1, nvl + select(ep > 8, rdma, 0 * rdma), 0 * nvl)
 
 
 @formula("runtime/grad_buckets",
@@ -90,17 +160,19 @@ def grad_buckets_bytes(*, psi, g, zero, view, bucket):
     return 0 * full if view else full
 
 
-def _fsdp_text(*, keep, moment="layer", **_):
+def _fsdp_text(*, keep, moment="layer", acc=0, **_):
+    unit = "P_head" if moment == "loss" else "P_layer"
+    grad = (f"[g != w]*w*{unit}  (the unit's gradient in the weights' dtype before it is added into the unsharded "
+            f"accumulator: accumulated_grads)" if acc else f"g*{unit}  (the unit's unsharded gradients)")
     if moment == "loss":
-        return ("g*P_head  (the output unit's unsharded gradients; its weights stay gathered: gathered_weights)"
-                if keep else "(w + g)*P_head + k*w*P_layer  (the output unit kept gathered from its forward, its "
-                             "unsharded gradients, k layers prefetched)")
+        return (f"{grad}; its weights stay gathered: gathered_weights" if keep else
+                f"w*P_head + k*w*P_layer + {grad}  (the output unit kept gathered from its forward, k layers "
+                f"prefetched)")
     if moment == "forward":
         return "0  (every layer stays gathered: gathered_weights)" if keep else \
             "(1 + k)*w*P_layer  (the computing layer and k prefetched)"
-    return ("g*P_layer  (the layer's unsharded gradients; its weights stay gathered: gathered_weights)" if keep else
-            "(1 + k)*w*P_layer + g*P_layer  (the computing and k prefetched layers gathered, the layer's unsharded "
-            "gradients)")
+    return (f"{grad}; its weights stay gathered: gathered_weights" if keep else
+            f"(1 + k)*w*P_layer + {grad}  (the computing and k prefetched layers gathered)")
 
 
 @formula("runtime/fsdp_buffers", _fsdp_text,
@@ -108,19 +180,25 @@ def _fsdp_text(*, keep, moment="layer", **_):
                             "gathered after forward; FSDP2's implicit forward and explicit backward prefetch"),
          assumes=("ZeRO-3 gathers one unit per layer, one for the embedding and one for the final norm and output "
                   "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",))
-def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer"):
+def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer", acc=0):
     """ZeRO-3/FSDP all-gather and reduce-scatter buffers at one moment of the step. forward: the
     layer computing and k prefetched, at w bytes per parameter. layer (a layer's backward): those
     and the layer's unsharded gradients before their reduce-scatter. loss (the output layer's
     backward): the output unit, kept gathered since its forward, its unsharded gradients and k
     layers prefetched. keep: reshard_after_forward off, every unit already gathered
-    (runtime/gathered_weights): only the unsharded gradients remain."""
-    gather = 1 - keep   # keep: 1 or 0 (ints or the search's arrays)
+    (runtime/gathered_weights): only the unsharded gradients remain. acc: 1 where the gradients
+    accumulate unsharded over the micro-batches (pipelined; runtime/accumulated_grads holds them):
+    the unit's gradient is then only the one autograd makes in the weights' dtype before FSDP2 adds
+    it into a wider accumulator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    to_accumulated_grad_if_needed, accumulate_unsharded_grad_if_needed), none when the dtypes match."""
+    gather = 1 - keep   # keep, acc: 1 or 0 (ints or the search's arrays)
+    unit = P_head if moment == "loss" else P_layer
+    grad = select(acc, select(g != w, ceil_div(w * unit, 1), 0 * unit), ceil_div(g * unit, 1))
     if moment == "forward":
         return gather * ceil_div((1 + k) * w * P_layer, 1)
     if moment == "loss":
-        return ceil_div(g * P_head, 1) + gather * ceil_div(w * P_head + k * w * P_layer, 1)
-    return ceil_div(g * P_layer, 1) + gather * ceil_div((1 + k) * w * P_layer, 1)
+        return grad + gather * ceil_div(w * P_head + k * w * P_layer, 1)
+    return grad + gather * ceil_div((1 + k) * w * P_layer, 1)
 
 
 def _layer_backward_text(*, kernel="eager", tied=0, **_):
@@ -158,7 +236,12 @@ def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="e
 
 
 def _logits_text(*, kernel, t=1, **_):
-    if kernel == "pytorch" and t > 1:
+    if kernel == "linear":
+        return "0  (a fused linear cross-entropy made the gradients in its forward; the backward scales them)"
+    if kernel == "chunked":
+        first = ("8*s*b*V/(k*t*c)  (torchtune's chunked loss: one chunk's nll_loss and log_softmax gradients at a "
+                 "time)")
+    elif kernel == "pytorch" and t > 1:
         first = ("12*s*b*V/(t*c)  (torch's loss_parallel on vocab-sharded logits: its backward's zeros, exp and "
                  "their sum beside the saved fp32 log-probabilities)")
     elif kernel == "pytorch":
@@ -173,20 +256,27 @@ def _logits_text(*, kernel, t=1, **_):
 @formula("runtime/logits_grad", _logits_text,
          Cite("megatron-loss", "megatron/core/tensor_parallel/cross_entropy.py (in-place softmax and gradient); "
                                "torch log_softmax/nll_loss backward (derivatives.yaml); torch "
-                               "distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward"),
-         assumes=("the loss's fp32 logits (activations/output) are held; this is what its backward adds on the "
+                               "distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward; torchtune "
+                               "modules/loss/ce_chunked_output_loss.py; Liger-Kernel ops/fused_linear_cross_entropy.py"),
+         assumes=("the loss's saved logits (activations/output) are held; this is what its backward adds on the "
                   "stage with the output layer, once per micro-batch",))
-def logits_grad_bytes(*, s, b, V, e, t, c, kernel, h=0, w=0):
-    """What the loss's backward adds to the saved fp32 logits (activations/output), at the larger
+def logits_grad_bytes(*, s, b, V, e, t, c, kernel, h=0, w=0, k=8):
+    """What the loss's backward adds to the saved logits (activations/output), at the larger
     of its two moments. First the log-softmax: pytorch's F.cross_entropy on fp32 logits makes
     nll_loss's fp32 gradient and log_softmax's, 8*s*b*V/(t*c); on vocab-sharded logits (t > 1) it
     runs as torch's loss_parallel, whose backward holds zeros_like(x), exp(x) and their sum at once,
-    12*s*b*V/(t*c) (measured on CPU: tests/torch/test_runtime.py); Megatron-LM's fused loss computes
-    the gradient in place of the saved softmax and autograd casts it to the e-byte logits' dtype,
-    e*s*b*V/(t*c) (none in fp32). Then the output layer's backward: its weight's gradient (w*V*h/t,
-    before autograd adds it into .grad) and its input's, beside the e-byte logits' gradient, the
-    fp32 logits and their gradient freed: (e - 4)*s*b*V/(t*c) against the saved fp32 logits."""
+    12*s*b*V/(t*c) (measured on CPU: tests/torch/test_runtime.py); torchtune's chunked loss the same
+    for one of its k chunks at a time; Megatron-LM's fused loss computes the gradient in place of the
+    saved softmax and autograd casts it to the e-byte logits' dtype, e*s*b*V/(t*c) (none in fp32).
+    Then the output layer's backward: its weight's gradient (w*V*h/t, before autograd adds it into
+    .grad) and its input's, beside the e-byte logits' gradient, the fp32 logits and their gradient
+    freed: (e - 4)*s*b*V/(t*c) against the saved fp32 logits. A fused linear cross-entropy (Liger)
+    made both in its forward (activations/output holds them): its backward adds nothing."""
     head = ceil_div(w * V * h, t) + ceil_div(e * s * b * h, c) + ceil_div((e - 4) * s * b * V, t * c)
+    if kernel == "linear":
+        return 0 * s
+    if kernel == "chunked":
+        return maximum(ceil_div(8 * s * b * V, k * t * c), head)
     if kernel == "pytorch":
         return maximum(ceil_div(select(t > 1, 12, 8) * s * b * V, t * c), head)
     return maximum(select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s), head)
@@ -235,11 +325,29 @@ def allocator_bytes(*, phi, D, streams):
     return (frag if is_array(frag) else int(frag)) + streams * PAGE_BYTES
 
 
-def loss_forward_bytes(*, s, b, V, e, t, c, kernel):
-    """The loss forward's logits beyond the fp32 logits activations/output counts (the timeline's
-    forward events only; the backward's logits_grad is never smaller). pytorch: the e-byte logits
-    and, when e < 4, their fp32 copy while log_softmax writes its output; fused: the e-byte logits
-    while their fp32 copy becomes the softmax in place (none in fp32)."""
+def lce_chunk_rows(*, T, V, h):
+    """Liger's fused linear cross-entropy chunk: next_pow2(ceil(T/ceil(V/h))) rows, a logits chunk about the
+    size of the T x h input (Liger-Kernel ops/fused_linear_cross_entropy.py fused_linear_cross_entropy_forward)."""
+    rows = ceil_div(T, ceil_div(V, h))
+    if is_array(rows):
+        import numpy as np
+        return (2 ** np.ceil(np.log2(np.maximum(rows, 1)))).astype(np.int64)
+    return 1 << (max(int(rows), 1) - 1).bit_length()
+
+
+def loss_forward_bytes(*, s, b, V, e, t, c, kernel, h=0, w=2, k=8):
+    """The loss forward's logits beyond what activations/output counts (the timeline's forward events
+    only; the backward's logits_grad is never smaller). pytorch: the e-byte logits and, when e < 4,
+    their fp32 copy while log_softmax writes its output; fused: the e-byte logits while their fp32
+    copy becomes the softmax in place (none in fp32); chunked: every chunk's e-byte logits (the model
+    returns them all) and one chunk's fp32 copy; linear (Liger): one chunk's logits (the gradient
+    written in place) and, on its default path, the chunk's weight-gradient product in the weights'
+    dtype and its fp32 copy, w*V*h/t + 4*V*h/t."""
+    if kernel == "linear":
+        rows = lce_chunk_rows(T=ceil_div(s * b, c), V=ceil_div(V, t), h=h)
+        return ceil_div(e * rows * V, t) + ceil_div((w + 4) * V * h, t)
+    if kernel == "chunked":
+        return ceil_div(e * s * b * V, t * c) + ceil_div(4 * s * b * V, k * t * c)
     if kernel == "pytorch":
         return ceil_div((e + select(e < 4, 4, 0)) * s * b * V, t * c)
     return select(e < 4, ceil_div(e * s * b * V, t * c), 0 * s)

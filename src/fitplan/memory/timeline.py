@@ -29,7 +29,7 @@ from fitplan.arith import is_array, maximum
 from fitplan.memory import runtime as RT
 
 STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
-ALWAYS = STATE_KEYS + ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/grad_buckets",
+ALWAYS = STATE_KEYS + ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/deepep", "runtime/grad_buckets",
                        "runtime/fp8_weight_cache")
 TRAIN = ("runtime/gathered_weights", "runtime/accumulated_grads")
 STORED = ("activations/layers", "activations/pipeline_in_flight", "activations/embedding", "activations/output")
@@ -37,7 +37,7 @@ LOSS = ("runtime/logits_grad",)
 LAYER = ("activations/recompute_workspace", "runtime/layer_backward", "activations/moe_buffers", "runtime/p2p",
          "runtime/fsdp_buffers", "runtime/dequant_workspace")
 STEP = ("runtime/optimizer_step",)
-OUTSIDE_ALLOCATOR = ("runtime/cuda_context", "runtime/nccl")   # not in torch.cuda.max_memory_reserved
+OUTSIDE_ALLOCATOR = ("runtime/cuda_context", "runtime/nccl", "runtime/deepep")   # not in torch.cuda.max_memory_reserved
 # the moments of the closed form, in the order they happen
 LOSS_MOMENT, LAYER_MOMENT, STEP_MOMENT = "loss", "layer", "step"
 MOMENTS = (LOSS_MOMENT, LAYER_MOMENT, STEP_MOMENT)
@@ -63,6 +63,19 @@ def _held(parts: dict, moment: str) -> dict:
         held["activations/output"] = parts["activations/output"] - parts[OUTPUT_ONE]
         held.update({k: parts[k] for k in LAYER})
     return held
+
+
+def reserved_bytes(held: dict):
+    """What torch.cuda.max_memory_reserved shows at a moment: everything the caching allocator has mapped, i.e. the
+    moment's bytes less what lives outside it (the CUDA context, NCCL's and DeepEP's buffers; a paged optimizer's
+    managed pages are host/* parts, never here)."""
+    return sum(v for k, v in held.items() if k not in OUTSIDE_ALLOCATOR)
+
+
+def allocated_bytes(held: dict):
+    """What torch.cuda.max_memory_allocated shows at a moment: the tensors, without the allocator's cached and
+    fragmented pages (runtime/allocator)."""
+    return reserved_bytes(held) - held.get("runtime/allocator", 0)
 
 
 def transient_bytes(held: dict):

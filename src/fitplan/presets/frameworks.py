@@ -34,6 +34,8 @@ _PROFILES = (
                                               f"(vocab-parallel: the fp32 softmax saved, its gradient in place)"),
             "optimizer_impl": Default("fused", f"{MLM} megatron/core/optimizer/__init__.py@d98e8a64dd (TE "
                                                f"FusedAdam)"),
+            "fp8_weight_cache": Default(True, f"{MLM} megatron/core/extensions/transformer_engine.py@d98e8a64dd "
+                                              f"(is_first_microbatch passed: TE keeps the quantized weights)"),
             "grad_bucket_bytes": Default(160_000_000, f"{MLM} megatron/core/distributed/distributed_data_parallel.py"
                                                       f"@d98e8a64dd (max(4e7, 1e6*dp) parameters of fp32 main "
                                                       f"gradients, dp <= 40)"),
@@ -92,6 +94,8 @@ _PROFILES = (
                                                f"implementation fused)"),
             "fsdp_prefetch": Default(1, f"{TORCH} torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py@cf30153c4c "
                                         f"(backward prefetch of the next module)"),
+            "fp8_weight_cache": Default(False, f"{TITAN} torchtitan/components/quantization/float8.py@73a0e6979d "
+                                               f"(torchao float8 linears: the weight cast per use, no cache)"),
             "fragmentation": Default(EXPANDABLE, f"{TITAN} run_train.sh@73a0e6979d (expandable_segments:True)"),
         },
         config={
@@ -138,6 +142,7 @@ _PROFILES = (
                                                  f"(_default_to_fused_or_foreach: foreach on CUDA)"),
             "fsdp_prefetch": Default(1, f"{TORCH} torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py@cf30153c4c "
                                         f"(_backward_prefetch: depth 1)"),
+            "fp8_weight_cache": Default(False, f"{TORCH} (no Transformer Engine: low-precision casts per use)"),
             "fragmentation": Default(DEFAULT_ALLOCATOR_FRAGMENTATION, f"{TORCH} c10/cuda/CUDACachingAllocator.cpp "
                                                                       f"(expandable_segments off by default)"),
         },
@@ -162,6 +167,8 @@ _PROFILES = (
                                                    f"(bucket_cap_mb 25)"),
             "grad_bucket_view": Default(False, f"{TORCH} torch/nn/parallel/distributed.py@cf30153c4c "
                                                f"(gradient_as_bucket_view False)"),
+            "fp8_weight_cache": Default(False, f"{HF} src/transformers/modeling_utils.py@040ba14675 (no Transformer "
+                                               f"Engine layers: low-precision casts per use)"),
             "fragmentation": Default(DEFAULT_ALLOCATOR_FRAGMENTATION, f"{HF} src/transformers/training_args.py"
                                                                       f"@00349ae87e (no allocator setting)"),
         },
@@ -176,8 +183,13 @@ _PROFILES = (
             "kernels": Default("eager", f"{TUNE} torchtune/modules/rms_norm.py@bd2a0fc7c3 (RMSNorm in fp32); compile "
                                         f"False"),
             "attention_kernel": Default("flash2", f"{TUNE} torchtune/modules/attention_utils.py@bd2a0fc7c3 (SDPA)"),
-            "cross_entropy": Default("pytorch", f"{TUNE} torchtune/modules/loss/cross_entropy_loss.py@bd2a0fc7c3 "
-                                                f"(logits upcast to fp32 chunk by chunk)"),
+            "cross_entropy": Default("chunked", f"{TUNE} torchtune/modules/loss/cross_entropy_loss.py@bd2a0fc7c3 "
+                                                f"(LinearCrossEntropyLoss: the output layer and the fp32 loss chunk "
+                                                f"by chunk)"),
+            "ce_chunks": Default(8, f"{TUNE} torchtune/modules/loss/cross_entropy_loss.py@bd2a0fc7c3 "
+                                    f"(num_output_chunks=8)"),
+            "fp8_weight_cache": Default(False, f"{TUNE} torchtune/training/quantization.py@bd2a0fc7c3 (torchao "
+                                               f"float8 linears: cast per use, no cache)"),
             "optimizer_impl": Default("fused", f"{TUNE} recipes/configs/llama3_1/8B_full.yaml@bd2a0fc7c3 (AdamW "
                                                f"fused: True)"),
             "fsdp_prefetch": Default(1, f"{TUNE} torchtune/training/_distributed.py@bd2a0fc7c3 (FSDP2's implicit "
@@ -207,7 +219,8 @@ EFFECTS = {
                "docs/calibration.md, Elementwise traffic)",
     "attention_kernel": "the attention core's efficiency by architecture and kernel (docs/calibration.md, Attention); "
                         "memory keeps no score matrix for any flash-type kernel",
-    "cross_entropy": "the loss's saved logits (memory): fused keeps the fp32 softmax once, pytorch an fp32 copy too",
+    "cross_entropy": "the loss's saved logits and its backward's buffers (memory): fused keeps the fp32 softmax once, "
+                     "pytorch an fp32 copy too, chunked one chunk's at a time, linear no logits",
     "optimizer_impl": "the optimizer step's temporaries (memory): fused none, foreach one shard-sized list",
     "grad_bucket_bytes": "the gradient-reduction buckets held during the backward (memory) and their message size "
                          "(time)",
@@ -215,6 +228,10 @@ EFFECTS = {
     "fsdp_prefetch": "how many blocks' parameters are gathered ahead (memory)",
     "fragmentation": "the allocator's reserved-but-unused share (memory)",
     "cuda_graphs": "the host's per-layer launch floor (time: layer_overhead, moe_sync_overhead)",
+    "ce_chunks": "the chunked loss's chunks: one chunk's fp32 logits and gradients at a time (memory)",
+    "fp8_weight_cache": "the quantized weight copies low-precision recipes keep across micro-batches (memory)",
+    "optimizer_in_backward": "no gradients held: each parameter stepped in its hook (memory)",
+    "paged_optimizer": "the optimizer state in managed memory, on the host while the GPU needs the room (memory)",
     "overlap_grad_reduce": "the gradient reduction hidden under the backward (time)",
     "overlap_param_gather": "the parameter gather hidden under the forward (time)",
     "tp_comm_overlap": "tensor-parallel collectives hidden under the GEMMs (time)",

@@ -20,6 +20,7 @@ class ModelPreset:
     attention_kernel: str = "flash"
     dropout: bool = False
     moe_dispatcher: str = "alltoall"   # how its MoE tokens travelled (fitplan.specs.training.moe_dispatcher)
+    fp8_weight_cache: bool = True      # its low-precision GEMMs kept quantized weight copies (training.fp8_weight_cache)
     batch_source: str = ""     # where the published global batch comes from
 
 
@@ -202,6 +203,7 @@ _PRESETS = (
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
     ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
+                fp8_weight_cache=False,   # DeepGEMM's fp8 GEMMs quantize per use (deepseek-ai/DeepGEMM README)
                 batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
     ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
                 attention_kernel="eager", dropout=False,

@@ -21,6 +21,12 @@ RECIPES = {r.name: r for r in (
     Recipe(name="adam-8bit", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=(("adam_m", 1), ("adam_v", 1)),
            description="mixed precision with 8-bit Adam moments (10 B/param)",
            source="Dettmers et al. 2022; Transformer Math 101 (8-bit AdamW: 6 B/param of optimizer state)"),
+    Recipe(name="bnb-adamw-8bit", weights_bytes=2, grads_bytes=2, master_bytes=0,
+           moments=(("adam_m", 1 + 4 / 256), ("adam_v", 1 + 4 / 256)),
+           description="bf16 weights updated in place, bitsandbytes 8-bit AdamW: uint8 moments with an fp32 "
+                       "absmax per 256-element block (6.03 B/param); --paged-optimizer for PagedAdamW8bit",
+           source="bitsandbytes-foundation/bitsandbytes bitsandbytes/optim/optimizer.py@95f9af309d "
+                  "Optimizer2State.init_state (blocksize 256; tensors under 4,096 elements keep fp32 moments)"),
     Recipe(name="sgd-momentum", weights_bytes=2, grads_bytes=2, master_bytes=4, moments=SGD_MOMENTUM,
            description="mixed precision SGD with fp32 momentum (12 B/param)",
            source="Transformer Math 101 (SGD with momentum: 8 B/param of optimizer state)"),

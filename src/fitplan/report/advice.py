@@ -78,11 +78,18 @@ def band_phrase(st) -> str:
 def caveat(setup, b) -> str:
     """The risk verdict in one sentence: where the peak is, against which limit, by which rule."""
     r = risk(b)
-    where = f"the peak, {fmt_gib(b.per_gpu_bytes)} GiB at {b.peak.phase}"
+    lo, hi = r.band_bytes
+    where = (f"the peak, {fmt_gib(b.per_gpu_bytes)} GiB at {b.peak.phase} (band {fmt_gib(lo)}-{fmt_gib(hi)} GiB of "
+             f"{fmt_gib(b.usable_bytes)} usable)")
     cap = fmt_gib(b.capacity_bytes)
     if r.level == LIKELY_OOM:
+        if not b.host_fits:
+            return f"Risk: likely_oom. The host memory per node is short ({fmt_gib(b.host_per_node_bytes)} GiB)."
         return (f"Risk: likely_oom. {where[0].upper() + where[1:]}, is over the {fmt_gib(b.usable_bytes)} GiB usable "
-                f"(capacity {cap} GiB - reserve {fmt_gib(b.reserve_bytes)} GiB).")
+                f"(capacity {cap} GiB - reserve {fmt_gib(b.reserve_bytes)} GiB) even at the band's low end.")
+    if not b.fits:
+        return (f"Risk: tight. {where[0].upper() + where[1:]}, is over the usable memory, but the band's low end is "
+                f"within it: it may run, with no margin.")
     if r.level == FITS_WITH_MARGIN:
         return (f"Risk: fits_with_margin. {where[0].upper() + where[1:]}, is {r.fraction:.1%} of the {cap} GiB "
                 f"capacity, within Fujii et al.'s 80% (no run below it ran out of memory in their 454).")

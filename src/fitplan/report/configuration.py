@@ -1,6 +1,7 @@
 """One configuration's report: its memory at the peak term by term, the timeline, the step time
 with each axis's exposed traffic, and the per-layer table of every pipeline stage."""
 from fitplan.memory.breakdown import PARTS
+from fitplan.memory.timeline import allocated_bytes, reserved_bytes
 from fitplan.parts import label
 from fitplan.report.header import header, host_table, term_inputs
 from fitplan.report.render import Bullets, Heading, Lines, Table
@@ -181,7 +182,9 @@ def breakdown(setup, b) -> list:
         Table(("term", "GiB", "at peak", "formula", "source"), tuple(rows), align="lrrll",
               note="GiB: each term's largest size; at peak: what the GPU holds at the step's largest moment "
                    "(docs/formulas.md#peak)"),
-        Lines(("", f"peak: {fmt_gib(b.per_gpu_bytes)} GiB at {peak_where(b)}",
+        Lines(("", f"peak: {fmt_gib(b.per_gpu_bytes)} GiB at {peak_where(b)} (nvidia-smi); "
+                   f"{fmt_gib(allocated_bytes(b.peak.held))} GiB allocated (torch.cuda.max_memory_allocated), "
+                   f"{fmt_gib(reserved_bytes(b.peak.held))} GiB reserved (torch.cuda.max_memory_reserved)",
                f"verdict: {verdict} ({fmt_gib(b.per_gpu_bytes)} GiB "
                f"{'<=' if b.per_gpu_bytes <= b.usable_bytes else '>'} {fmt_gib(b.usable_bytes)} GiB usable"
                + ("" if b.host_fits else f"; host memory {fmt_gib(b.host_per_node_bytes)} GiB per node > "

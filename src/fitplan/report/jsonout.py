@@ -73,15 +73,18 @@ def _stages(b) -> dict:
 
 def peak_dict(b) -> dict:
     """Where the step's peak is and what it holds: bytes, stage, phase, held (bytes by term)."""
-    return {"bytes": int(b.per_gpu_bytes), "stage": b.stage, "stage_index": b.stage_index, "phase": b.peak.phase,
-            "held": {k: int(b.peak.held.get(k, 0)) for k in PARTS}}
+    from fitplan.memory.timeline import allocated_bytes, reserved_bytes
+    return {"bytes": int(b.per_gpu_bytes), "allocated_bytes": int(allocated_bytes(b.peak.held)),
+            "reserved_bytes": int(reserved_bytes(b.peak.held)), "stage": b.stage, "stage_index": b.stage_index,
+            "phase": b.peak.phase, "held": {k: int(b.peak.held.get(k, 0)) for k in PARTS}}
 
 
 def risk_dict(b) -> dict:
     """The verdict (level: fits_with_margin, tight or likely_oom) and the rule that decided it."""
     from fitplan.analysis import risk
     r = risk(b)
-    return {"level": r.level, "rule": r.rule, "peak_fraction_of_capacity": r.fraction, "limit_bytes": r.limit_bytes}
+    return {"level": r.level, "rule": r.rule, "peak_fraction_of_capacity": r.fraction, "limit_bytes": r.limit_bytes,
+            "band_bytes": list(r.band_bytes)}
 
 
 def timeline_list(setup, b) -> list:

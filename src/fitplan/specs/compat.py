@@ -141,6 +141,12 @@ RULES = (
                                                                        Recompute.FULL),
          lambda m, t, k, c: f"--recompute {c.recompute.value} is not modelled with --finetune {t.finetune}; use none, "
                             f"selective or full"),
+    Rule("optimizer_in_backward_needs_one_microbatch",   # torchtune's recipes refuse gradient accumulation with it
+         lambda m, t, k, c, x: (not t.optimizer_in_backward) or t.global_batch is None
+         or t.global_batch // (c.dp * c.micro_batch) == 1,
+         lambda m, t, k, c: f"--optimizer-in-backward steps each parameter as its gradient arrives, so every step is "
+                            f"one micro-batch (torchtune refuses gradient accumulation with it); give --global-batch "
+                            f"{c.dp * c.micro_batch} (dp x micro-batch) or drop --optimizer-in-backward"),
     Rule("virtual_stages_need_pp",
          lambda m, t, k, c, x: (c.pp > 1) | (c.virtual_stages == 1),
          lambda m, t, k, c: "virtual pipeline stages (interleaving) need pp > 1"),

@@ -35,7 +35,8 @@ SEARCHED_RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 
 # ParallelConfig fields that are one setting for a whole search, not an axis it varies
-SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "first_stage_layers", "last_stage_layers",
+SETTINGS = ("schedule", "shard_degree", "reshard_after_forward", "microbatch_grad_sync", "first_stage_layers",
+            "last_stage_layers",
             "recompute_num_layers", "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
             "tp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap")
 
@@ -141,6 +142,11 @@ class ParallelConfig:
     reshard_after_forward: bool = declared(
         "bool", default=True, flag="--reshard-after-forward", off_flag="--no-reshard-after-forward", group=CONFIG,
         example=False, help="ZeRO-3/FSDP: free gathered weights after forward (off: keep them for backward)")
+    microbatch_grad_sync: bool = declared(
+        "bool", default=False, flag="--microbatch-grad-sync", off_flag="--no-microbatch-grad-sync", group=CONFIG,
+        example=True, help="ZeRO-2/3 with pipeline stages: reduce-scatter each micro-batch's gradients into a sharded "
+                           "accumulator (Llama 3's fp32 accumulation) instead of holding them unsharded until the "
+                           "last micro-batch (torch.distributed.pipelining's default)")
     recompute_num_layers: int | None = declared(
         "int", default=None, flag="--recompute-num-layers", group=CONFIG, lo=1, hi=10**5, example=2,
         omitted="every layer", help="full recompute: layers per group (uniform) or recomputed layers per stage (block)")

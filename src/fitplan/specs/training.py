@@ -17,6 +17,7 @@ FINETUNE = ("full", "lora", "qlora")
 # Where LoRA adapters go (fitplan.memory.finetune): the q, k and v projections, the attention output
 # projection, the MLP's matrices (all of them: fc1/fc2, or gate/up/down). QLoRA adapts all three.
 LORA_TARGETS = ("qkv", "o", "mlp")
+CROSS_ENTROPY = ("pytorch", "fused", "chunked", "linear")
 # attention kernels: eager keeps the s^2 scores; the others are flash-type (memory: an fp32 logsumexp), timed
 # at their published speed (fitplan.timing.calibration.ATTENTION_EFFICIENCY)
 ATTENTION_KERNELS = ("eager", "flash", "flash2", "flash3", "cudnn")
@@ -152,11 +153,31 @@ class TrainingSpec:
                                         "fused AdamW: no temporaries) or foreach (torch.optim's default on GPUs: a "
                                         "scratch copy of the second moment, and 16-bit gradients cast for fp32 "
                                         "master weights)")
-    cross_entropy: str = declared("choice", default="pytorch", choices=("pytorch", "fused"), flag="--cross-entropy",
+    cross_entropy: str = declared("choice", default="pytorch", choices=CROSS_ENTROPY, flag="--cross-entropy",
                                   group="runtime", example="fused",
-                                  help="the loss kernel: pytorch (F.cross_entropy on fp32 logits, as torchtitan: two "
-                                       "fp32 logit gradients in its backward) or fused (Megatron-LM's vocab-parallel "
-                                       "cross-entropy: the gradient in place of the saved softmax)")
+                                  help="the loss kernel: pytorch (F.cross_entropy on fp32 logits, as torchtitan and "
+                                       "Hugging Face: two fp32 logit gradients in its backward), fused (Megatron-LM's "
+                                       "vocab-parallel cross-entropy: the gradient in place of the saved softmax), "
+                                       "chunked (torchtune's: the output layer and loss chunk by chunk; compiled "
+                                       "kernels save bf16 logits) or linear (Liger's fused linear cross-entropy: no "
+                                       "logits kept, the output layer's gradients made in the forward)")
+    ce_chunks: int = declared("int", default=8, flag="--ce-chunks", group="runtime", lo=1, hi=4096, example=16,
+                              help="chunks of the chunked cross-entropy (torchtune's num_output_chunks, default 8)")
+    fp8_weight_cache: bool = declared("bool", default=True, flag="--fp8-weight-cache",
+                                      off_flag="--no-fp8-weight-cache", group="runtime", example=False,
+                                      help="low-precision recipes keep each linear weight's quantized copy (and on "
+                                           "Hopper its transpose) across micro-batches, as Transformer Engine does "
+                                           "for Megatron-LM; off: cast per use (torchao, DeepSeek's kernels)")
+    optimizer_in_backward: bool = declared("bool", default=False, flag="--optimizer-in-backward",
+                                           off_flag="--no-optimizer-in-backward", group="runtime", example=True,
+                                           help="step each parameter in its gradient hook and free the gradient "
+                                                "(torchtune's optimizer_in_bwd): no gradients are held, one "
+                                                "micro-batch per step")
+    paged_optimizer: bool = declared("bool", default=False, flag="--paged-optimizer", off_flag="--no-paged-optimizer",
+                                     group="runtime", example=True,
+                                     help="the optimizer state in CUDA managed memory (bitsandbytes' paged "
+                                          "optimizers): evicted to the host while the GPU needs the room, outside "
+                                          "PyTorch's allocator")
     grad_bucket_bytes: int = declared("size", default=25 * 2**20, key="grad_bucket", flag="--grad-bucket",
                                       group="runtime", example="100 MiB", lo="1 KiB", hi="64 GiB",
                                       help="gradient bucket size of the data-parallel reduction (PyTorch DDP's "
@@ -168,7 +189,7 @@ class TrainingSpec:
                                            "second copy of every gradient")
     fsdp_prefetch: int = declared("int", default=1, flag="--fsdp-prefetch", group="runtime", lo=0, hi=16, example=2,
                                   help="ZeRO-3/FSDP: layers all-gathered ahead of the one computing (FSDP2's default "
-                                       "1)")
+                                       "1); each holds a gathered layer, and 0 leaves every gather exposed")
     fragmentation: float = declared("number", default=0.0, flag="--fragmentation", group="runtime", lo=0, hi=0.9,
                                     example=0.15,
                                     help="the caching allocator's reserved-but-unused share of the step's activations "

@@ -53,18 +53,14 @@ def placement(ev, setup: Setup, c) -> dict:
 
 def collective(ev, key, setup, *, count, kind, n, nodes, S, e2e, bandwidth=1.0):
     """count collectives as NCCL runs them, each with the framework's own overhead (e2e.collective_overhead_s), at
-    e2e.comm_efficiency of the links' modelled rate (times `bandwidth`: the MoE all-to-alls' own fraction)."""
-    tiers = CM.tiers(setup.cluster.gpu)
-    f = e2e.comm_efficiency * bandwidth
-    tiers = dict(tiers, B_in=tiers["B_in"] * f, B_net=tiers["B_net"] * f)
+    e2e.comm_efficiency of NCCL's modelled performance (times `bandwidth`: the MoE all-to-alls' own fraction)."""
     return ev(CM.collective_s, key=key, count=count, kind=kind, n=n, k=nodes, S=S, a_fw=e2e.collective_overhead_s,
-              **tiers)
+              eff=e2e.comm_efficiency * bandwidth, **CM.tiers(setup.cluster.gpu))
 
 
 def sends(intra, setup, e2e) -> dict:
-    """B and alpha of the tier a point-to-point send crosses, at e2e.comm_efficiency of the modelled rate."""
-    link = CM.link_inputs(intra, setup.cluster.gpu)
-    return dict(link, B=link["B"] * e2e.comm_efficiency)
+    """B and alpha of the tier a point-to-point send crosses, and e2e.comm_efficiency of its modelled time."""
+    return dict(CM.link_inputs(intra, setup.cluster.gpu), eff=e2e.comm_efficiency)
 
 
 def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes, e2e) -> AxisTime:

@@ -58,10 +58,11 @@ CONSTANTS = (
              "fitplan.timing.overheads", 300e-6, 1.0),
     Constant("collective_overhead", "s", "framework time per collective issued on top of NCCL's own (stream "
              "synchronisation, bucketing, launch)", "fitplan.timing.axes.collective", 10e-6, 1.0),
-    Constant("comm_efficiency", "ratio", "achieved over modelled bandwidth of the collectives and sends a "
-             "framework issues (buckets and chunks smaller than nccl-tests', contention between groups)",
+    Constant("comm_efficiency", "ratio", "achieved over modelled performance (latency and bandwidth alike) of the "
+             "collectives and sends a framework issues (buckets and chunks smaller than nccl-tests', contention "
+             "between groups)",
              "fitplan.timing.axes.collective", 0.9, 0.3),
-    Constant("a2a_efficiency", "ratio", "achieved over modelled bandwidth of the MoE token all-to-alls on top of "
+    Constant("a2a_efficiency", "ratio", "achieved over modelled performance of the MoE token all-to-alls on top of "
              "comm_efficiency (dispatch and combine, NCCL or DeepEP; uneven per-peer sizes)",
              "fitplan.timing.expert", 0.7, 0.5),
     Constant("straggler_cv", "ratio", "coefficient of variation of one GPU's time between synchronisations; the "

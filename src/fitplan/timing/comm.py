@@ -140,23 +140,25 @@ def nccl_choice(*, kind, n, k, S, B_in, a_in, B_net, a_net) -> tuple:
     return algo, proto
 
 
-def _collective_text(*, kind, a_fw=0, **_):
+def _collective_text(*, kind, a_fw=0, eff=1, **_):
     fw = " + a_fw" if a_fw is not None and not (isinstance(a_fw, (int, float)) and a_fw == 0) else ""
+    by = "/eff" if eff is not None and not (isinstance(eff, (int, float)) and eff == 1) else ""
     if kind == "all_to_all":
-        return (f"count*(alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net){fw}), r = n/k  (all-to-all, every peer at "
-                f"once)")
+        return (f"count*((alpha + max((r-1)/n*S/B_in, (n-r)/n*S/B_net)){by}{fw}), r = n/k  (all-to-all, every "
+                f"peer at once)")
     algos = "ring, tree" if kind == "all_reduce" else "ring"
-    return (f"count*(min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth){fw}), n ranks over k "
-            f"nodes  ({kind.replace('_', '-')}; formulas.md#collectives)")
+    return (f"count*(min over NCCL's {algos} x LL/LL128/Simple of (latency + bytes/bandwidth){by}{fw}), n ranks "
+            f"over k nodes  ({kind.replace('_', '-')}; formulas.md#collectives)")
 
 
 @formula("comm/collective_s", _collective_text, NCCL, SECONDS,
          ("NCCL picks the algorithm and protocol its cost model says is fastest; NVLink SHARP, CollNet and PAT "
           "are not modelled",
           "B_in, B_net: the links' per-GPU rates times their bus efficiency; one NIC per GPU (rail-optimised)"))
-def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net, a_fw=0):
-    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes; a_fw: the framework's
-    own time per collective (fitplan.timing.calibration)."""
+def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net, a_fw=0, eff=1):
+    """Seconds for `count` collectives of an S-byte buffer over n ranks on k nodes; eff: the achieved fraction of
+    NCCL's modelled performance, latency and bandwidth alike; a_fw: the framework's own time per collective
+    (both fitplan.timing.calibration)."""
     r = n / k
     if kind == "all_to_all":
         t = select(k == 1, a_in, a_net) + maximum((r - 1) / n * S / B_in, (n - r) / n * S / B_net)
@@ -164,7 +166,7 @@ def collective_s(*, count, kind, n, k, S, B_in, a_in, B_net, a_net, a_fw=0):
         t = None
         for _, _, x in algorithm_times(kind=kind, n=n, k=k, S=S, B_in=B_in, a_in=a_in, B_net=B_net, a_net=a_net):
             t = x if t is None else minimum(t, x)
-    t = t + a_fw
+    t = t / eff + a_fw
     return select(n > 1, count * t, 0 * t)
 
 
@@ -180,10 +182,10 @@ def ring_wire_bytes(*, count, n, S, kind):
     return count * PHASES[kind] * (n - 1) / n * S
 
 
-@formula("comm/p2p_s", "count*(alpha + S/B)", THAKUR, SECONDS)
-def p2p_s(*, count, S, B, alpha):
-    """Seconds for `count` point-to-point sends of S bytes, one after another."""
-    return count * (alpha + S / B)
+@formula("comm/p2p_s", lambda *, eff=1, **_: "count*(alpha + S/B)" + ("" if eff == 1 else "/eff"), THAKUR, SECONDS)
+def p2p_s(*, count, S, B, alpha, eff=1):
+    """Seconds for `count` point-to-point sends of S bytes, one after another, at eff of the modelled rate."""
+    return count * (alpha + S / B) / eff
 
 
 @formula("comm/p2p_bytes", "count*S", THAKUR, BYTES)

@@ -80,6 +80,10 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
                              kind="all_reduce")
     og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
     if zero == 3:
+        # --fsdp-prefetch 0: no layer's gather is issued before the layer needs it, so none hides behind compute
+        # (FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with no modules); a deeper
+        # prefetch cannot shorten a link-bound step, so depths >= 1 time alike (memory holds k gathered layers)
+        op = op and setup.training.fsdp_prefetch > 0
         out = _zero3_time(ev, setup, c, e2e=e2e, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
                           replica=replica, T_b=T_b)
     else:

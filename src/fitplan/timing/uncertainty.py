@@ -4,11 +4,12 @@ bench/fidelity.py fits the end-to-end constants leaving one model family out at 
 for every published run, r = ln(published/predicted) from the fit that did not see its family
 (fitplan.timing.fitted.BAND: the alpha and 1 - alpha quantiles of r, alpha the largest that lets bands
 drawn from the other families hold 80% of the runs, and how many runs each GPU architecture, GEMM
-precision and kernel family has). A plan's band is
+precision, kernel family and framework has). A plan's band is
 
     [T*exp(w*q_low), T*exp(w*q_high)],  w = sqrt(1 + N0/(n + 1))
 
-n being the fewest calibration runs that share its architecture, precision or kernel family: where the
+n being the fewest calibration runs that share its architecture, precision, kernel family or framework
+(--framework, where given): where the
 set has many runs like it, w is near 1; where it has none, the band is sqrt(1 + N0) times wider. N0 = 4,
 a prior weight of four runs (docs/calibration.md#the-band says how well the band covers the set under
 cross-validation). A GPU spec fitted on one's own runs (`fitplan calibrate --runs`) carries its own
@@ -38,9 +39,13 @@ class Band:
 
 
 def support_tags(setup) -> dict:
-    """The dimensions the band's support is counted over: GPU architecture, GEMM precision, kernel family."""
-    return {"architecture": setup.cluster.gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
+    """The dimensions the band's support is counted over: GPU architecture, GEMM precision, kernel family, and
+    the framework where the plan names one (--framework)."""
+    tags = {"architecture": setup.cluster.gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
             "kernels": setup.training.kernels}
+    if setup.training.framework is not None:
+        tags["framework"] = setup.training.framework
+    return tags
 
 
 def widening(n: int) -> float:

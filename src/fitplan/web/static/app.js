@@ -47,6 +47,9 @@
   const gib = b => fmt(b / GiB);
   const int = n => Number(n).toLocaleString("en-US");
   const stepSeconds = t => (t.step_s !== undefined ? t.step_s : t.step_time_s);
+  // the step's 80% band (time.uncertainty: docs/calibration.md), "11.6–14.1", or "" where none stands behind it
+  const band = t => (t && t.uncertainty ? `${fmt(t.uncertainty.low_s, 1)}–${fmt(t.uncertainty.high_s, 1)}` : "");
+  const stepWithBand = t => fmt(stepSeconds(t), 3) + (band(t) ? ` (${band(t)})` : "");
   function node(tag, attrs, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -274,11 +277,12 @@
       const memory = s => `peak ${gib(s.per_gpu_bytes)} GiB of ${gib(plan.usable_bytes_per_gpu)} GiB usable per GPU `
         + `(${gib(s.headroom_bytes)} GiB headroom; risk ${s.risk.level}, at ${s.peak.phase})`
         + (s.host && s.host.bytes_per_node ? `, ${gib(s.host.bytes_per_node)} GiB of host memory per node` : "")
-        + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` : "");
+        + (s.time ? `, ${fmt(s.time.step_s, 3)} s per step` + (band(s.time) ? ` (${band(s.time)} s, `
+                    + `${Math.round(100 * s.time.uncertainty.coverage)}% band)` : "") : "");
       const shown = r || mv;   // the layout the verdict stands for
       if (shown && shown.risk.level === "tight") {
         v.className = "verdict tight";
-        v.replaceChildren("Fits, tight", node("span", { id: "verdict-band", class: "band", textContent: riskBand(shown) }));
+        v.replaceChildren("Fits, tight", node("span", { id: "verdict-band", class: "band", textContent: riskBand(shown, plan.usable_bytes_per_gpu) }));
       } else {
         v.className = "verdict fits";
         v.textContent = "Fits";
@@ -291,10 +295,14 @@
                    " ");
         if (plan.recommend_note) parts.push(node("span", { id: "recommend-note", textContent: `${plan.recommend_note}. ` }));
         if (r.to_train && r.to_train.days !== null) {
-          const tt = r.to_train;
+          const tt = r.to_train, u = tt.uncertainty;   // u: the step's band carried to days and cost
+          const range = (key, f) => (u && u[key] ? ` (${f(u[key][0])}–${f(u[key][1])})` : "");
+          const days = x => fmt(x, 1), money = x => int(Math.round(x));
           parts.push(node("span", { id: "to-train", textContent:
-            `To train ${int(tt.tokens)} tokens: ${fmt(tt.days, 1)} days, ${int(Math.round(tt.gpu_hours))} GPU-hours, `
-            + `${fmt(tt.energy_mwh, 1)} MWh` + (tt.cost === null ? "" : `, cost ${int(Math.round(tt.cost))}`) + ". " }));
+            `To train ${int(tt.tokens)} tokens: ${days(tt.days)}${range("days", days)} days, `
+            + `${int(Math.round(tt.gpu_hours))} GPU-hours, ${fmt(tt.energy_mwh, 1)} MWh`
+            + (tt.cost === null ? "" : `, cost ${money(tt.cost)}${range("cost", money)}`)
+            + (u ? ` (in brackets: the step's ${Math.round(100 * u.coverage)}% band)` : "") + ". " }));
         }
       }
       else parts.push(node("strong", { id: "recommended", textContent: "none" }), ` (${plan.recommend_note}). `);
@@ -346,9 +354,10 @@
 
   /** The risk band of a tight layout: risk.band_bytes where the plan states one, else its peak's share of
    * GPU memory against the 80% margin (fitplan.analysis.risk). */
-  function riskBand(s) {
-    if (s.risk.band_bytes !== undefined && s.risk.band_bytes !== null)
-      return `peak ${gib(s.per_gpu_bytes)} GiB ± ${gib(s.risk.band_bytes)} GiB`;
+  function riskBand(s, usable) {
+    const b = s.risk.band_bytes;   // [low, high] around the peak (fitplan.analysis.peak_band)
+    if (Array.isArray(b) && b.length === 2)
+      return `peak ${gib(s.per_gpu_bytes)} GiB (${gib(b[0])}–${gib(b[1])} GiB of ${gib(usable)} usable)`;
     return `peak at ${fmt(100 * s.risk.peak_fraction_of_capacity, 1)}% of GPU memory, above the 80% margin`;
   }
 
@@ -360,7 +369,7 @@
       return;
     }
     const head = ["#", "tp", "pp", "dp", "cp", "ep", "ZeRO", "SP", "recompute", "mb", "v", "GiB/GPU", "headroom",
-                  "step s", "tokens/s", "MFU", "why this rank · export"];
+                  "step s (80% band)", "tokens/s", "MFU", "why this rank · export"];
     const table = node("table", { class: "suggestions", "data-rank": rank });
     table.append(node("thead", {}, node("tr", {}, ...head.map(h => node("th", { textContent: h })))));
     const body = node("tbody");
@@ -370,7 +379,7 @@
                               "data-sp": s.sequence_parallel, "data-recompute": s.recompute, "data-zero": s.zero });
       const cells = [i + 1, s.tp, s.pp, s.dp, s.cp, s.ep, s.zero, s.sequence_parallel ? "on" : "off", s.recompute,
                      s.micro_batch, s.virtual_stages, gib(s.per_gpu_bytes), gib(s.headroom_bytes),
-                     t ? fmt(stepSeconds(t), 3) : "–", t ? int(Math.round(t.tokens_per_s)) : "–",
+                     t ? stepWithBand(t) : "–", t ? int(Math.round(t.tokens_per_s)) : "–",
                      t ? `${fmt(100 * t.mfu, 1)}%` : "–"];
       cells.forEach((c, j) => tr.append(node("td", { class: j === 7 || j === 8 ? "" : "num", textContent: String(c) })));
       tr.append(node("td", { class: "why" }, node("div", { textContent: s.rank_reason }), exportButtons(s)));
@@ -602,7 +611,7 @@
 
   /** `fitplan compare --json`: one row per layout with its step-time shares as a 100% bar. */
   function renderCompare(data) {
-    const head = ["layout", "tp", "pp", "dp", "recompute", "GiB/GPU", "fits", "step s", "tokens/s", "MFU",
+    const head = ["layout", "tp", "pp", "dp", "recompute", "GiB/GPU", "fits", "step s (80% band)", "tokens/s", "MFU",
                   "step-time shares"];
     const table = node("table", { class: "suggestions compare", id: "compare-table" });
     table.append(node("thead", {}, node("tr", {}, ...head.map(h => node("th", { textContent: h })))));
@@ -621,7 +630,7 @@
       const t = l.time;
       tr.append(node("td", { class: "num", textContent: gib(l.per_gpu_bytes) }),
                 node("td", { textContent: l.fits ? "yes" : "no", class: l.fits ? "" : "bad" }),
-                node("td", { class: "num", textContent: fmt(stepSeconds(t), 3) }),
+                node("td", { class: "num", textContent: stepWithBand(t) }),
                 node("td", { class: "num", textContent: int(Math.round(t.tokens_per_s)) }),
                 node("td", { class: "num", textContent: `${fmt(100 * t.mfu, 1)}%` }));
       const shares = {}, colors = [];
