@@ -35,7 +35,13 @@ MODELS = {
     "GPT3-5B": "nemo-gpt3-5b", "GPT3-20B": "nemo-gpt3-20b", "GPT3-175B": "gpt3-175b",
     "Nemotron-8B": "nemotron3-8b", "Nemotron-22B": "nemotron3-22b", "Nemotron-340B": "nemotron4-340b",
     "Qwen2.5 7B": "qwen2.5-7b", "Qwen2.5 32B": "qwen2.5-32b", "Qwen2.5 32B 2-node": "qwen2.5-32b",
+    # hybrid Mamba models, their HF config.json shapes (fitplan.presets.models HYBRID_PRESETS)
+    "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b", "Nemotron V3 Nano 30B (26.02)": "nemotron-3-nano-30b-a3b",
+    "Nemotron_3_5_Lightning": "nemotron-3.5-lightning-30b-a3b",
+    "Nemotron_3_Super": "nemotron-3-super-120b-a12b", "Nemotron V3 Super 120B (26.02)": "nemotron-3-super-120b-a12b",
+    "Nemotron_3_Ultra": "nemotron-3-ultra-550b-a55b", "Nemotron V3 Ultra 550B (26.04)": "nemotron-3-ultra-550b-a55b",
 }
+HYBRID = {name for name in MODELS.values() if name.startswith("nemotron-3")}
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,10 @@ def _automodel(row):
         flags += ["--finetune", "lora", "--lora-rank", 16]
     if "deepep" in (cfg.get("moe_token_dispatcher", "") + k.lower()):
         flags += ["--moe-dispatcher", "deepep"]
+    if model in HYBRID and MODELS_MTP.get(model):
+        flags += ["--mtp-depth", 0]
+        assumed.append("no multi-token-prediction module: AutoModel builds transformers' NemotronH, which leaves "
+                       "the checkpoint's MTP layers out (_keys_to_ignore_on_load_unexpected mtp.*)")
     return flags, ("step_s", row.get("step_time_s") or _step_from_tokens(row)), assumed
 
 
@@ -246,6 +256,8 @@ def _bridge(row):
         flags += ["--overlap-moe-expert-parallel-comm"]
     if "mtp_num_layers" in other and model == "deepseek-v3":
         flags += ["--mtp-depth", other["mtp_num_layers"]]
+    if model in HYBRID:
+        _hybrid_bridge(model, flags, other, assumed)
     if "moe_expert_capacity_factor" in other:
         flags += ["--capacity-factor", other["moe_expert_capacity_factor"]]
     if "num_distributed_optimizer_instances" in other:
@@ -262,6 +274,37 @@ def _bridge(row):
     if other.get("fp8_dot_product_attention") == "True":
         assumed.append("fp8 attention planned as bf16")
     return flags, ("step_s", _step_from_tokens(row)), assumed
+
+
+def _mtp_depths() -> dict:
+    from fitplan.presets import MODELS as PRESETS
+    return {name: PRESETS[name].model.mtp_depth for name in HYBRID}
+
+
+MODELS_MTP = _mtp_depths()
+
+
+def _hybrid_bridge(model: str, flags: list, other: dict, assumed: list) -> None:
+    """Megatron-Bridge's Nemotron 3 recipes (src/megatron/bridge/perf_recipes/nemotronh/): the multi-token-
+    prediction module runs mtp_num_layers depths with one set of weights (mtp_use_repeated_layer = True);
+    selective recompute of the norms and the MoE activation has no hybrid form in fitplan."""
+    depths = int(other.get("mtp_num_layers", 0))
+    if MODELS_MTP[model] and depths:
+        flags += ["--mtp-depth", depths]
+        if depths > 1:
+            assumed.append(f"the MTP module runs {depths} depths on one set of weights (mtp_use_repeated_layer): "
+                           f"fitplan plans {depths} modules, their weights and optimizer state {depths} times")
+    elif MODELS_MTP[model]:
+        flags += ["--mtp-depth", 0]
+        assumed.append("no multi-token-prediction module: the configuration sets no mtp_num_layers")
+    if "norms" in flags:
+        i = flags.index("norms")
+        del flags[i - 1:i + 1]
+        assumed[:] = [a for a in assumed if "planned as norms recompute" not in a]
+        assumed.append("recompute of the norms and the MoE activation only (layernorm, moe_act) planned as no "
+                       "recompute: fitplan's norms recompute has no hybrid form (their stored bytes are counted)")
+    if other.get("fine_grained_activation_offloading", "").startswith("True"):
+        assumed.append("fine-grained activation offloading of the experts' MLP (offload_modules) not modelled")
 
 
 MAPPERS = {"papers": _papers, "nemo": _nemo, "automodel": _automodel, "megatron_bridge": _bridge}

@@ -56,6 +56,7 @@ class SeedAnswer:
     per_layer: Term
     all_layers_bytes: int
     strategies: tuple[Strategy, ...]
+    layer_kinds: tuple = ()        # a hybrid model's (kind name, layers of it, one layer's Term), the widest first
 
     @property
     def bigger_problem(self) -> str:
@@ -106,6 +107,10 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     per_layer = (FT.lora_layer_bytes.term(**sh.kw(), **FT.lora_kw(setup), b=micro_batch, t=1, c=1, sp=False,
                                           recompute=Recompute.NONE) if FT.is_lora(training) else
                  A.per_layer_bytes.term(**sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE))
+    kinds, all_layers = (), per_layer.value * model.num_layers
+    if model.hybrid:   # each kind of layer apart: the widest stands for "one layer"
+        kinds, all_layers = hybrid_layer_terms(setup, micro_batch=micro_batch)
+        per_layer = kinds[0][2]
     factor = attention_factor.term(a=sh.a, s=sh.s, h=sh.h, e=sh.e, D=sh.D, M=sh.M)
     strategies = []
     for name, zero in STRATEGIES:
@@ -114,8 +119,26 @@ def seed_answer(setup: Setup, *, micro_batch: int) -> SeedAnswer:
     return SeedAnswer(setup=setup, num_params=n, shape_params=P.shape_params(model),
                       bytes_per_param=bytes_per_param(recipe), state_total_bytes=total_state,
                       gpus_of_pure_state=total_state / cluster.gpu.memory_bytes, attention_factor=factor,
-                      per_layer=per_layer, all_layers_bytes=per_layer.value * model.num_layers,
-                      strategies=tuple(strategies))
+                      per_layer=per_layer, all_layers_bytes=all_layers, strategies=tuple(strategies),
+                      layer_kinds=kinds)
+
+
+def hybrid_layer_terms(setup: Setup, *, micro_batch: int) -> tuple[tuple, int]:
+    """A hybrid model's layers, one GPU, no recompute: ((kind name, layers of it, one layer's
+    Term) for each kind it has, the widest first; the bytes of all of them)."""
+    from fitplan.counts import hybrid as HY
+    from fitplan.explain import Trace
+    from fitplan.memory.breakdown import hybrid_activations, stage_at
+    model, trace, c = setup.model, Trace(), ParallelConfig(micro_batch=micro_batch)
+    stage = stage_at(trace, model, c, 0)
+    layer = dict(Shapes.of(setup).kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    a_stage, *_ = hybrid_activations(trace, setup, c, stage=stage, layer=layer)
+    counts = HY.kind_counts(model.layer_pattern)
+    kinds = [(HY.KIND_NAMES[k], n, trace.get(f"activations/per_{HY.KIND_NAMES[k]}_layer"))
+             for k, n in counts.items() if n]
+    kinds.sort(key=lambda x: -x[2].value)
+    main = sum(n * term.value for _, n, term in kinds)
+    return tuple(kinds), int(main)
 
 
 RISK_FRACTION = 0.8
@@ -127,7 +150,7 @@ RISK_RULE = ("Fujii et al. 2024 (arXiv:2411.06465): over 454 training runs on A1
              "within usable memory (capacity - reserve), likely_oom beyond usable memory")
 
 
-# What the memory model cannot pin, and so the band around its peak (docs/formulas.md#the-peak-band): the
+# What the memory model cannot pin, and so the band around its peak (docs/formulas.md#peak): the
 # caching allocator's fragmentation, from none (every free block reused) to FRAGMENTATION_SPREAD of the moment's
 # transient bytes beyond the assumed share (GMLake, Guo et al. 2024: 15% on average over eight LLMs with the
 # default allocator), and one layer's backward buffers, an upper bound (fitplan validate measures below it).

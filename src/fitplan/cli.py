@@ -93,8 +93,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_declared(sub.add_parser("infer", help=HELP["infer"]), "infer")
     val = sub.add_parser("validate", help="predicted vs measured against PyTorch on small reference models "
                                           "(needs pip install -e '.[torch]')")
-    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "small-llama", "all"), default="all",
-                     help="all: the three tiny models; small-llama (336M parameters) is for --device cuda")
+    val.add_argument("--model", choices=("tiny-gpt", "tiny-llama", "tiny-moe", "tiny-hybrid", "small-llama", "all"),
+                     default="all", help="all: the four tiny models (tiny-hybrid: Mamba-2, attention and MLP layers); "
+                                         "small-llama (336M parameters) is for --device cuda")
     val.add_argument("--seq-len", type=int, default=128)
     val.add_argument("--micro-batch", type=int, default=2)
     val.add_argument("--world-sizes", default="2", help="comma-separated process counts for the gloo checks (2-4)")
@@ -243,14 +244,15 @@ def run_presets(args, out) -> int:
 def run_validate(args, out) -> int:
     """Exit 0 when every row is within its stated tolerance (most are exact), 1 otherwise."""
     from fitplan.report.jsonout import dump
-    from fitplan.validate import SMALL_LLAMA, TINY_GPT, TINY_LLAMA, TINY_MOE, run_validation
+    from fitplan.validate import SMALL_LLAMA, TINY_GPT, TINY_HYBRID, TINY_LLAMA, TINY_MOE, run_validation
     from fitplan.validate.report import as_json, render_text
     try:
         worlds = tuple(int(w) for w in args.world_sizes.split(","))
     except ValueError:
         raise SpecError(f"--world-sizes: write process counts separated by commas, e.g. 2,4; got {args.world_sizes!r}")
-    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "tiny-moe": (TINY_MOE,), "small-llama": (SMALL_LLAMA,),
-              "all": (TINY_GPT, TINY_LLAMA, TINY_MOE)}[args.model]
+    models = {"tiny-gpt": (TINY_GPT,), "tiny-llama": (TINY_LLAMA,), "tiny-moe": (TINY_MOE,),
+              "tiny-hybrid": (TINY_HYBRID,), "small-llama": (SMALL_LLAMA,),
+              "all": (TINY_GPT, TINY_LLAMA, TINY_MOE, TINY_HYBRID)}[args.model]
     reports = [run_validation(model=m, seq_len=args.seq_len, micro_batch=args.micro_batch, world_sizes=worlds,
                               device=args.device, include_distributed=not args.no_distributed) for m in models]
     ok = all(r.ok for r in reports)

@@ -11,6 +11,7 @@ import functools
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
+from fitplan.servers import SERVERS
 from fitplan.specs.serving import KV_PRECISIONS, WEIGHT_PRECISIONS
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.specs.declare import Flagged, declared, flagged, num_text, out_of_range
@@ -115,6 +116,24 @@ class InferOptions:
     kv_precision: str = declared("choice", default="bf16", choices=KV_PRECISIONS, flag="--kv-precision",
                                  group="serving", example="fp8", help="the KV cache's element: bf16 2 B, fp8 and "
                                                                       "int8 1 B")
+    server: str | None = declared("choice", default=None, choices=SERVERS, flag="--server", group="server",
+                                  example="vllm", help="also size the KV cache as this server does at start-up "
+                                                       "(its pool, blocks, max context and batch, as it logs them)")
+    gpu_memory_utilization: float | None = declared("number", default=None, flag="--gpu-memory-utilization",
+                                                    group="server", lo=0.01, hi=1, example=0.85,
+                                                    help="vLLM's share of the GPU for this instance (default 0.9)")
+    max_num_batched_tokens: int | None = declared("int", default=None, flag="--max-num-batched-tokens", group="server",
+                                                  lo=1, hi=2**24, example=4096, unit="tokens",
+                                                  help="vLLM's tokens per step, the profile run's forward (default "
+                                                       "8192 on GPUs of 70 GiB and more but A100, else 2048)")
+    max_num_seqs: int | None = declared("int", default=None, flag="--max-num-seqs", group="server", lo=1, hi=2**20,
+                                        example=128, unit="sequences",
+                                        help="vLLM's requests per step, the sampler warm-up's (default 1024 on GPUs of "
+                                             "70 GiB and more but A100, else 256)")
+    mem_fraction_static: float | None = declared("number", default=None, flag="--mem-fraction-static",
+                                                 group="server", lo=0.01, hi=0.99, example=0.8,
+                                                 help="SGLang's share of the free memory for weights and KV cache "
+                                                      "(default: from the GPU's memory, as SGLang sets it)")
     format: str = declared("choice", default="text", choices=FORMATS, flag="--format", group="output", api=False,
                            help="text, markdown or json")
 

@@ -18,7 +18,7 @@ from fitplan.presets.frameworks import FRAMEWORKS
 from fitplan.presets.recipes import DEFAULT_RECIPE
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
-from fitplan.specs.model import MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
+from fitplan.specs.model import MambaSpec, MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
 from fitplan.specs.parallel import SETTINGS, Offload, Recompute, ZeroStage
 from fitplan.specs.declare import out_of_range, spec_fields
 from fitplan.units import UNIT_PARSERS, fmt_rate
@@ -129,6 +129,9 @@ def _custom_model(request: Request, values: dict) -> ModelSpec:
                  norm=Norm.LAYERNORM if gpt else Norm.RMSNORM, position=Position.LEARNED if gpt else Position.ROPE,
                  tied_embeddings=gpt, linear_bias=gpt)
     shape.update({path[0]: v for path, v in values.items() if len(path) == 1})
+    if "layer_pattern" in shape:   # a hybrid model from flags: its length is the layer count, its tables built with it
+        shape.setdefault("num_layers", len(shape["layer_pattern"]))
+        shape.update(_tables(None, values, shape.get("ffn_hidden_size", 4 * hidden)))
     return ModelSpec(name="custom", source="custom shape from flags", **shape)
 
 
@@ -142,7 +145,11 @@ def _model(request: Request, spec) -> tuple[ModelSpec, object, dict]:
         if changes:
             if "num_heads" in changes and "num_kv_heads" not in changes and model.num_kv_heads == model.num_heads:
                 changes["num_kv_heads"] = changes["num_heads"]   # multi-head attention stays multi-head
+            if "layer_pattern" in changes and "num_layers" not in changes:   # a new pattern sets the layer count
+                changes["num_layers"] = len(changes["layer_pattern"])
             changes.setdefault("published_params", None)        # a changed shape invalidates the published count
+            # the tables change with the shape, so a new pattern and the Mamba or MoE table it needs arrive together
+            changes.update(_tables(model, values, changes.get("ffn_hidden_size", model.ffn_hidden_size)))
             model = replace(model, name=_modified(model.name), **changes)
     return _with_tables(model, values), preset, hints
 
@@ -151,27 +158,44 @@ def _modified(name: str) -> str:
     return name if name.endswith("(modified)") or name == "custom" else name + " (modified)"
 
 
-def _with_tables(model: ModelSpec, values: dict) -> ModelSpec:
-    """--experts and friends add or change the [model.moe] table, --kv-lora-rank and friends
-    the [model.mla] table."""
-    for table, cls, needed, defaults in (
-            ("moe", MoeSpec, ("num_experts", "experts_per_token"), {"expert_ffn_size": model.ffn_hidden_size}),
+TABLE_NAMES = {"moe": "mixture-of-experts", "mla": "latent-attention", "mamba": "hybrid Mamba"}
+
+
+def _table_kinds(ffn: int) -> tuple:
+    return (("moe", MoeSpec, ("num_experts", "experts_per_token"), {"expert_ffn_size": ffn}),
             ("mla", MlaSpec, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
-             {"q_lora_rank": 0})):
+             {"q_lora_rank": 0}),
+            ("mamba", MambaSpec, ("num_heads", "head_dim", "state_size"), {}))
+
+
+def _tables(model: ModelSpec | None, values: dict, ffn: int) -> dict:
+    """The tables (--experts and friends: [model.moe]; --kv-lora-rank and friends: [model.mla];
+    --mamba-heads and friends: [model.mamba]) the flags add or change, as fields to set."""
+    out = {}
+    for table, cls, needed, defaults in _table_kinds(ffn):
         given_here = {path[1]: v for path, v in values.items() if path[0] == table}
         if not given_here:
             continue
-        current = getattr(model, table)
+        current = None if model is None else getattr(model, table)
         if current is None:
             absent = [n for n in needed if n not in given_here]
             if absent:
                 flags = {f.path[-1]: f.flag for f in command_flags("plan") if f.path[:2] == ("model", table)}
-                raise SpecError(f"{flags[absent[0]]}: a {'mixture-of-experts' if table == 'moe' else 'latent-attention'}"
-                                f" model needs {' and '.join(flags[n] for n in needed)}")
+                raise SpecError(f"{flags[absent[0]]}: a {TABLE_NAMES[table]} model needs "
+                                f"{' and '.join(flags[n] for n in needed)}")
             current = cls(**{**defaults, **given_here})
-        model = replace(model, **{table: replace(current, **given_here)}, published_params=None,
-                        name=_modified(model.name))
-    return model
+        out[table] = replace(current, **given_here)
+    return out
+
+
+def _with_tables(model: ModelSpec, values: dict) -> ModelSpec:
+    """--experts and friends add or change the [model.moe] table, --kv-lora-rank and friends
+    the [model.mla] table, --mamba-heads and friends the [model.mamba] table (when no other
+    shape flag changed them with the shape: _model)."""
+    tables = {k: v for k, v in _tables(model, values, model.ffn_hidden_size).items() if getattr(model, k) != v}
+    if not tables:
+        return model
+    return replace(model, **tables, published_params=None, name=_modified(model.name))
 
 
 def _recipe(request: Request, base):

@@ -109,9 +109,21 @@ def _infer(request: Request) -> Reply:
     o = q.options
     answer = plan_serving(q.model, q.cluster, tp=q.tp, pp=q.pp, batch=o.batch, context=q.context,
                           weight_precision=o.weight_precision, kv_precision=o.kv_precision, assumed=q.assumed)
+    fits = answer.fits
+    if o.server is not None:   # the server's own budget decides: its pool, not fitplan's usable memory
+        from dataclasses import replace
+
+        from fitplan.servers import ServerSettings, plan_server
+        settings = ServerSettings(o.server, o.gpu_memory_utilization, o.mem_fraction_static, o.max_num_batched_tokens,
+                                  o.max_num_seqs)
+        answer = replace(answer, server=plan_server(answer, settings))
+        fits = answer.server.fits
+    else:
+        from fitplan.servers import check_unused
+        check_unused(o)
     text = serving_report.as_json(answer) if o.format == "json" else \
         (render_markdown if o.format == "markdown" else render_text)(serving_report.blocks(answer))
-    return Reply(0 if answer.fits else 1, text, answer=answer)
+    return Reply(0 if fits else 1, text, answer=answer)
 
 
 _COMMANDS = {"plan": _plan, "search": _plan, "compare": _compare, "sweep": _sweep, "export": _export}

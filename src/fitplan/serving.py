@@ -15,9 +15,8 @@ parallel over the tensor-parallel group; slicing each expert by t holds the same
 from dataclasses import dataclass, replace
 
 from fitplan.arith import ceil_div, minimum
-from fitplan.counts import params as P
 from fitplan.errors import SpecError
-from fitplan.explain import BYTES, COUNT, SECONDS, Term, Trace, formula
+from fitplan.explain import BYTES, COUNT, RAW, SECONDS, Term, Trace, formula
 from fitplan.memory.breakdown import stage_at, stage_expert_psi, stage_psi
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig
@@ -62,9 +61,14 @@ def mla_kv_per_gpu_bytes(*, L, p, r, d_r, s, b, e):
     return mla_kv_bytes.fn(L=L // p, r=r, d_r=d_r, s=s, b=b, e=e)
 
 
-def _kv(model: ModelSpec, *, t, p, s, b, e, per_gpu: bool, ev=None, key=None):
-    """The KV cache (per_gpu: one GPU's share), by the attention's kind."""
+def _kv(model: ModelSpec, *, t, p, s, b, e, per_gpu: bool, ev=None, key=None, L_a=None):
+    """The KV cache (per_gpu: one GPU's share), by the attention's kind. L_a: a hybrid model's
+    attention layers (the busiest stage's when per_gpu, with p = 1): only they cache keys and values."""
     call = ev or (lambda f, key=None, **kw: f.fn(**kw))
+    if L_a is not None:
+        f = gqa_kv_per_gpu_bytes if per_gpu else gqa_kv_bytes
+        return call(f, key=key, L=L_a, g=model.num_kv_heads, d=model.kv_size // model.num_kv_heads, s=s, b=b, e=e,
+                    **(dict(p=1, t=t) if per_gpu else {}))
     split = dict(p=p, t=t) if per_gpu else {}
     if model.mla is not None:
         f = mla_kv_per_gpu_bytes if per_gpu else mla_kv_bytes
@@ -74,6 +78,37 @@ def _kv(model: ModelSpec, *, t, p, s, b, e, per_gpu: bool, ev=None, key=None):
     f = gqa_kv_per_gpu_bytes if per_gpu else gqa_kv_bytes
     return call(f, key=key, L=model.num_layers, g=model.num_kv_heads, d=model.kv_size // model.num_kv_heads,
                 s=s, b=b, e=e, **split)
+
+
+# ---------------------------------------------------------------- a hybrid model's recurrent state
+
+# vLLM's MambaStateShapeCalculator (vllm/model_executor/layers/mamba/mamba_utils.py): per sequence and Mamba layer a
+# conv state of (d_conv - 1) x conv channels / t and a temporal state of heads / t x head dim x state (Mamba:
+# d_inner / t x state); the conv state in the model's dtype, the SSM state in mamba_ssm_cache_dtype (float32 in
+# Nemotron-H's and Nemotron 3's config.json)
+SSM_STATE = Cite("mamba2", "mamba2.py allocate_inference_cache (conv_state, ssm_state); vLLM mamba_utils.py "
+                           "MambaStateShapeCalculator (d_conv - 1 columns)")
+CONV_STATE_BYTES, SSM_STATE_BYTES = 2, 4
+
+
+@formula("serving/ssm_state", "L_M*((K - 1)*C*e_c + H*P*N*e_s)*b/t  (conv state, SSM state: constant in the context)",
+         SSM_STATE)
+def ssm_state_bytes(*, L_M, K, C, H, P, N, b, t, e_c=CONV_STATE_BYTES, e_s=SSM_STATE_BYTES):
+    """The recurrent state of L_M Mamba layers for b sequences on one GPU: per layer and sequence
+    the last K - 1 inputs of the causal conv over its C channels and the SSM state of H heads of P
+    channels by N (Mamba: H = d_inner, P = 1), both split by t. It does not grow with the context."""
+    return ceil_div(L_M * ((K - 1) * C * e_c + H * P * N * e_s) * b, t)
+
+
+def _ssm(model: ModelSpec, *, L_M, b, t, ev=None, key=None):
+    """The Mamba layers' state (0 for a model without them)."""
+    if model.mamba is None or not L_M:
+        return 0
+    from fitplan.counts import hybrid as HY
+    m = model.mamba
+    call = ev or (lambda f, key=None, **kw: f.fn(**kw))
+    return call(ssm_state_bytes, key=key, L_M=L_M, K=m.conv_kernel, C=HY.conv_channels(model), H=m.num_heads,
+                P=m.head_dim, N=m.state_size, b=b, t=t)
 
 
 # ---------------------------------------------------------------- weights
@@ -157,10 +192,15 @@ class ServingAnswer:
     terms: tuple[Term, ...]
     assumes: tuple[str, ...]
     assumed: tuple[str, ...] = ()
+    stage_weights_bytes: tuple[tuple[str, int], ...] = ()   # each stage's weights per GPU: only, or first and last
+    server: object = None              # fitplan.servers.ServerAnswer with --server: the server's own budget
+    ssm_state_bytes_per_gpu: int = 0         # a hybrid model's Mamba layers: the batch's conv and SSM states
+    ssm_state_bytes_per_sequence: int = 0    # all Mamba layers, one sequence, counted once: constant in the context
+    attention_layers: int | None = None      # a hybrid model's layers with a KV cache (None: every layer)
 
     @property
     def per_gpu_bytes(self) -> int:
-        return self.weights_bytes_per_gpu + self.kv_cache_bytes_per_gpu
+        return self.weights_bytes_per_gpu + self.kv_cache_bytes_per_gpu + self.ssm_state_bytes_per_gpu
 
     @property
     def headroom_bytes(self) -> int:
@@ -195,6 +235,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, co
                         f"replicated on tp/{g} ranks)")
     if model.ffn_hidden_size % tp:
         raise SpecError(f"ffn size {model.ffn_hidden_size} must be divisible by tp={tp}")
+    if model.mamba is not None and model.mamba.num_heads % tp:
+        raise SpecError(f"Mamba heads ({model.mamba.num_heads}) must be divisible by tp={tp}; pick a tp that divides "
+                        f"{model.mamba.num_heads}")
     if model.num_layers % pp:
         raise SpecError(f"layers ({model.num_layers}) must be divisible by pp={pp}; pick a pp that divides "
                         f"{model.num_layers}")
@@ -231,24 +274,41 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
     psi, psi_e = held[stage]
     W = _weights(ev, psi + psi_e, fmt, "serving/weights_per_gpu")
     W_e = 0 if moe is None else _weights(ev, psi_e, fmt, "serving/weights_experts_per_gpu")
+    by_stage = tuple((name, _weights(RAW, sum(held[name]), fmt, "")) for name in held)
 
+    # a hybrid model: the KV cache of its attention layers only (the busiest stage's per GPU), and its Mamba layers'
+    # recurrent state, constant in the context
+    L_a = L_a_gpu = L_M_gpu = None
+    if model.hybrid:
+        per_stage = [stage_at(RAW, served, c, i) for i in range(pp)]
+        L_a = model.layer_pattern.count("*")
+        L_a_gpu = max(int(st.n_attention) for st in per_stage)
+        L_M_gpu = max(int(st.n_mamba) for st in per_stage)
     kv_args = dict(t=tp, p=pp, e=e)
-    kv_total = _kv(model, s=context, b=batch, per_gpu=False, ev=ev, **kv_args)
-    kv_gpu = _kv(model, s=context, b=batch, per_gpu=True, ev=ev, **kv_args)
-    kv_token = _kv(model, s=1, b=1, per_gpu=False, ev=ev, key="serving/kv_cache_per_token", **kv_args)
+    kv_total = _kv(model, s=context, b=batch, per_gpu=False, ev=ev, L_a=L_a, **kv_args)
+    kv_gpu = _kv(model, s=context, b=batch, per_gpu=True, ev=ev, L_a=L_a_gpu, **kv_args)
+    kv_token = _kv(model, s=1, b=1, per_gpu=False, ev=ev, key="serving/kv_cache_per_token", L_a=L_a, **kv_args)
+    ssm_gpu = _ssm(model, L_M=L_M_gpu, b=batch, t=tp, ev=ev, key="serving/ssm_state_per_gpu")
+    ssm_sequence = _ssm(model, L_M=model.layer_pattern.count("M") if model.hybrid else 0, b=1, t=1, ev=ev,
+                        key="serving/ssm_state_per_sequence")
 
     M = ev(serving_usable_bytes, key="serving/usable_per_gpu", usable=cluster.usable_bytes,
            capacity=cluster.gpu.memory_bytes)
-    one_sequence = _kv(model, s=context, b=1, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_sequence", **kv_args)
-    one_token = _kv(model, s=1, b=batch, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_token", **kv_args)
+    one_sequence = (_kv(model, s=context, b=1, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_sequence",
+                        L_a=L_a_gpu, **kv_args)
+                    + _ssm(model, L_M=L_M_gpu, b=1, t=tp, ev=ev, key="serving/ssm_state_per_gpu_per_sequence"))
+    one_token = _kv(model, s=1, b=batch, per_gpu=True, ev=ev, key="serving/kv_per_gpu_per_token", L_a=L_a_gpu,
+                    **kv_args)
     max_batch = ev(largest_fitting, key="serving/max_batch", M=M, W=W, KV_1=one_sequence)
-    max_context = ev(largest_fitting, key="serving/max_context", M=M, W=W, KV_1=one_token)
+    max_context = ev(largest_fitting, key="serving/max_context", M=M, W=W + ssm_gpu, KV_1=one_token)
     limit = model.max_seq_len if model.position is Position.LEARNED else None
     if limit is not None:
         max_context = min(max_context, limit)
+    held = lambda s, b: (_kv(model, s=s, b=b, per_gpu=True, L_a=L_a_gpu, **kv_args)
+                         + _ssm(model, L_M=L_M_gpu, b=b, t=tp))
     for n, s_of, b_of in ((max_batch, lambda n: context, lambda n: n), (max_context, lambda n: n, lambda n: batch)):
         # the closed form, checked against the cache itself: n fits, n + 1 does not
-        fits = lambda n: W + _kv(model, s=s_of(n), b=b_of(n), per_gpu=True, **kv_args) <= M
+        fits = lambda n: W + held(s_of(n), b_of(n)) <= M
         assert n == 0 or fits(n), n
         assert not fits(n + 1) or n == limit, n
 
@@ -258,15 +318,17 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, *, tp: int, pp: int, ba
         W_read = ev(weights_read_bytes, key="serving/weights_read_per_gpu", W=W, W_e=W_e, E=moe.num_experts, b=batch,
                     k=moe.experts_per_token)
     B = cluster.gpu.hbm_bytes_per_s
-    step = None if B is None else ev(decode_step_s, key="serving/decode_step_s_lower_bound", W_read=W_read, KV_gpu=kv_gpu,
-                                     B=B)
+    # a decode step reads the cache and reads and writes the recurrent state
+    step = None if B is None else ev(decode_step_s, key="serving/decode_step_s_lower_bound", W_read=W_read,
+                                     KV_gpu=kv_gpu + 2 * ssm_gpu, B=B)
     return ServingAnswer(
         model=model, cluster=cluster, tp=tp, pp=pp, batch=batch, context=context, weight_precision=weight_precision,
         kv_precision=kv_precision, stage=stage, weights_bytes_per_gpu=W, kv_cache_bytes=kv_total,
         kv_cache_bytes_per_gpu=kv_gpu, kv_cache_bytes_per_token=kv_token, usable_bytes_per_gpu=M,
         max_batch=max_batch, max_context=max_context, max_context_limit=limit, weights_read_bytes_per_gpu=W_read,
         decode_step_s_lower_bound=step, terms=tuple(ev.terms), assumes=_assumptions(model, fmt, tp, pp),
-        assumed=assumed)
+        assumed=assumed, stage_weights_bytes=by_stage, ssm_state_bytes_per_gpu=ssm_gpu,
+        ssm_state_bytes_per_sequence=ssm_sequence, attention_layers=L_a)
 
 
 def _assumptions(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[str, ...]:
@@ -283,6 +345,12 @@ def _assumptions(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple
     if pp > 1:
         out.append(f"with pp = {pp} a token passes the stages one after another: its latency is about pp times the "
                    f"step bound, and the bound is for the busiest stage")
+    if model.hybrid:
+        out.append("a hybrid model caches keys and values in its attention layers only; each Mamba layer keeps per "
+                   "sequence a conv state of d_conv - 1 inputs (2 B each) and an SSM state of heads x head dim x "
+                   "state in float32 (the mamba_ssm_cache_dtype Nemotron-H's and Nemotron 3's configs state; vLLM's "
+                   "default follows the model's dtype, half of it), whatever the context; a decode step reads and "
+                   "writes it")
     if model.mla is None and tp > model.num_kv_heads:
         out.append(f"tp {tp} > {model.num_kv_heads} kv heads: each kv head is replicated on {tp // model.num_kv_heads} "
                    f"GPUs (vLLM)")

@@ -55,6 +55,16 @@ SOURCES = {
     "pope": Source("Efficiently Scaling Transformer Inference", "Pope et al.", 2022, "arXiv:2211.05102"),
     "vllm": Source("vLLM engine arguments", "vLLM project", 2025,
                    "vllm/engine/arg_utils.py (EngineArgs.gpu_memory_utilization = 0.9)"),
+    "vllm-memory": Source("vLLM V1: memory profiling and KV cache sizing at start-up", "vLLM project", 2025,
+                          "vllm-project/vllm vllm/v1/worker/gpu_worker.py @35d5cda (init_device, "
+                          "determine_available_memory); vllm/utils/mem_utils.py @a6d5c39 (memory_profiling); "
+                          "vllm/v1/worker/gpu_model_runner.py @4e17906 (profile_run, _dummy_sampler_run); "
+                          "vllm/v1/sample/sampler.py @3e34265; vllm/v1/sample/ops/topk_topp_sampler.py @3babc05; "
+                          "vllm/v1/core/kv_cache_utils.py @bbf906a; vllm/engine/arg_utils.py @99d7eb5"),
+    "sglang": Source("SGLang: the KV cache pool at start-up", "SGLang team", 2025,
+                     "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py @01cc04e "
+                     "(init_torch_distributed, profile_max_num_token); python/sglang/srt/server_args.py "
+                     "ServerArgs._handle_gpu_memory_settings (the reserved-memory heuristic, v0.5)"),
     "awq": Source("AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", "Lin et al.",
                   2023, "arXiv:2306.00978; AutoAWQ's GEMM format (fp16 scale, 4-bit zero point per group)"),
     "transformer-engine": Source("Transformer Engine", "NVIDIA", 2024, "transformer_engine/pytorch/module/base.py"),
@@ -87,6 +97,11 @@ SOURCES = {
     "lora": Source("LoRA: Low-Rank Adaptation of Large Language Models", "Hu et al.", 2021, "arXiv:2106.09685"),
     "qlora": Source("QLoRA: Efficient Finetuning of Quantized LLMs", "Dettmers, Pagnoni, Holtzman, Zettlemoyer", 2023,
                     "arXiv:2305.14314; artidoro/qlora scripts/finetune_guanaco_65b.sh"),
+    "fsdp-qlora": Source("FSDP-QLoRA: 4-bit weights sharded by FSDP", "Answer.AI; bitsandbytes", 2024,
+                         "bitsandbytes-foundation/bitsandbytes (@95f9af309d) bitsandbytes/nn/modules.py (Params4bit, "
+                         "quant_storage) and docs/source/fsdp_qlora.md; AnswerDotAI/fsdp_qlora (@05ed9f2a60) train.py "
+                         "(load_and_quantize: FSDP syncs only parameters and buffers, so every rank builds its own "
+                         "quant_state)"),
     "llm-int8": Source("LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale", "Dettmers et al.", 2022,
                        "arXiv:2208.07339; bitsandbytes Linear8bitLt"),
     "pcie": Source("PCI Express Base Specification 4.0 and 5.0", "PCI-SIG", 2019,
@@ -98,6 +113,19 @@ SOURCES = {
                             "megatron/core/tensor_parallel/cross_entropy.py"),
     "fujii": Source("Accelerating Large Language Model Training with 4D Parallelism and Memory Consumption "
                     "Estimator", "Fujii, Watanabe, Yokota", 2024, "arXiv:2411.06465"),
+    "mamba2": Source("Transformers are SSMs: Generalized Models and Efficient Algorithms Through Structured State "
+                     "Space Duality", "Dao, Gu", 2024, "arXiv:2405.21060; state-spaces/mamba mamba_ssm/modules/mamba2.py, "
+                     "mamba_ssm/ops/triton/ssd_combined.py"),
+    "mamba": Source("Mamba: Linear-Time Sequence Modeling with Selective State Spaces", "Gu, Dao", 2023,
+                    "arXiv:2312.00752; state-spaces/mamba mamba_ssm/modules/mamba_simple.py, "
+                    "mamba_ssm/ops/selective_scan_interface.py"),
+    "megatron-mamba": Source("Megatron-LM hybrid Mamba models", "NVIDIA", 2025,
+                             "megatron/core/ssm/mamba_mixer.py (MambaMixer), mamba_block.py, "
+                             "mamba_hybrid_layer_allocation.py"),
+    "nemotron-h": Source("Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models", "NVIDIA",
+                         2025, "arXiv:2504.03624; transformers models/nemotron_h/modeling_nemotron_h.py"),
+    "jamba": Source("Jamba: A Hybrid Transformer-Mamba Language Model", "Lieber et al. (AI21)", 2024,
+                    "arXiv:2403.19887; transformers models/jamba/modeling_jamba.py"),
     "fitplan": Source("fitplan's own derivation (see docs/formulas.md)", "fitplan", 2026, "docs/formulas.md"),
     "vendor": Source("Vendor data sheets", "NVIDIA, AMD", 2024, "per-GPU preset source field"),
 }
@@ -126,11 +154,13 @@ def short_name(key: str) -> str:
             "qi-zero-bubble": "Qi et al. (zero bubble)", "deepseek-v3": "DeepSeek-V3", "gpipe": "GPipe",
             "megatron-split": "Megatron-LM", "torchtitan": "torchtitan",
             "deepseek-v2": "DeepSeek-V2",
-            "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM",
-            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP", "torchtune": "torchtune", "bnb-code": "bitsandbytes",
-            "liger": "Liger-Kernel",
+            "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM", "vllm-memory": "vLLM", "sglang": "SGLang",
+            "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP",
+            "torchtune": "torchtune", "bnb-code": "bitsandbytes", "liger": "Liger-Kernel",
             "megatron-overlap": "Megatron-Core",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
-            "lora": "LoRA", "qlora": "QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
-            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al."}[key]
+            "lora": "LoRA", "qlora": "QLoRA", "fsdp-qlora": "FSDP-QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",
+            "pytorch-runtime": "PyTorch", "megatron-loss": "Megatron-LM", "fujii": "Fujii et al.",
+            "mamba2": "Dao & Gu (Mamba-2)", "mamba": "Gu & Dao (Mamba)", "megatron-mamba": "Megatron-LM",
+            "nemotron-h": "Nemotron-H", "jamba": "Jamba"}[key]

@@ -35,7 +35,7 @@ from fitplan.counts.params import active_params, shape_params
 from fitplan.errors import SpecError
 from fitplan.specs import Recompute
 from fitplan.specs.model import Mlp, ModelSpec, MoeSpec, Norm, Position
-from fitplan.validate import TINY_MOE, run_validation
+from fitplan.validate import TINY_GPT, TINY_MOE, run_validation
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X
 from fitplan.validate.measure import SavedTensorRecorder, count_flops, count_params, param_storages, saved_activations
@@ -161,6 +161,32 @@ def test_expert_parallel_states_exact():
     assert [r.measured for r in rows[:2]] == [4 * local] * 2
     # dropless: the routed copies of both ranks' tokens (k*s*b each) all arrive at some expert
     assert sum(sum(t) for r in records for t in r["expert_tokens"]) == 2 * (2 * 32 * 1)
+
+
+def test_fsdp2_nosync_keeps_the_experts_too():
+    """FSDP2 at dp = 2, ep = 1, after a backward with set_requires_gradient_sync(False) and
+    set_reshard_after_backward(False) (a pipeline stage's every micro-batch but the last).
+    fully_shard(layer) makes the MoE layer's 4 experts FSDPParams of the layer's group, and
+    FSDPParamGroup.post_backward, with reduce_grads off, keeps every one of them unsharded with
+    its gradient (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward).
+    So both rows are 4 B x all parameters: dense psi = 219,712 - 73,728 = 145,984 plus routed
+    experts psi_e = 4*3*64*96 = 73,728: 4*219,712 = 878,848 B, exact (every expert runs, on
+    its possibly empty slice, so each gets a gradient whatever the routing). Counting the
+    dense part alone (the harness before this test) gave 4*145,984 = 583,936.
+    A dense model in the same run (psi_e = 0): TINY_GPT, 4*141,056 = 564,224 B."""
+    records = D.measure_distributed([TINY_MOE, TINY_GPT], seq_len=32, micro_batch=1, world_size=2,
+                                    checks=("fsdp2-nosync",))
+    psi_e = 4 * 3 * 64 * 96
+    assert psi_e == 73_728 and shape_params(TINY_MOE) - psi_e == 145_984 and shape_params(TINY_GPT) == 141_056
+    for spec, expected in ((TINY_MOE, 4 * (145_984 + psi_e)), (TINY_GPT, 4 * 141_056)):
+        rows = D.runtime_rows(spec, records, seq_len=32, micro_batch=1, world=2)
+        assert [r.quantity for r in rows] == ["fsdp2 no-sync: gathered weights kept",
+                                              "fsdp2 no-sync: unsharded gradients"]
+        for row in rows:
+            assert row.relation == "==" and row.ok
+            assert row.planner == row.measured == expected
+            assert row.per_rank_measured == (expected, expected)
+    assert 4 * (145_984 + psi_e) == 878_848
 
 
 def test_run_validation_rows_exact():

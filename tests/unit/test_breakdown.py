@@ -36,12 +36,14 @@ def test_first_stage_by_hand():
     """The first stage's peak, by hand (above). The busiest GPU is the last stage by 8,192 B: its loss's
     backward (tp 2: torch's loss_parallel, 12 B per local logit, 12*128*1000/2 = 768,000 B) on one micro-batch
     of 2 layers, 16*82496 + 2*344064 + 288,768 + 768,000 = 3,064,832 B beside the same runtime buffers
-    without the layer's backward terms (400 MiB + 8,519,680 + 6*32*9,633,792 + 22 MiB)."""
+    without the layer's backward terms (400 MiB + 8,519,680 + 3*32*9,633,792 + 22 MiB). NCCL: rings for tp and the
+    world (4 ranks, more than each group), and the pipeline's one neighbour inside the node on 32 p2p channels:
+    3 x 32 connections' buffers."""
     from fitplan.memory.timeline import peak
     b = evaluate(SETUP, CONFIG)
-    runtime_always = 400 * 2**20 + 8_519_680 + 6 * 32 * 9_633_792 + 22 * 2**20
+    runtime_always = 400 * 2**20 + 8_519_680 + 3 * 32 * 9_633_792 + 22 * 2**20
     assert b.stage == "last" and b.peak.phase == "backward of micro-batch 1 (loss)"
-    assert b.per_gpu_bytes == 16 * 82496 + 2 * 344064 + 288_768 + 768_000 + runtime_always == 2_303_771_648
+    assert b.per_gpu_bytes == 16 * 82496 + 2 * 344064 + 288_768 + 768_000 + runtime_always == 1_378_927_616
     first = stage_memory(RAW, SETUP, CONFIG, first=True)
     pk = peak(first, phi=0)
     parts = first
@@ -51,9 +53,9 @@ def test_first_stage_by_hand():
     assert parts["activations/embedding"] == 2 * (8192 + 1024)
     assert parts["activations/output"] == 0
     assert sum(parts[k] for k in STATE_KEYS + STORED) == 16 * 90560 + 4 * 344064 + 18432 == 2_843_648
-    runtime = 400 * 2**20 + 8_519_680 + 6 * 32 * 9_633_792 + (32768 + 131072 + 16384) + 32768 + 22 * 2**20
+    runtime = 400 * 2**20 + 8_519_680 + 3 * 32 * 9_633_792 + (32768 + 131072 + 16384) + 32768 + 22 * 2**20
     assert pk.phase == "backward of micro-batch 1"
-    assert pk.bytes == 2_843_648 + runtime == 2_303_763_456
+    assert pk.bytes == 2_843_648 + runtime == 1_378_919_424
     assert sum(pk.held.values()) == pk.bytes
 
 

@@ -32,10 +32,11 @@ def layouts(preset):
     m = preset.model
     ep = 8 if m.moe is not None and m.moe.num_experts % 8 == 0 else 1
     pp = 2 if m.num_layers >= 4 else 1
+    cp = [] if m.hybrid else [dict(cp=2, dp=8, zero=ZeroStage.OS_G_P, cp_comm_overlap=False)]   # Mamba: cp 1
     return [dict(dp=16, zero=ZeroStage.OS),
             dict(dp=16, zero=ZeroStage.OS_G_P, recompute=Recompute.FULL),
             dict(tp=2, pp=pp, dp=8 // pp, sequence_parallel=True, zero=ZeroStage.OS_G_P, ep=ep),
-            dict(cp=2, dp=8, zero=ZeroStage.OS_G_P, cp_comm_overlap=False),
+            *cp,
             dict(dp=16, zero=ZeroStage.OS, ep=ep)]
 
 
@@ -153,8 +154,11 @@ def megatron_view(plan, result) -> dict:
                      or m.moe.route_nodes is not None and nodes <= m.moe.route_nodes else a.moe_router_group_topk,
                      "model.moe.shared_expert_gate": a.moe_shared_expert_gate,
                      "model.moe.expert_bias": a.moe_router_enable_expert_bias,
-                     "model.moe.capacity_factor": a.moe_expert_capacity_factor})
+                     "model.moe.capacity_factor": a.moe_expert_capacity_factor,
+                     "model.moe.latent_size": a.moe_latent_size})
         assert a.expert_tensor_parallel_size == 1      # fitplan's expert grid
+    # pretrain_gpt.py's transformer layers: no hybrid pattern, Mamba table or MTP pattern (hybrids are refused)
+    view.update({"model.layer_pattern": a.hybrid_override_pattern, "model.mamba": None, "model.mtp_pattern": None})
     view["model.mla"] = m.mla if a.multi_latent_attention else None
     if a.multi_latent_attention:
         view.update({"model.mla.q_lora_rank": a.q_lora_rank or 0, "model.mla.kv_lora_rank": a.kv_lora_rank,

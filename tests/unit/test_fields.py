@@ -28,7 +28,7 @@ from fitplan.specs.declare import decl_of, enum_value, spec_fields
 from fitplan.web.schema import build_request
 
 # Bases tried in order: the first where the example changes the field and everything resolves.
-BASES = ("gpt3-125m", "llama3.1-8b", "mixtral-8x7b", "deepseek-v3")
+BASES = ("gpt3-125m", "llama3.1-8b", "mixtral-8x7b", "deepseek-v3", "nemotron-3-nano-30b-a3b")
 GPU_COUNTS = (8, 2, 16)
 # Configuration fields that are legal only beside another axis.
 COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}, "first_stage_layers": {"pp": 2},
@@ -36,7 +36,12 @@ COMPANIONS = {"sequence_parallel": {"tp": 2}, "virtual_stages": {"pp": 2}, "firs
               "reshard_after_forward": {"zero": 3}, "recompute_num_layers": {"recompute": "full"}}
 SPEC_ROOTS = ("model", "training", "cluster")
 # Spec fields legal only beside another: flags (CLI) and request keys (API).
+# Mamba (mamba1) layers: one state per channel, dt of a rank (fitplan.specs.model.MambaSpec)
+MAMBA1 = (["--mamba-version", "mamba1", "--mamba-heads", "4096", "--mamba-head-dim", "1", "--mamba-groups", "1"],
+          {"mamba_version": "mamba1", "mamba_heads": 4096, "mamba_head_dim": 1, "mamba_groups": 1})
 SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"sliding_window": 4096}),
+                   "version": (MAMBA1[0][2:], {k: v for k, v in MAMBA1[1].items() if k != "mamba_version"}),
+                   "dt_rank": MAMBA1, "inner_norms": MAMBA1,
                    **{name: (["--finetune", "lora"], {"finetune": "lora"})
                       for name in ("lora_rank", "lora_targets", "base_precision")}}
 

@@ -14,7 +14,7 @@ from fitplan.counts import params as P
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
-from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate
+from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate, stage_at, stage_timeline
 from fitplan.search import SETTINGS, default_space, search
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.timing.breakdown import evaluate_step
@@ -163,3 +163,76 @@ def test_exporters_refuse_adapters():
         code = main(["export", "--preset", "llama2-7b", "--gpus", "8", "--zero", "1", "--finetune", "lora",
                      "--format", fmt], out=out, err=io.StringIO())
         assert code == 1 and "--finetune lora: the adapters and the frozen base are set up in code" in out.getvalue()
+
+
+def test_qlora_405b_under_fsdp_gathers_the_packed_base():
+    """Llama 3.1 405B, QLoRA (NF4 base, rank 8 on qkv, o, mlp), ZeRO-3 over 8 H100s, s = 2048, b = 1, full
+    recompute. FSDP-QLoRA stores the packed 4-bit data in a float dtype (bitsandbytes quant_storage), so FSDP
+    shards and all-gathers it as it is; the quantization constants are not a parameter (Params4bit.quant_state):
+    every GPU keeps them whole (fitplan.memory.finetune, docs/formulas.md#lora-and-qlora).
+
+    One layer (t = 1): P_layer = 3,187,703,808 base parameters, of them P_lin = 2*16384^2 + 2*16384*1024 +
+    3*16384*53248 = 3,187,671,040 linear weights and 32,768 norm weights; adapters P_a = 8*(3*16384 + 16384 +
+    2*1024 + 16384 + 16384 + 3*(16384 + 53248)) = 8*309,248 = 2,473,984.
+      W_layer = P_lin/2 + 2*(P_layer - P_lin) + 2*P_a = 1,593,835,520 + 65,536 + 4,947,968 = 1,598,849,024
+      T_layer = P_a: only the adapters are trained, g*P_a = 4,947,968 B of gradients (the base has none)
+    runtime/fsdp_buffers, a layer's backward: 2*W_layer + G_layer = 3,202,646,016 B (2.98 GiB); before, bf16
+    weights and gradients of every parameter: 3*2*P_layer = 19,126,222,848 B (17.81 GiB, the issue's figure).
+    The output unit (final norm + head, 2,101,362,688, frozen, at w = 2): the loss's backward holds
+    W_head + k*W_layer = 4,202,725,376 + 1,598,849,024 = 5,801,574,400 B (5.40 GiB; before 14,780,858,368),
+    now the larger of the two moments, so the breakdown shows it.
+    states/weights: the 126 layers' P_lin = 401,646,551,040 weights keep C_q = P_lin/64 + 4*P_lin/16384 =
+    6,275,727,360 + 98,058,240 = 6,373,785,600 B of constants whole; the rest is sharded over 8:
+    (P_lin/2 + 2*(405,853,388,800 - P_lin) + 2*311,721,984)/8 = 209,860,395,008/8 = 26,232,549,376, so
+    32,606,334,976 B (30.37 GiB; before 27,029,272,576, every byte sharded).
+    Peak: 56.10 GiB (a layer's backward) before, 47.92 GiB (the loss's backward: 51,458,740,224 B) now."""
+    model = presets.model("llama3.1-405b").model
+    t = TrainingSpec(seq_len=2048, recipe=presets.recipe("mixed-adam"), global_batch=16, dropout=False,
+                     attention_kernel="flash", finetune="qlora", lora_rank=8, lora_targets="qkv,o,mlp")
+    s = Setup(model, t, ClusterSpec(gpu=presets.gpu("h100-80gb"), num_gpus=8, gpus_per_node=8, reserve_bytes=0))
+    c = ParallelConfig(dp=8, zero=ZeroStage.OS_G_P, micro_batch=1, recompute=Recompute.FULL)
+    b = evaluate(s, c)
+    terms = {term.key: term.value for term in b.terms}
+    P_layer, P_lin, P_a, P_head = 3_187_703_808, 3_187_671_040, 2_473_984, 2_101_362_688
+    assert (terms["params/fsdp_layer_unit"], terms["params/linear_weights_layer"],
+            terms["params/lora_adapters_layer"], terms["params/fsdp_output_unit"]) == (P_layer, P_lin, P_a, P_head)
+    assert P_lin == 2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248 and P_a == 8 * 309_248
+    W_layer = P_lin // 2 + 2 * (P_layer - P_lin) + 2 * P_a
+    assert terms["runtime/fsdp_layer_weights"] == W_layer == 1_598_849_024
+    assert terms["runtime/fsdp_buffers"] == 2 * W_layer + 2 * P_a == 3_202_646_016
+    assert terms["runtime/fsdp_buffers_loss"] == 2 * P_head + W_layer == 5_801_574_400
+    assert b.parts["runtime/fsdp_buffers"] == 5_801_574_400          # the larger moment's
+    assert 3 * 2 * P_layer == 19_126_222_848 and round(19_126_222_848 / 2**30, 2) == 17.81   # before
+    lin = 126 * P_lin
+    C_q = lin // 64 + 4 * (lin // 16384)
+    assert terms["states/base_quant_constants"] == C_q == 6_373_785_600
+    shard = lin // 2 + 2 * (P.num_params(model) - lin) + 2 * 126 * P_a
+    assert terms["states/frozen_sharded"] == shard == 209_860_395_008
+    assert b.parts["states/weights"] == shard // 8 + C_q == 32_606_334_976
+    # ZeRO-3's data-parallel messages: the all-gather sends W_shard (no constants), the reduction the adapters'
+    grads, weights = FT.dp_messages(RAW, s, c, stages=[stage_at(RAW, model, c, 0)], psi=P.num_params(model))
+    assert weights == shard and grads == 2 * 126 * P_a
+    # the peak: the loss's backward, states + the other terms as before + these FSDP buffers
+    held = b.peak.held
+    assert b.peak.phase == "backward of micro-batch 1 (loss)"
+    assert held["runtime/fsdp_buffers"] == 5_801_574_400 and held["states/weights"] == 32_606_334_976
+    assert b.per_gpu_bytes == sum(held.values()) == 51_458_740_224 and round(b.per_gpu_bytes / 2**30, 2) == 47.92
+    assert max(e.bytes for e in stage_timeline(s, b)) == b.per_gpu_bytes
+
+
+def test_qlora_under_fsdp_keeps_the_packed_base_gathered_and_sends_it():
+    """With pipeline stages ZeRO-3 keeps every layer gathered (runtime/gathered_weights): the stage's frozen
+    base as sharded, packed, not w*psi (63 of the 126 layers on the first stage, the embedding)."""
+    model = presets.model("llama3.1-405b").model
+    t = TrainingSpec(seq_len=2048, recipe=presets.recipe("mixed-adam"), global_batch=16, dropout=False,
+                     attention_kernel="flash", finetune="qlora", lora_rank=8, lora_targets="qkv,o,mlp")
+    s = Setup(model, t, ClusterSpec(gpu=presets.gpu("h100-80gb"), num_gpus=16, gpus_per_node=8, reserve_bytes=0))
+    b = evaluate(s, ParallelConfig(dp=8, pp=2, zero=ZeroStage.OS_G_P, micro_batch=1, recompute=Recompute.FULL))
+    terms = {term.key: term.value for term in b.terms}
+    assert b.parts["runtime/gathered_weights"] == terms["states/frozen_sharded"] == 104_930_181_120
+    lin, P_a = 63 * 3_187_671_040, 63 * 2_473_984
+    assert terms["params/stage_linear_weights"] == lin
+    assert 104_930_181_120 == lin // 2 + 2 * (terms["params/stage"] - lin) + 2 * P_a
+    # pipelined: the adapters' gradients accumulate unsharded (runtime/accumulated_grads, g*P_a*(1 - 1/8) beyond
+    # their shard), and with g = w = 2 autograd's gradient is the accumulator: FSDP's buffers hold nothing more
+    assert b.parts["runtime/accumulated_grads"] == 2 * P_a * 7 // 8 and b.parts["runtime/fsdp_buffers"] == 0

@@ -297,3 +297,12 @@ def test_a_stage_without_layers_is_timed():
     assert [r.layers for r in rows] == [0, 21, 21, 19 + 1]
     assert 0 <= rows[0].microbatch_forward_s < rows[1].microbatch_forward_s / 10
     assert not rows[0].paces and any(r.paces for r in rows[1:])
+
+
+@pytest.mark.parametrize(("L", "p", "first", "last", "split"), [
+    (52, 3, 5, None, (5, 24, 23)),   # one middle stage: the 24 left by the ends, not 25 (the last-chunk extra is the
+    (52, 3, None, 5, (23, 24, 5)),   # default split's, with its embedding and head units, never a middle run's)
+    (10, 3, 2, None, (2, 5, 3)),
+])
+def test_one_middle_stage_takes_what_the_pinned_ends_leave(L, p, first, last, split):
+    assert ST.split(L, p, 1, first, last) == split and sum(split) == L

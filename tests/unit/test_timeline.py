@@ -13,6 +13,7 @@ import pytest
 from fitplan import presets
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, TIGHT, risk
 from fitplan.cli import main
+from fitplan.explain import RAW
 from fitplan.memory import runtime as RT
 from fitplan.memory import timeline as TL
 from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_timeline
@@ -143,11 +144,13 @@ def test_runtime_terms_by_hand():
     assert RT.grad_buckets_bytes(psi=10**9, g=2, zero=0, view=False, bucket=25 * MiB) == 2 * 10**9
     assert RT.grad_buckets_bytes(psi=10**9, g=2, zero=1, view=True, bucket=25 * MiB) == 0
     # FSDP2: a layer computing and one prefetched, and its unsharded gradients in the backward
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=0, moment="forward") == 4 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=0) == 6 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=5 * 10**7, k=1, keep=0, moment="loss") == \
-        4 * 5 * 10**7 + 2 * 10**8
-    assert RT.fsdp_buffers_bytes(w=2, g=2, P_layer=10**8, P_head=0, k=1, keep=1) == 2 * 10**8
+    # (full training: W = w*P and every parameter trained, w = g = 2, P_layer = 10^8, P_head = 5*10^7)
+    units = dict(RT.fsdp_units(RAW, w=2, P_layer=10**8, P_head=5 * 10**7), w=2, g=2)
+    assert units == {"W_layer": 2 * 10**8, "W_head": 10**8, "T_layer": 10**8, "T_head": 5 * 10**7, "w": 2, "g": 2}
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0, moment="forward") == 4 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0) == 6 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=0, moment="loss") == 4 * 5 * 10**7 + 2 * 10**8
+    assert RT.fsdp_buffers_bytes(**units, k=1, keep=1) == 2 * 10**8
     # the allocator: pages only with expandable segments; phi of the moment's transient bytes without
     assert RT.allocator_bytes(phi=0, D=10 * GiB, streams=1) == 22 * MiB
     assert RT.allocator_bytes(phi=0.15, D=10 * GiB, streams=3) == -(-15 * GiB // 10) + 66 * MiB
@@ -248,3 +251,18 @@ def test_pipelined_zero_keeps_gradients_and_weights_unsharded(zero):
         assert key not in moments[TL.STEP_MOMENT]
     flat = stage_memory(Trace(), setup, ParallelConfig(tp=1, pp=1, dp=16, zero=zero), first=True)
     assert flat["runtime/accumulated_grads"] == flat["runtime/gathered_weights"] == 0
+
+
+def test_each_event_holds_its_own_moments_fsdp_buffers():
+    """Llama 3.1 8B, ZeRO-3 over 8: the output unit (final norm and head, P_head = 4096 + 128256*4096 =
+    525,340,672) is larger than a layer (P_layer = 218,112,000), so FSDP's buffers are largest in the loss's
+    backward, (w + g)*P_head + k*w*P_layer = 4*525,340,672 + 2*218,112,000 = 2,537,586,688 B, and the breakdown
+    states that. A layer's backward holds (1 + k)*w*P_layer + g*P_layer = 6*218,112,000 = 1,308,672,000 B, and
+    the timeline's layer-backward event must show that, not the loss's (it did, 1.23 GB too high)."""
+    setup = make_setup("llama3.1-8b", 8)
+    b = evaluate(setup, ParallelConfig(dp=8, zero=ZeroStage.OS_G_P))
+    assert b.parts["runtime/fsdp_buffers"] == 4 * 525_340_672 + 2 * 218_112_000 == 2_537_586_688
+    by_phase = {e.phase: e.held for e in stage_timeline(setup, b)}
+    assert by_phase["backward of micro-batch 1 (loss)"]["runtime/fsdp_buffers"] == 2_537_586_688
+    assert by_phase["backward of micro-batch 1"]["runtime/fsdp_buffers"] == 6 * 218_112_000 == 1_308_672_000
+    assert by_phase["forward of micro-batch 1"]["runtime/fsdp_buffers"] == 4 * 218_112_000

@@ -47,6 +47,13 @@ SAME = [
       "--format", "json"]),
     ("sweep", {"preset": "llama3.1-8b", "gpus": 8, "over": "seq-len"},
      ["sweep", "--preset", "llama3.1-8b", "--gpus", "8", "--over", "seq-len", "--format", "json"]),
+    ("infer", {"preset": "llama3.1-8b", "gpus": 1, "gpu": "h100-80gb", "context": 8192, "batch": 16,   # the server's
+               "server": "vllm", "max_num_seqs": 256},                                                # own budget
+     ["infer", "--preset", "llama3.1-8b", "--gpus", "1", "--gpu", "h100-80gb", "--context", "8192", "--batch", "16",
+      "--server", "vllm", "--max-num-seqs", "256", "--json"]),
+    ("infer", {"preset": "llama3.1-70b", "gpus": 2, "server": "sglang", "mem_fraction_static": 0.85},
+     ["infer", "--preset", "llama3.1-70b", "--gpus", "2", "--server", "sglang", "--mem-fraction-static", "0.85",
+      "--json"]),
 ]
 
 
@@ -96,6 +103,10 @@ ERRORS = [
      ["sweep", "--preset", "gpt3-175b", "--gpus", "8", "--values", "0,8", "--format", "json"]),
     ("export", {"preset": "gpt3-175b", "gpus": 16, "format": "nemo"},
      ["export", "--preset", "gpt3-175b", "--gpus", "16", "--format", "nemo"]),
+    ("infer", {"preset": "llama3.1-8b", "gpus": 1, "server": "vllm", "kv_precision": "int8"},
+     ["infer", "--preset", "llama3.1-8b", "--gpus", "1", "--server", "vllm", "--kv-precision", "int8", "--json"]),
+    ("infer", {"preset": "llama3.1-8b", "gpus": 1, "server": "tgi"},
+     ["infer", "--preset", "llama3.1-8b", "--gpus", "1", "--server", "tgi", "--json"]),
 ]
 
 

@@ -52,26 +52,57 @@ def logits_flops(*, B, s, h, V):
     return 2 * B * s * h * V
 
 
-@formula("flops/forward", "L*(F_linear + F_core) + F_logits", APP_A, FLOPS)
-def forward_flops(*, L, F_linear, F_core, F_logits):
-    """One forward pass over L layers, plus the logits where the output layer is held."""
-    return L * (F_linear + F_core) + F_logits
+@formula("flops/ssd_scan", "2*B*s*(Q*N*G + Q*d + 2*N*d)",
+         Cite("mamba2", "Sec. 6 (the SSD algorithm's four steps), as ssd_combined.py's kernels run them: "
+                        "_bmm_chunk_fwd, _chunk_state_fwd, _chunk_scan_fwd"), FLOPS,
+         ("the state passing between chunks and the conv are elementwise, not counted (Korthikanti App. A counts "
+          "GEMMs only)",))
+def ssd_flops(*, B, s, Q, N, G, d):
+    """Forward GEMM FLOPs of one Mamba-2 layer's chunked scan over B sequences (Q chunk size,
+    N state, G groups, d = H*P): per chunk of Q tokens, C^T B for each group (2*Q*Q*N), the
+    intra-chunk output (C^T B o L) X for each head (2*Q*Q*P), the chunk's state B^T X (2*Q*N*P)
+    and the inter-chunk output C h (2*Q*N*P); s/Q chunks: 2*s*(Q*N*G + Q*d + 2*N*d). Mamba
+    (mamba1)'s selective scan is elementwise: 0."""
+    return 2 * B * s * (Q * N * G + Q * d + 2 * N * d)
 
 
-def _recompute_text(*, recompute, frac=1, **_):
+@formula("flops/ssd_backward_rerun", "2*B*s*(Q*N*G + N*d)",
+         Cite("mamba2", "ssd_combined.py _mamba_chunk_scan_combined_bwd: _bmm_chunk_fwd and _chunk_state_fwd rerun"),
+         FLOPS, ("the fused scan keeps neither C^T B nor the chunk states: its backward recomputes both, whatever "
+                 "the recompute mode",))
+def ssd_backward_rerun_flops(*, B, s, Q, N, G, d):
+    """Forward GEMM FLOPs one Mamba-2 layer's backward reruns inside the fused scan: C^T B for each
+    group (2*s*Q*N*G) and the chunk states B^T X (2*s*N*d)."""
+    return 2 * B * s * (Q * N * G + N * d)
+
+
+def _forward_text(*, F_ssm=0, **_):
+    return "L*(F_linear + F_core" + (" + F_ssm" if not isinstance(F_ssm, int) or F_ssm else "") + ") + F_logits"
+
+
+@formula("flops/forward", _forward_text, APP_A, FLOPS)
+def forward_flops(*, L, F_linear, F_core, F_logits, F_ssm=0):
+    """One forward pass over L layers, plus the logits where the output layer is held. F_ssm: a
+    hybrid model's Mamba-2 scans, per layer (the stage's average)."""
+    return L * (F_linear + F_core + F_ssm) + F_logits
+
+
+def _recompute_text(*, recompute, frac=1, F_ssm=0, **_):
+    ssm = " + F_ssm" if not isinstance(F_ssm, int) or F_ssm else ""
     return {"none": "0", "selective": "L*F_core",
-            "full": "L*(F_linear + F_core)" if frac == 1 else "frac*L*(F_linear + F_core)  (frac: recomputed layers)",
+            "full": f"L*(F_linear + F_core{ssm})" if frac == 1 else
+            f"frac*L*(F_linear + F_core{ssm})  (frac: recomputed layers)",
             "op": "L*F_rerun  (the matmuls not saved: wk, wo, w3/fc2)",
             "norms": "L*F_rerun  (MLA's up-projections; norms cost no GEMM FLOPs)"}[str(recompute)]
 
 
 @formula("flops/recompute", _recompute_text, Cite("korthikanti", "Sec. 5 and App. A"), FLOPS,
          ("selective reruns the attention core only; full reruns every layer's forward, not the logits",))
-def recompute_flops(*, L, F_linear, F_core, recompute, F_rerun=0, frac=1):
+def recompute_flops(*, L, F_linear, F_core, recompute, F_rerun=0, frac=1, F_ssm=0):
     """Forward FLOPs rerun during the backward pass. frac: the share of layers full recompute
     covers (Megatron-LM --recompute-method block with --recompute-num-layers)."""
     if recompute == Recompute.FULL:
-        return frac * L * (F_linear + F_core)
+        return frac * L * (F_linear + F_core + F_ssm)
     if recompute == Recompute.SELECTIVE:
         return L * F_core
     if recompute in (Recompute.OP, Recompute.NORMS):

@@ -24,7 +24,13 @@ num_attention_heads_per_partition, so split by t with the heads).
 An MoE layer adds the router h*E, with a sigmoid gate on the shared experts h (Qwen2-MoE's
 shared_expert_gate, transformers Qwen2MoeSparseMoeBlock) and a routing-score bias E per
 layer (DeepSeek-V3's e_score_correction_bias, transformers DeepseekV3TopkRouter) where the
-model has them.
+model has them. LatentMoE (Nemotron 3 Super and Ultra: transformers NemotronHMoE
+fc1_latent_proj and fc2_latent_proj; Megatron-LM MoELayer, both TELinear
+parallel_mode="duplicated", so replicated over tp) projects each token h -> l before dispatch
+and l -> h after the combine, 2*h*l; its routed experts work at width l, n*l*f each.
+
+Hybrid models (layer_pattern: Mamba, attention, MLP and MoE layers, one block each) are
+counted layer kind by layer kind in fitplan.counts.hybrid.
 
 Under tensor parallelism (Megatron column/row-parallel linears) the weight matrices,
 the column-parallel biases and the vocabulary-parallel embedding and head are split by t;
@@ -124,9 +130,30 @@ def layer_matmul_params(model: ModelSpec, *, moe_layer: bool, rho: float = 1) ->
     n, h = _mlp_mats(model), model.hidden_size
     if not moe_layer:
         return attention_matmul_params(model) + n * h * model.ffn_hidden_size
-    e = model.moe
-    return (attention_matmul_params(model) + h * e.num_experts + n * h * e.num_shared_experts * e.expert_ffn_size
-            + (h if e.shared_expert_gate else 0) + rho * e.experts_per_token * n * h * e.expert_ffn_size)
+    return attention_matmul_params(model) + moe_matmul_params(model, rho=rho)
+
+
+def routed_width(model: ModelSpec) -> int:
+    """The width the routed experts work at: the latent (LatentMoE), else h."""
+    return model.moe.latent_size or model.hidden_size
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """LatentMoE's h -> l and l -> h projections, 2*h*l (and their biases); 0 without a latent."""
+    lat = model.moe.latent_size
+    if lat is None:
+        return 0
+    return 2 * model.hidden_size * lat + ((lat + model.hidden_size) if model.linear_bias else 0)
+
+
+def moe_matmul_params(model: ModelSpec, *, rho: float = 1) -> float:
+    """An MoE block's weight-matrix parameters per token: the router h*E, the shared experts,
+    their gate, LatentMoE's projections 2*h*l and k routed experts of n*w*f_e (w: routed_width),
+    times rho."""
+    n, h, e = _mlp_mats(model), model.hidden_size, model.moe
+    lat = 0 if e.latent_size is None else 2 * h * e.latent_size
+    return (h * e.num_experts + n * h * e.num_shared_experts * e.expert_ffn_size + (h if e.shared_expert_gate else 0)
+            + lat + rho * e.experts_per_token * n * routed_width(model) * e.expert_ffn_size)
 
 
 def attention_sharded_params(model: ModelSpec) -> int:
@@ -152,11 +179,11 @@ def attention_replicated_params(model: ModelSpec) -> int:
     return model.hidden_size if model.linear_bias else 0
 
 
-def mlp_sharded_params(model: ModelSpec, f: int) -> int:
-    """A dense MLP of width f: n*h*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU)
-    and its column biases."""
+def mlp_sharded_params(model: ModelSpec, f: int, width: int | None = None) -> int:
+    """A dense MLP of width f: n*w*f weights (n = 2 GeLU and squared ReLU, 3 SwiGLU and GeGLU;
+    w = h, or a LatentMoE expert's latent) and its column biases."""
     col_biases = (2 * f if model.mlp.gated else f) if model.linear_bias else 0
-    return _mlp_mats(model) * model.hidden_size * f + col_biases
+    return _mlp_mats(model) * (model.hidden_size if width is None else width) * f + col_biases
 
 
 def mlp_replicated_params(model: ModelSpec) -> int:
@@ -181,25 +208,34 @@ def moe_layer_sharded_params(model: ModelSpec) -> int:
     return attention_sharded_params(model) + mlp_sharded_params(model, e.num_shared_experts * e.expert_ffn_size)
 
 
+def moe_router_params(model: ModelSpec) -> int:
+    """An MoE block's replicated routing parameters: the router (h*E), with the shared experts'
+    gate (h), the routing-score bias (E) and LatentMoE's projections where the model has them."""
+    e = model.moe
+    return (model.hidden_size * e.num_experts + (model.hidden_size if e.shared_expert_gate else 0)
+            + (e.num_experts if e.expert_bias else 0) + latent_projection_params(model))
+
+
 def moe_layer_replicated_params(model: ModelSpec) -> int:
     """One MoE layer's replicated parameters: norms, row biases and the router (h*E), with the
-    shared experts' gate (h) and the routing-score bias (E) where the model has them."""
+    shared experts' gate (h), the routing-score bias (E) and the latent projections where the
+    model has them."""
     e = model.moe
     shared_bias = mlp_replicated_params(model) if e.num_shared_experts else 0
-    return (layer_norms_params(model) + attention_replicated_params(model) + shared_bias
-            + model.hidden_size * e.num_experts + (model.hidden_size if e.shared_expert_gate else 0)
-            + (e.num_experts if e.expert_bias else 0))
+    return layer_norms_params(model) + attention_replicated_params(model) + shared_bias + moe_router_params(model)
 
 
 def expert_params(model: ModelSpec, experts: int | None = None) -> int:
     """Routed-expert parameters of one MoE layer (all E experts, or `experts` of them); expert
     parallelism splits them by ep (expert tensor parallel degree 1)."""
-    e = model.moe
-    per_expert = mlp_sharded_params(model, e.expert_ffn_size) + mlp_replicated_params(model)   # + its down bias
+    e, w = model.moe, routed_width(model)
+    per_expert = mlp_sharded_params(model, e.expert_ffn_size, width=w) + (w if model.linear_bias else 0)   # + down bias
     return (e.num_experts if experts is None else experts) * per_expert
 
 
 def num_moe_layers(model: ModelSpec) -> int:
+    if model.hybrid:
+        return model.layer_pattern.count("E")
     return 0 if model.moe is None else model.num_layers - model.moe.first_dense_layers
 
 
@@ -217,6 +253,9 @@ def head_params(model: ModelSpec) -> int:
 
 
 def _layers_params(model: ModelSpec, experts_per_layer: int | None) -> int:
+    if model.hybrid:
+        from fitplan.counts import hybrid
+        return hybrid.layers_params(model, experts_per_layer)
     L_moe = num_moe_layers(model)
     dense = (model.num_layers - L_moe) * (layer_sharded_params(model) + layer_replicated_params(model))
     if not L_moe:
@@ -280,6 +319,21 @@ def stage_params(*, l, S, R, Vh, P_pos, N_f, head, tied, t, p, emb, out, n_dense
     out_matrix = select(tied, select(p > 1, Vh, 0), head)
     return (layers + select(emb, ceil_div(Vh, t) + P_pos, 0)
             + select(out, N_f + ceil_div(out_matrix, t), 0))
+
+
+def _hybrid_text(**_):
+    return "sum over the stage's M, *, -, E layers of n_k*(ceil(S_k/t) + R_k)"
+
+
+@formula("params/stage_hybrid_layers", _hybrid_text,
+         Cite("megatron-mamba", "mamba_mixer.py: every Mamba mixer weight split by t; formulas.md#hybrid-models"),
+         COUNT)
+def hybrid_layers_params(*, n_M, S_M, R_M, n_A, S_A, R_A, n_D, S_D, R_D, n_E, S_E, R_E, t):
+    """A hybrid stage's layers on one GPU: n_k layers of each kind, S_k of each split by t
+    (padded to t equal shards), R_k replicated (fitplan.counts.hybrid.block_params); routed
+    experts apart (stage_expert_params with l = n_E)."""
+    return (n_M * (ceil_div(S_M, t) + R_M) + n_A * (ceil_div(S_A, t) + R_A) + n_D * (ceil_div(S_D, t) + R_D)
+            + n_E * (ceil_div(S_E, t) + R_E))
 
 
 @formula("params/mtp_extra", "D*(ceil(2h*h/t) + 3h)", Cite("deepseek-v3", "Sec. 2.2, Fig. 3"), COUNT)

@@ -41,7 +41,7 @@ def _share(U, P, j, ends=True):
     base, r = U // P, U % P
     lo = _first_extra(P, r, ends)
     top = P - 2 if ends else P - 1
-    extra = ((j >= lo) & (j <= top)) | ((j == P - 1) & (r == P - 1))
+    extra = ((j >= lo) & (j <= top)) | ((j == P - 1) & (r == P - 1) & ends)   # the last chunk's: only with ends
     return base + select(extra, 1, 0)
 
 
@@ -138,6 +138,38 @@ def dense_layers_on_stage(*, L, L_d, p, v, i, first=None, last=None):
     for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
         j = i + k * p
         total = total + select(k < v, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0)
+    return total
+
+
+def _at(cum, j):
+    """cum[j] for an int or an array of indices j."""
+    if is_array(j):
+        import numpy as np
+        return np.asarray(cum, dtype=np.int64)[np.asarray(j).astype(np.int64)]
+    return cum[int(j)]
+
+
+def kind_layers_on_stage(*, L, cum, p, v, i, first=None, last=None):
+    """Layers of one kind among stage i's, a hybrid model's pattern being split like any
+    model's layers (each chunk a contiguous slice of it, as Megatron-LM's MambaBlock
+    _select_layers_for_pipeline_parallel takes its rank's slice): the sum over the stage's
+    chunks of cum[start + n] - cum[start], cum[j] being the kind's count among the first j
+    layers (fitplan.counts.hybrid.prefix_counts). Ints or arrays."""
+    pins = _pins(first, last, L, p)
+    if pins is not None:
+        f, l = pins
+        n = stage_layers.fn(L=L, p=p, v=v, i=i, first=first, last=last)
+        start = select(p == 1, 0, _pinned_start(L, p, i, f, l))
+        n = select(p == 1, L, n)
+        return _at(cum, start + n) - _at(cum, start)
+    P = p * v
+    total = 0
+    for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
+        j = i + k * p
+        start, n = chunk_start(L, P, j), chunk_layers(L, P, j)
+        inside = k < v
+        start, n = select(inside, start, 0), select(inside, n, 0)
+        total = total + _at(cum, start + n) - _at(cum, start)
     return total
 
 

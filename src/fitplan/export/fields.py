@@ -18,6 +18,8 @@ PLANNER_ONLY = {
     "model.source": "prose: where the shapes come from",
     "model.published_params": "the published count the estimate scales to; the shapes build the model",
     "training.moe_imbalance": "the estimate's assumed load on the busiest expert rank, not a setting",
+    "parallel.microbatch_grad_sync": "how the estimate's pipelined ZeRO-2/3 syncs gradients (Llama 3's FSDP); "
+                                     "the exported frameworks' pipelining syncs once per step",
     "training.framework": "the profile whose defaults the estimate takes; the export's format names the framework",
     "training.kernels": "the step-time model's kernel family (fused, compiled, eager): its speed, not a setting "
                         "the exports write",

@@ -415,6 +415,8 @@ def _moe(plan: Plan, reasons: list, notes: list) -> list:
         out.append(_flag("--moe-router-load-balancing-type", "aux_loss"))
         notes.append("--moe-router-load-balancing-type aux_loss: set --moe-aux-loss-coeff, a hyper-parameter "
                      "(Megatron's default 0 turns the loss off; Mixtral's config.json states 0.02)")
+    if moe.latent_size is not None:   # LatentMoE (transformer_config.py moe_latent_size)
+        out.append(_flag("--moe-latent-size", moe.latent_size))
     if moe.capacity_factor is not None:
         # the plan stores every expert's full capacity (fitplan.memory.activations): pad to it
         out += [_flag("--moe-expert-capacity-factor", moe.capacity_factor), _flag("--moe-pad-expert-input-to-capacity")]

@@ -153,6 +153,11 @@ def adapter_and_offload_reasons(plan: Plan, framework: str, offloads: tuple[str,
     values this framework's config can say)."""
     out = []
     t, o = plan.training, plan.parallel.offload.value
+    if plan.model.hybrid:
+        out.append(f"a hybrid Mamba model (layers {plan.model.layer_pattern[:24]}"
+                   f"{'...' if plan.model.num_layers > 24 else ''}): fitplan writes transformer layers for "
+                   f"{framework}, not a hybrid model's configuration (Megatron-LM's pretrain_mamba.py with "
+                   f"--hybrid-override-pattern is not exported)")
     if t.finetune != "full":
         out.append(f"--finetune {t.finetune}: the adapters and the frozen base are set up in code (peft's "
                    f"LoraConfig / bitsandbytes), not in a {framework} config; exported, it would train every weight")

@@ -61,6 +61,10 @@ transformers module (models/<family>/modeling_<family>.py) builds:
             sliding_window (default 128) on the layers layer_types names (default: every
             other layer from the first). The experts' clamped SwiGLU has SwiGLU's weights.
 
+  nemotron_h, hybrid Mamba models: fitplan.files.hf_hybrid.
+  granitemoehybrid,
+  jamba
+
 The importer rule (docs/engines.md#hugging-face-configjson-fields): the canonical name
 first, then the family alias (GPT-2's attribute_map: hidden_size -> n_embd, ...); defaults
 only where transformers has a documented one (kv heads, head_dim, GPT-2's ffn, tying,
@@ -81,7 +85,8 @@ from fitplan.specs.model import MlaSpec, MoeSpec, Mlp, ModelSpec, Norm, Position
 DENSE_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma", "gemma2", "gemma3",
                   "gemma3_text", "gpt_neox", "falcon")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
-FAMILIES = DENSE_FAMILIES + MOE_FAMILIES
+HYBRID_FAMILIES = ("nemotron_h", "granitemoehybrid", "jamba")   # fitplan.files.hf_hybrid
+FAMILIES = DENSE_FAMILIES + MOE_FAMILIES + HYBRID_FAMILIES
 GEMMAS = ("gemma", "gemma2", "gemma3", "gemma3_text")
 QWEN_MOES = ("qwen2_moe", "qwen3_moe")
 DEEPSEEKS = ("deepseek_v2", "deepseek_v3", "kimi_k2")
@@ -139,7 +144,7 @@ def model_notes(config: dict) -> tuple[str, ...]:
         notes.append("gemma3: the language model (text_config) only; the vision tower (vision_config) and the "
                      "multi-modal projector are not planned")
     mtp = config.get("num_nextn_predict_layers")
-    if family in DEEPSEEKS and isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
+    if family in DEEPSEEKS + ("nemotron_h",) and isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
         notes.append(f"{family}: the {mtp} multi-token-prediction module{'s' if mtp > 1 else ''} "
                      f"(num_nextn_predict_layers) planned on the last pipeline stage (memory and time), outside "
                      f"the parameter count, as the model card counts the main model")
@@ -180,6 +185,9 @@ def model_from_hf_dict(config, *, where: str = "config.json", name: str = "hf-mo
 
 def _shape(cfg: "_Config") -> dict:
     family = cfg.family
+    if family in HYBRID_FAMILIES:
+        from fitplan.files.hf_hybrid import hybrid_shape
+        return hybrid_shape(cfg)
     if family == "gpt2":
         return _gpt2(cfg)
     if family == "gpt_neox":
@@ -298,7 +306,7 @@ def _refuse_experts(cfg: _Config) -> None:
     wrongly: refuse, naming the field."""
     counts = [f for f in ("num_local_experts", "num_experts", "n_routed_experts")
               if isinstance(cfg.data.get(f), int) and not isinstance(cfg.data[f], bool) and cfg.data[f] > 1]
-    if cfg.family in MOE_FAMILIES or not counts:
+    if cfg.family in MOE_FAMILIES + HYBRID_FAMILIES or not counts:
         return
     raise SpecError(f"{cfg.where}: {counts[0]} = {cfg.data[counts[0]]} in a {cfg.family} config; fitplan reads "
                     f"experts from {', '.join(MOE_FAMILIES)} configs only; use a model spec file with a "

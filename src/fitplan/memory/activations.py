@@ -89,7 +89,7 @@ def attention_core_bytes(*, s, b, a, e, M, D, kernel):
     return 4 * a * s * b if kernel == "flash" else a * s * s * b * (e + D * (e + M))
 
 
-def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recompute=False):
+def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recompute=False, w=None):
     """Bytes per token the MLP stores beyond its input (LN2's output, in R).
     Dense: n e-byte tensors f wide. MoE (Megatron-LM MoELayer, expert tensor parallel 1): the
     shared experts' n*e*f_s; for each of the k*rho routed copies of the token (rho: capacity
@@ -98,7 +98,9 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recomput
     in and keeps (Megatron-LM moe/experts.py bias_act_func, fusions/fused_bias_swiglu.py
     WeightedSwiGLUFunction: since "Memory efficient token permutation", 2025, the combine is
     an unweighted sum that keeps no expert output); and the router's fp32 logits and
-    probabilities, 8E."""
+    probabilities, 8E. LatentMoE (w: the latent width l): the routed copies are l wide, and
+    fc2_latent_proj keeps its input, the combined latent (e_l*l); fc1_latent_proj's input is the
+    norm's output, already counted."""
     e_l = e if e_l is None else e_l   # a linear's stored input (fp8: 1, docs/formulas.md#fp8-activations)
     # n ffn-wide tensors: n - 1 before the activation function, then fc2's input (a linear input)
     if k == 0:
@@ -106,7 +108,8 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recomput
     # a routed copy: its dispatched input (fc1's input), the ffn-wide tensors and its fp32 probability, kept by
     # the weighted activation; DeepSeek-V3 caches the SwiGLU's inputs in fp8 and recomputes its output (Sec. 3.3.3)
     routed = (n - 1) * e_l * f_e if swiglu_recompute else (n - 1) * e * f_e + e_l * f_e
-    return (n - 1) * e * f_s + e_l * f_s + k * rho * (e_l * h + routed + 4) + 8 * E
+    latent = 0 if w is None else e_l * w   # fc2_latent_proj's input
+    return (n - 1) * e * f_s + e_l * f_s + k * rho * (e_l * (h if w is None else w) + routed + 4) + 8 * E + latent
 
 
 @formula("activations/per_layer", _layer_text, TABLE2,
@@ -114,7 +117,7 @@ def _mlp_per_token(*, h, f, n, e, k, rho, f_e, f_s, E, e_l=None, swiglu_recomput
                   "eager attention stores the s^2 scores unless recomputed; flash keeps a 4*a*s*b logsumexp",
                   "LayerNorm mean/rstd (2sb elements) ignored, as in Korthikanti Sec. 4"))
 def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0, kernel="eager",
-                    k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none"):
+                    k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none", w=None):
     """Bytes one layer stores for one micro-batch on one GPU. k > 0 makes it an MoE layer
     (tokens sequence-sharded over tp, as Megatron-LM requires SP for MoE with tp > 1);
     r_extra adds replicated widths (MLA's latents). e_l: the bytes of a stored linear input
@@ -125,7 +128,7 @@ def per_layer_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_
     e_in = e if e_l is None else e_l
     if recompute == Recompute.FULL:
         return ceil_div(e * s * b * h, select(sp, t, 1) * c)
-    mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E, e_l=e_l,
+    mlp = _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E, e_l=e_l, w=w,
                          swiglu_recompute=recompute == Recompute.NORMS and n == 3 and e_l is not None)
     if recompute == Recompute.OP:
         return op_sac_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, t=t, c=c, sp=sp, bias=bias,
@@ -173,7 +176,7 @@ def op_sac_layer_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, bias="none", moe
                                     }[str(recompute)],
          Cite("fitplan", "formulas.md#recompute-workspace"))
 def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, recompute, r_extra=0,
-                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none"):
+                              kernel="eager", k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, bias="none", w=None):
     """While one layer's backward runs, its recomputed activations exist on top of the
     stored ones: the whole layer under full recompute, the attention core under selective.
     Korthikanti et al. leave this transient out; fitplan counts it (for the larger layer
@@ -183,7 +186,7 @@ def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, rec
     if recompute in (Recompute.FULL, Recompute.OP, Recompute.NORMS):
         return per_layer_bytes(s=s, b=b, h=h, a=a, q=q, kv=kv, f=f, n=n, e=e, M=M, D=D, t=t, c=c, sp=sp,
                                recompute=Recompute.NONE, r_extra=r_extra, kernel=kernel, k=k, rho=rho, f_e=f_e,
-                               f_s=f_s, E=E, e_l=e_l)
+                               f_s=f_s, E=E, e_l=e_l, w=w)
     return ceil_div(attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D, kernel=kernel), t * c)
 
 
@@ -192,7 +195,8 @@ def recompute_workspace_bytes(*, s, b, h, a, q, kv, f, n, e, M, D, t, c, sp, rec
          assumes=("one MoE layer's all-to-all dispatch and combine buffers exist at a time",))
 def moe_buffers_bytes(*, s, b, h, e, k, rho, t, c, e_l=None):
     """The all-to-all send and receive buffers of one MoE layer's routed tokens: the dispatch
-    at e_l bytes per element (fp8 under an fp8 recipe, DeepSeek-V3 Sec. 3.3.3), the combine at e."""
+    at e_l bytes per element (fp8 under an fp8 recipe, DeepSeek-V3 Sec. 3.3.3), the combine at e.
+    h: the routed width (LatentMoE's latent l)."""
     return ceil_div(((e if e_l is None else e_l) + e) * k * rho * s * b * h, t * c)
 
 
@@ -263,3 +267,91 @@ def output_bytes(*, s, b, h, V, e, t, c, sp, n_mb=1, k_in=2, x=4, held=0):
     under GPipe)."""
     logits = ceil_div(x * s * b * V, t * c) + select(x == 2, ceil_div(8 * s * b, c), 0 * s)
     return n_mb * (ceil_div(k_in * e * s * b * h, select(sp, t, 1) * c) + logits + held)
+
+
+# ---------------------------------------------------------------- hybrid models: one block per layer
+
+MAMBA_SAVED = Cite("mamba2", "ssd_combined.py MambaSplitConv1dScanCombinedFn.forward save_for_backward (zxbcdt, "
+                             "out_x), as Megatron-LM's MambaMixer runs it (mamba_mixer.py _ssm_training, "
+                             "ExtendedRMSNorm, out_proj); formulas.md#hybrid-models")
+MAMBA1_SAVED = Cite("mamba", "selective_scan_interface.py MambaInnerFn.forward save_for_backward, checkpoint_lvl 1")
+
+
+@formula("activations/mamba_per_token",
+         lambda *, version="mamba2", **_: "e*(W_in + 2d) + e_l*d + 4G  (zxBCdt, out_x, the gated y; out_proj's input; "
+         "the norm's fp32 rstd per group)" if version == "mamba2" else
+         "e*(3d + R + 4N)  (xz, x_dbl, B, C, out) + 8*d*N*ceil(s/2048)/s  (the scan's fp32 chunk states)",
+         MAMBA_SAVED, assumes=("Megatron-LM's memory-efficient path (use_mem_eff_path): the fused conv and scan "
+                               "keep their input and the scan's output and recompute the conv, the chunk states "
+                               "and dA in backward",))
+def mamba_per_token_bytes(*, W_in, d, G, N, e, e_l=None, version="mamba2", R=0, s=1):
+    """Bytes one token's Mamba mixer keeps for backward, summed over the tp ranks (the caller
+    divides by t), beside its pre-norm's input and output (in R). Mamba-2 (Megatron-LM
+    MambaMixer._ssm_training): mamba_split_conv1d_scan_combined keeps zxBCdt, in_proj's output
+    (W_in = 2d + 2GN + H wide), and out_x, the scan's output before the z gate (d); the gated
+    RMSNorm (ExtendedRMSNorm, mamba_ssm layernorm_gated) its input, the gated output (d), and an
+    fp32 rstd per group (4G); out_proj its input (d, at e_l: fp8 under fp8 recipes). Mamba
+    (mamba1: MambaInnerFn, checkpoint_lvl 1): xz (2d), x_dbl (R + 2N), B and C copies (2N), the
+    scan's output (d), and its fp32 chunk states, 2N per channel per 2,048 tokens (s: the
+    sequence length)."""
+    e_l = e if e_l is None else e_l
+    if version == "mamba1":
+        return e * (3 * d + R + 4 * N) + 8 * d * N * ceil_div(s, 2048) / s
+    return e * (W_in + 2 * d) + e_l * d + 4 * G
+
+
+def _block_text(*, kind, recompute, sp, **kw):
+    if recompute == Recompute.FULL:
+        return "e*s*b*h/(" + ("t*c" if sp else "c") + ")  (the block's input)"
+    core = " + S" if kind == "*" and recompute != Recompute.SELECTIVE else ""
+    T = {"M": "T_mamba: s*b*(mamba_per_token)", "*": "T=s*b*(e*(q + 2kv) + e_l*q)",
+         "-": "T=s*b*(n-1)*e*f + e_l*f", "E": "T=s*b*(MoE MLP per token)"}[kind]
+    return f"(R*[t if no SP] + T{core})/(t*c), R=s*b*h*(e + e_l + D*M) (one pre-norm, one dropout), {T}"
+
+
+@formula("activations/per_block", _block_text,
+         Cite("fitplan", "formulas.md#hybrid-models (Korthikanti Table 2 split into its attention and MLP blocks)"),
+         assumes=("a hybrid layer is one block behind one pre-norm: its norm's input and output and its dropout "
+                  "mask are replicated over tp unless sequence parallel splits them",))
+def per_block_bytes(*, kind, s, b, h, e, M, D, t, c, sp, recompute, T_tok=0, q=0, kv=0, a=0, kernel="eager",
+                    e_l=None):
+    """Bytes one layer of a hybrid model (a Mamba, attention, MLP or MoE block) stores for one
+    micro-batch on one GPU. The blocks of a transformer layer, attention and MLP, add up to
+    per_layer_bytes (the norms, dropouts and stored tensors of Korthikanti's Table 2 belong to
+    one block or the other). T_tok: the bytes per token the block's own tensors keep, summed over
+    the tp ranks (mamba_per_token_bytes; an MLP's or MoE's _mlp_per_token); attention's are its
+    Q, K, V and output, and its core S unless recomputed (selective)."""
+    if recompute == Recompute.FULL:
+        return ceil_div(e * s * b * h, select(sp, t, 1) * c)
+    e_in = e if e_l is None else e_l
+    R = s * b * h * (e + e_in + D * M)
+    if kind == "*":
+        T = s * b * (e * (q + 2 * kv) + e_in * q)
+        S = 0 if recompute == Recompute.SELECTIVE else attention_core_bytes(s=s, b=b, a=a, e=e, M=M, D=D,
+                                                                            kernel=kernel)
+    else:
+        T, S = s * b * T_tok, 0
+    return ceil_div(R * select(sp, 1, t) + T + S, t * c)
+
+
+def mlp_per_token_bytes(*, h, f, n, e, k=0, rho=1, f_e=0, f_s=0, E=0, e_l=None, w=None):
+    """An MLP's (k = 0) or MoE block's (k > 0) bytes per token beside its input (_mlp_per_token)."""
+    return _mlp_per_token(h=h, f=f, n=n, e=e, k=k, rho=rho, f_e=f_e, f_s=f_s, E=E, e_l=e_l, w=w)
+
+
+@formula("activations/ssd_scan_workspace", "4*b*ceil(s/(Q*c))*(H*P*N + G*Q^2 + 2*H*Q)/t  (fp32 chunk states, C^T B "
+         "per chunk, dA_cumsum and dt)", Cite("mamba2", "ssd_combined.py _mamba_chunk_scan_combined_fwd: states, CB, "
+                                                         "dA_cumsum, dt"),
+         assumes=("the SSD scan's chunk states and per-chunk C^T B exist while one Mamba layer runs forward or "
+                  "backward (recomputed there, not stored)",))
+def ssd_scan_workspace_bytes(*, b, s, Q, H, P, N, G, t, c):
+    """The fp32 intermediates of one Mamba-2 layer's chunked scan on one GPU, transient: the
+    states entering each chunk (H*P*N per chunk), C^T B of each chunk per group (G*Q^2), and the
+    per-head cumulative dA and dt (Q each per chunk)."""
+    return ceil_div(4 * b * ceil_div(s, Q * c) * (H * P * N + G * Q * Q + 2 * H * Q), t)
+
+
+@formula("activations/layers", "n_M*A_M + n_A*A_A + n_D*A_D + n_E*A_E  (one micro-batch through the stage's "
+                               "Mamba, attention, MLP and MoE layers)", Cite("korthikanti", "Sec. 4.2.3"))
+def hybrid_stage_bytes(*, n_M, A_M, n_A, A_A, n_D, A_D, n_E, A_E):
+    return n_M * A_M + n_A * A_A + n_D * A_D + n_E * A_E

@@ -21,7 +21,7 @@ from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.errors import SpecError
-from fitplan.specs.model import Position
+from fitplan.specs.model import LAYER_KINDS, Position
 from fitplan.specs.parallel import Offload, Recompute
 
 PARTS = part_keys(STATES, ACTIVATIONS, RUNTIME)   # the table of parts, fitplan.parts
@@ -59,10 +59,12 @@ class MoeShapes:
     f_e: int
     f_s: int
     E: int
+    w: int | None = None   # LatentMoE: the routed experts' latent width l
 
     def kw(self) -> dict:
         """The keywords these symbols add to a formula call for an MoE layer."""
-        return dict(k=self.k, rho=self.rho, f_e=self.f_e, f_s=self.f_s, E=self.E)
+        return dict(k=self.k, rho=self.rho, f_e=self.f_e, f_s=self.f_s, E=self.E,
+                    **({} if self.w is None else {"w": self.w}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,8 @@ class Shapes:
         moe = None if m.moe is None else MoeShapes(
             k=m.moe.experts_per_token,
             rho=m.moe.capacity_factor if m.moe.capacity_factor is not None else tr.moe_imbalance,
-            f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts)
+            f_e=m.moe.expert_ffn_size, f_s=m.moe.num_shared_experts * m.moe.expert_ffn_size, E=m.moe.num_experts,
+            w=m.moe.latent_size)
         r_extra = 0 if m.mla is None else 2 * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         return cls(s=tr.seq_len, h=m.hidden_size, a=m.num_heads, q=m.q_size, kv=m.kv_size, f=m.ffn_hidden_size,
                    n=3 if m.mlp.gated else 2, e=tr.act_bytes, M=1, D=1 if tr.dropout else 0,
@@ -137,14 +140,25 @@ def in_flight_bytes(*, A_stage, v, chunks):
 class Stage:
     """One pipeline rank as the memory and time models see it: its index, its layers (both
     stages' under DualPipe), how many of them are dense (MoE models; None for dense models),
-    and whether it holds the embedding and the output head. Ints for one configuration,
-    arrays over the search's candidates."""
+    and whether it holds the embedding and the output head; for a hybrid model, how many of
+    its layers are Mamba, attention, MLP and MoE blocks (None otherwise). Ints for one
+    configuration, arrays over the search's candidates."""
     index: object
     layers: object       # multi-token-prediction modules' layers included (they sit with the head)
     n_dense: object
     embedding: object
     head: object
     mtp: object = 0      # multi-token-prediction modules on this rank
+    n_mamba: object = None
+    n_attention: object = None
+    n_mlp: object = None
+    n_moe: object = None
+
+    def kinds(self) -> dict:
+        """A hybrid stage's layers by kind (M, *, -, E), or None."""
+        if self.n_mamba is None:
+            return None
+        return dict(zip(LAYER_KINDS, (self.n_mamba, self.n_attention, self.n_mlp, self.n_moe)))
 
 
 def _split_kw(model: ModelSpec, c) -> dict:
@@ -160,7 +174,7 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     from fitplan.specs.parallel import Schedule
     kw, moe, v = _split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
     layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)
-    dense = (lambda j, k: None) if moe is None else (lambda j, k: ev(
+    dense = (lambda j, k: None) if moe is None or model.hybrid else (lambda j, k: ev(
         ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=v, i=j, **kw))
     p = c.pp
     if getattr(c, "schedule", None) == Schedule.DUALPIPE:
@@ -173,13 +187,56 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
         l, n_d = layers(i, "pipeline/stage_layers"), dense(i, "params/dense_layers_on_stage")
         emb, head = (i == 0) | (p == 1), (i == p - 1) | (p == 1)
     mtp = select(head, model.mtp_depth, 0) if model.mtp_depth else 0   # DeepSeek-V3 Sec. 2.2: after the last layer
+    if model.hybrid:
+        return _hybrid_stage(model, c, i, l=l, emb=emb, head=head, mtp=mtp, dual=getattr(c, "schedule", None)
+                             == Schedule.DUALPIPE)
     return Stage(i, l + mtp, n_d, emb, head, mtp)
+
+
+def _hybrid_stage(model: ModelSpec, c, i, *, l, emb, head, mtp, dual) -> Stage:
+    """A hybrid model's stage: its slice of the pattern counted by kind
+    (fitplan.counts.stages.kind_layers_on_stage), plus its multi-token-prediction modules'
+    layers (mtp_pattern each)."""
+    from fitplan.counts import hybrid as HY
+    kw, v = _split_kw(model, c), getattr(c, "virtual_stages", 1)
+    cum = HY.prefix_counts(model.layer_pattern)
+    extra = HY.kind_counts(model.mtp_pattern or "")
+    counts = []
+    for k in LAYER_KINDS:
+        n = ST.kind_layers_on_stage(cum=cum[k], v=v, i=i, **kw)
+        if dual:
+            n = n + ST.kind_layers_on_stage(cum=cum[k], v=v, i=c.pp - 1 - i, **kw)
+        counts.append(n + mtp * extra[k])
+    per_module = len(model.mtp_pattern or "")
+    return Stage(i, l + mtp * per_module, None, emb, head, mtp, *counts)
+
+
+def hybrid_layer_kw(model: ModelSpec, stage: Stage, *, replicated: bool = True) -> dict:
+    """The keywords of P.hybrid_layers_params for a hybrid stage: each kind's layer count and
+    its split and replicated parameters (fitplan.counts.hybrid.block_params); replicated=False
+    leaves the replicated ones out (the linear weights alone)."""
+    from fitplan.counts import hybrid as HY
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    out = {}
+    for k, n in stage.kinds().items():
+        tag = HY.KIND_TAGS[k]
+        S, R = HY.block_params(model, k) if k in used else (0, 0)
+        out.update({f"n_{tag}": n, f"S_{tag}": S, f"R_{tag}": R if replicated else 0})
+    return out
 
 
 def stage_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
     """Parameters one GPU of a pipeline stage holds before ZeRO, routed experts excluded
     (stage_expert_psi). c: a ParallelConfig, or the search's grid (only its tp and pp are
     read, so serving's layouts use it too: fitplan.serving)."""
+    if model.hybrid:   # the ends here, the layers kind by kind
+        psi = ev(P.stage_params, key=key, l=0, S=0, R=0, Vh=P.embedding_params(model), P_pos=P.position_params(model),
+                 N_f=P.norm_params(model), head=P.head_params(model), tied=model.tied_embeddings, t=c.tp, p=c.pp,
+                 emb=stage.embedding, out=stage.head)
+        psi = psi + ev(P.hybrid_layers_params, key=key and key + "_layers", t=c.tp, **hybrid_layer_kw(model, stage))
+        if model.mtp_depth:
+            psi = psi + ev(P.mtp_extra_params, key=key and key + "_mtp", D=stage.mtp, h=model.hidden_size, t=c.tp)
+        return _published(ev, model, psi, key)
     moe = {} if model.moe is None else dict(n_dense=stage.n_dense, S_moe=P.moe_layer_sharded_params(model),
                                             R_moe=P.moe_layer_replicated_params(model))
     psi = ev(P.stage_params, key=key, l=stage.layers, S=P.layer_sharded_params(model),
@@ -201,8 +258,8 @@ def _published(ev, model: ModelSpec, psi, key):
 def stage_expert_psi(ev, model: ModelSpec, c, *, stage: Stage, key: str | None = None):
     """Routed-expert parameters one GPU of a stage holds (0 for dense models): E/ep experts
     of each MoE layer on the stage (c's ep is read)."""
-    psi_e = ev(P.stage_expert_params, key=key, l=stage.layers, n_dense=stage.n_dense, X=P.expert_params(model),
-               ep=c.ep)
+    l, n_d = (stage.n_moe, 0) if model.hybrid else (stage.layers, stage.n_dense)
+    psi_e = ev(P.stage_expert_params, key=key, l=l, n_dense=n_d, X=P.expert_params(model), ep=c.ep)
     return _published(ev, model, psi_e, key and key + "_experts")
 
 
@@ -331,8 +388,9 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                           n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
     zero = c.zero
     lora = FT.is_lora(training)
+    frozen = None   # a frozen base's bytes as ZeRO-3 shards and gathers them (fitplan.memory.finetune)
     if lora:   # a frozen base, trained adapters (fitplan.memory.finetune)
-        out, trained = _lora_states(ev, setup, c, stage=stage, psi=psi, n_d=n_d)
+        out, trained, frozen = _lora_states(ev, setup, c, stage=stage, psi=psi, n_d=n_d)
     else:
         out = {
             "states/weights": ev(S.weights_bytes, psi=psi, w=recipe.weights_bytes, n_d=n_d, zero=zero, **experts),
@@ -356,19 +414,22 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
             out["states/optimizer"] = resident
     keep = kept_gathered(c)
     if zero == 3 and (is_array(keep) or keep):
-        out["runtime/gathered_weights"] = ev(gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0),
-                                            w=recipe.weights_bytes, keep=keep)
+        out["runtime/gathered_weights"] = ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
+            gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep)
     else:
         out["runtime/gathered_weights"] = 0 * psi
     if recipe.compute != "bf16" and training.fp8_weight_cache:
+        if model.hybrid:
+            psi_lin = ev(P.hybrid_layers_params, key="params/stage_linear", t=tp,
+                         **hybrid_layer_kw(model, stage, replicated=False))
+        else:
+            psi_lin = ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
+                         R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
+                         **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
         out["runtime/fp8_weight_cache"] = ev(
             fp8_weight_cache_bytes, c8=fp8_cache_factor(compute=recipe.compute, weights_bytes=recipe.weights_bytes,
                                                         architecture=setup.cluster.gpu.architecture),
-            zero3=int(zero == 3),
-            psi_lin=ev(P.stage_params, key="params/stage_linear", l=stage.layers, S=P.layer_sharded_params(model),
-                       R=0, Vh=0, P_pos=0, N_f=0, head=0, tied=False, t=tp, p=pp, emb=False, out=False,
-                       **({} if moe is None else dict(n_dense=n_dense, S_moe=P.moe_layer_sharded_params(model))))
-            + experts.get("psi_e", 0), l=stage.layers)
+            zero3=int(zero == 3), psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
     else:
         out["runtime/fp8_weight_cache"] = 0 * psi
     sh, sp = Shapes.of(setup), c.sequence_parallel
@@ -376,12 +437,14 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         A.per_layer_bytes, A.recompute_workspace_bytes)
     layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
     m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
-    a_layer = ev(per_layer, **layer)
+    a_layer = None if model.hybrid else ev(per_layer, **layer)
     dual = c.schedule == Schedule.DUALPIPE
     v_held = 2 if dual else v
     chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
     l = stage.layers
-    if moe is None:
+    if model.hybrid:
+        a_stage, workspace, buffers, a_layer = hybrid_activations(ev, setup, c, stage=stage, layer=layer)
+    elif moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
         workspace = ev(per_workspace, **layer)
         buffers = 0 * a_layer
@@ -392,7 +455,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
         workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
                             ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
-        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
                      **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
     if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
         a_stage, workspace = _partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer,
@@ -402,8 +465,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     if OF.offload_of(c).activations:   # stored activations go to host memory; one layer's are on the GPU in transit
         out["host/activations"] = ev(OF.host_activation_bytes, A_stage=a_stage,
                                      A_in_flight=out["activations/pipeline_in_flight"])
-        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None else maximum(
-            a_layer, a_moe), A_stage=a_stage)
+        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None or model.hybrid else
+                                       maximum(a_layer, a_moe), A_stage=a_stage)
         out["activations/pipeline_in_flight"] = 0 * a_layer
     frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
     n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
@@ -422,13 +485,91 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     return out
 
 
+def hybrid_block_bytes(ev, setup: Setup, layer: dict, suffix: str = "") -> dict:
+    """One layer's stored bytes for each kind of a hybrid model (activations.per_block_bytes;
+    0 for the kinds it does not have). layer: the per-layer keywords (Shapes.kw with b, t, c,
+    sp, recompute)."""
+    from fitplan.counts import hybrid as HY
+    model, sh = setup.model, Shapes.of(setup)
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    base = {k: layer[k] for k in ("s", "b", "h", "e", "M", "D", "t", "c", "sp", "recompute")}
+    if sh.e_l is not None:
+        base["e_l"] = sh.e_l
+    out = {}
+    for kind in LAYER_KINDS:
+        if kind not in used:
+            out[kind] = 0 * layer["b"]
+            continue
+        kw = dict(base, kind=kind)
+        if kind == "*":
+            kw.update(q=sh.q, kv=sh.kv, a=sh.a, **({} if sh.kernel == "eager" else {"kernel": sh.kernel}))
+        elif kind == "M":
+            kw["T_tok"] = ev(A.mamba_per_token_bytes, **mamba_token_kw(model, sh))
+        else:
+            kw["T_tok"] = A.mlp_per_token_bytes(h=sh.h, f=sh.f, n=sh.n, e=sh.e, e_l=sh.e_l,
+                                                **(sh.moe.kw() if kind == "E" else {}))
+        out[kind] = ev(A.per_block_bytes, key=f"activations/per_{HY.KIND_NAMES[kind]}_layer{suffix}", **kw)
+    return out
+
+
+def hybrid_activations(ev, setup: Setup, c, *, stage: Stage, layer: dict):
+    """A hybrid stage's activations: (the stage's layers for one micro-batch, the recompute
+    workspace, the MoE all-to-all buffers, the widest layer's bytes). Each kind's block
+    (activations.per_block_bytes) times its count on the stage; the workspace is the largest
+    kind's (a recomputed block's activations, or an attention core under selective), a Mamba
+    layer's adding its scan's transient chunk states (activations.ssd_scan_workspace_bytes)."""
+    from fitplan.counts import hybrid as HY
+    model, sh = setup.model, Shapes.of(setup)
+    kinds = stage.kinds()
+    used = set(model.layer_pattern) | set(model.mtp_pattern or "")
+    bytes_of = hybrid_block_bytes(ev, setup, layer)
+    if c.recompute == Recompute.FULL:   # the whole block, re-created while its backward runs
+        extra_of = hybrid_block_bytes(ev, setup, dict(layer, recompute=Recompute.NONE), "_kept")
+    elif c.recompute == Recompute.SELECTIVE:   # the attention core it dropped
+        kept = hybrid_block_bytes(RAW, setup, dict(layer, recompute=Recompute.NONE))
+        extra_of = {k: kept[k] - bytes_of[k] for k in LAYER_KINDS}
+    else:
+        extra_of = {k: 0 * layer["b"] for k in LAYER_KINDS}
+    a_stage = ev(A.hybrid_stage_bytes, **{f"n_{HY.KIND_TAGS[k]}": n for k, n in kinds.items()},
+                 **{f"A_{HY.KIND_TAGS[k]}": bytes_of[k] for k in LAYER_KINDS})
+    workspace = widest = 0 * layer["b"]
+    for kind in sorted(used, key=LAYER_KINDS.index):
+        extra = extra_of[kind]
+        if kind == "M" and model.mamba.version.value == "mamba2":   # the scan's chunk states, in forward and backward
+            m = model.mamba
+            extra = extra + ev(A.ssd_scan_workspace_bytes, b=layer["b"], s=sh.s, Q=m.chunk_size, H=m.num_heads,
+                               P=m.head_dim, N=m.state_size, G=m.num_groups, t=layer["t"], c=layer["c"])
+        workspace = maximum(workspace, extra)
+        widest = maximum(widest, bytes_of[kind])
+    if "E" in used:
+        mk = sh.moe
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=layer["b"], h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho,
+                     t=layer["t"], c=layer["c"], **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(
+            kinds["E"] > 0, 1, 0)
+    else:
+        buffers = 0 * layer["b"]
+    return a_stage, workspace, buffers, widest
+
+
+def mamba_token_kw(model: ModelSpec, sh: "Shapes") -> dict:
+    """The keywords of activations.mamba_per_token_bytes for the model's Mamba layers."""
+    from fitplan.counts import hybrid as HY
+    m = model.mamba
+    kw = dict(W_in=HY.in_proj_width(model), d=m.d_inner, G=m.num_groups, N=m.state_size, e=sh.e)
+    if sh.e_l is not None:
+        kw["e_l"] = sh.e_l
+    if m.version.value == "mamba1":
+        kw.update(version="mamba1", R=HY.dt_rank(model), s=sh.s)
+    return kw
+
+
 def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer) -> dict:
     """The runtime's buffers on one GPU of a stage (fitplan.memory.runtime), and the aux values
     the peak and the timeline read (fitplan.memory.timeline). psi: the stage's parameters (what
     FSDP gathers); trained: the parameters that get gradients and their sharding (the adapters
     under LoRA), which the buckets and the optimizer step hold."""
     model, training, cluster, recipe = setup.model, setup.training, setup.cluster, setup.training.recipe
-    tp, pp, dp, cp, b, zero = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.zero
+    tp, pp, cp, b, zero = c.tp, c.pp, c.cp, c.micro_batch, c.zero
     sh, moe = Shapes.of(setup), model.moe
     psi_t, n_d = trained["psi"], trained["n_d"]
     psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
@@ -449,13 +590,18 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                     P_pos=P.position_params(model), N_f=P.norm_params(model), head=P.head_params(model),
                     tied=model.tied_embeddings, t=tp, p=pp)
         head = ev(P.stage_params, key="params/fsdp_output_unit", l=0, emb=False, out=stage.head, **w_kw)
-        unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)
-        if moe is not None:
+        if model.hybrid:
+            unit = _hybrid_fsdp_unit(ev, model, c, w_kw)
+        else:
+            unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)
+        if moe is not None and not model.hybrid:
             unit = maximum(unit, ev(P.stage_params, key="params/fsdp_moe_layer_unit", l=1, emb=False, out=False,
                                     n_dense=0, S_moe=P.moe_layer_sharded_params(model),
                                     R_moe=P.moe_layer_replicated_params(model), **w_kw)
                            + ceil_div(P.expert_params(model), c.ep))
-        fsdp = dict(w=recipe.weights_bytes, g=recipe.grads_bytes, P_layer=unit, P_head=head, k=training.fsdp_prefetch,
+        units = FT.fsdp_units(ev, setup, c, P_layer=unit, P_head=head) if FT.is_lora(training) else RT.fsdp_units(
+            ev, w=recipe.weights_bytes, P_layer=unit, P_head=head)
+        fsdp = dict(units, w=recipe.weights_bytes, g=recipe.grads_bytes, k=training.fsdp_prefetch,
                     keep=kept_gathered(c), acc=piped)
         out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
@@ -468,6 +614,11 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     if model.tied_embeddings:   # both ends on one rank: one parameter, its gradient accumulated across the backward
         grads_kw.update(V=model.vocab_size, tied=stage.embedding * stage.head)
     backward = ev(RT.layer_backward_bytes, **grads_kw)
+    if model.hybrid and model.mamba is not None and "M" in model.layer_pattern:
+        from fitplan.counts import hybrid as HY
+        backward = maximum(backward, ev(RT.mamba_backward_bytes, s=sh.s, b=b, h=sh.h, e=sh.e, t=tp, c=cp,
+                                        sp=c.sequence_parallel,
+                                        W_in=HY.in_proj_width(model), d=model.mamba.d_inner, w=w_grad))
     if moe is not None:
         backward = maximum(backward, ev(RT.layer_backward_bytes, key="runtime/layer_backward_moe", **grads_kw,
                                         k=sh.moe.k, rho=sh.moe.rho, f_e=sh.moe.f_e, f_s=sh.moe.f_s))
@@ -564,20 +715,39 @@ def _communicators(ev, setup: Setup, c, *, like) -> dict:
     return out
 
 
-def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict]:
-    """The states of a frozen base with rank-r adapters (fitplan.memory.finetune), and the
-    trained parameters' sharding (for offload's host gradients)."""
+def _hybrid_fsdp_unit(ev, model: ModelSpec, c, w_kw: dict):
+    """The largest layer FSDP gathers at once in a hybrid model: each kind's block (its split and
+    replicated parameters, an MoE block with its E/ep experts)."""
+    from fitplan.counts import hybrid as HY
+    unit = 0 * c.tp
+    for kind in sorted(set(model.layer_pattern) | set(model.mtp_pattern or ""), key=LAYER_KINDS.index):
+        S, R = HY.block_params(model, kind)
+        this = ev(P.stage_params, key=f"params/fsdp_{HY.KIND_NAMES[kind]}_layer_unit", l=1, emb=False, out=False,
+                  **dict(w_kw, S=S, R=R))
+        if kind == "E":
+            this = this + ceil_div(P.expert_params(model), c.ep)
+        unit = maximum(unit, this)
+    return unit
+
+
+def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, dict, object]:
+    """The states of a frozen base with rank-r adapters (fitplan.memory.finetune), the trained
+    parameters' sharding (for offload's host gradients), and the bytes ZeRO-3 shards and
+    gathers of the stage (FT.frozen_sharded_bytes)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     l, zero = stage.layers, c.zero
     P_a = ev(FT.adapter_params, l=l, r=training.lora_rank, D=FT.adapter_dims(model, training)[0], t=c.tp)
     psi_lin = ev(FT.stage_linear_params, l=l, P_lin=FT.linear_params(model), t=c.tp)
-    W_lin = ev(FT.quantized_weight_bytes, psi=psi_lin, precision=FT.base_precision(training), w=recipe.weights_bytes)
-    out = {"states/weights": ev(FT.frozen_weights_bytes, W_lin=W_lin, psi=psi, psi_lin=psi_lin, P_a=P_a,
-                                w=recipe.weights_bytes, n_d=n_d, zero=zero),
+    precision = FT.base_precision(training)
+    W_lin = ev(FT.quantized_weight_bytes, psi=psi_lin, precision=precision, w=recipe.weights_bytes)
+    C_q = ev(FT.quant_constant_bytes, psi=psi_lin, precision=precision)
+    W_shard = ev(FT.frozen_sharded_bytes, W_lin=W_lin, C_q=C_q, psi=psi, psi_lin=psi_lin, P_a=P_a,
+                 w=recipe.weights_bytes)
+    out = {"states/weights": ev(FT.frozen_weights_bytes, W_shard=W_shard, C_q=C_q, n_d=n_d, zero=zero),
            "states/grads": ev(FT.adapter_grads_bytes, P_a=P_a, g=recipe.grads_bytes, n_d=n_d, zero=zero),
            "states/master": ev(FT.adapter_master_bytes, P_a=P_a, m=recipe.master_bytes, n_d=n_d, zero=zero),
            "states/optimizer": ev(FT.adapter_optimizer_bytes, P_a=P_a, K=recipe.optimizer_bytes, n_d=n_d, zero=zero)}
-    return out, dict(psi=P_a, n_d=n_d, zero=zero)
+    return out, dict(psi=P_a, n_d=n_d, zero=zero), W_shard
 
 
 @formula("activations/layers",
@@ -738,7 +908,7 @@ def stage_timeline(setup: Setup, b: Breakdown) -> tuple:
     m = UNBOUNDED_MICROBATCHES if setup.training.global_batch is None else setup.training.global_batch // (c.dp * c.micro_batch)
     v = 2 if dual else c.virtual_stages
     chunks = int(A.chunks_in_flight(p=c.pp, v=v, r=b.stage_index, m=m, schedule=str(c.schedule)))
-    parts = {**b.parts, **b.aux}
+    parts = stage_memory(RAW, setup, c, stage=st)   # each term as its moments hold it, not b.parts' largest
     return TL.timeline(parts, phi=setup.training.fragmentation, chunks=chunks, m=m, v=v, p=c.pp,
                        schedule=str(c.schedule), head=bool(st.head))
 

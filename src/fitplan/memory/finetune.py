@@ -36,6 +36,7 @@ from fitplan.arith import ceil_div, maximum, select
 from fitplan.counts import params as P
 from fitplan.explain import COUNT, formula
 from fitplan.memory import activations as A
+from fitplan.memory import runtime as RT
 from fitplan.memory import states as S
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Recompute
@@ -43,6 +44,10 @@ from fitplan.specs.parallel import Recompute
 LORA = Cite("lora", "Sec. 4.1 (W + BA, r*(d_in + d_out) parameters per adapted matrix)")
 QLORA_DQ = Cite("qlora", "Sec. 3, Double Quantization: 4-bit NF4, blocksize 64, 8-bit constants in blocks of 256")
 LORA_ACTS = Cite("fitplan", "formulas.md#lora-and-qlora")
+FSDP_QLORA = Cite("fsdp-qlora", "bitsandbytes nn/modules.py Params4bit: the packed data in quant_storage's dtype is "
+                                "the parameter FSDP shards; quant_state is an attribute, copied whole onto every chunk "
+                                "and restored from the Linear4bit after the all-gather "
+                                "(fix_4bit_weight_quant_state_from_module)")
 
 # NormalFloat-4 with double quantization [qlora Sec. 3]: 4 bits a weight; per block of 64 weights its absmax
 # quantized to 8 bits; per 256 of those, one fp32 constant of the second level: 4 + 8/64 + 32/(64*256) bits.
@@ -119,13 +124,70 @@ def quantized_weight_bytes(*, psi, precision, w=2):
     return (2 if precision == "bf16" else w) * psi
 
 
-@formula("states/weights", lambda *, zero, **_: "(W_lin + w*(psi - psi_lin) + w*P_a)" + ("/N_d" if zero >= 3 else ""),
-         Cite("fitplan", "formulas.md#lora-and-qlora (frozen base + adapters; ZeRO-3 shards both)"))
-def frozen_weights_bytes(*, W_lin, psi, psi_lin, P_a, w, n_d, zero):
-    """The base's linear weights at their precision (W_lin), its other parameters (embedding,
-    head, norms, biases) and the adapters at the recipe's w; ZeRO-3 shards them over N_d."""
-    total = W_lin + ceil_div(w * maximum(psi - psi_lin, 0), 1) + ceil_div(w * P_a, 1)
-    return select(zero >= 3, ceil_div(total, n_d), total)
+def _constants_text(*, precision, **_):
+    if precision == "nf4":
+        return "psi/64 + 4*psi/(64*256)  (NF4's 8-bit absmax per 64 weights, an fp32 constant per 256 of them)"
+    return "0  (no block constants counted)"
+
+
+@formula("states/base_quant_constants", _constants_text, FSDP_QLORA,
+         assumes=("a 4-bit base keeps its quantization constants (bitsandbytes' quant_state) outside the parameters "
+                  "FSDP shards: whole on every GPU, never gathered; torchao's NF4Tensor (torchtune) shards and "
+                  "gathers them with the data instead",))
+def quant_constant_bytes(*, psi, precision):
+    """The part of quantized_weight_bytes that is block constants rather than weights: NF4's
+    double-quantized absmax [qlora Sec. 3]; 0 for the other precisions."""
+    if precision == "nf4":
+        return ceil_div(psi, NF4_BLOCK) + 4 * ceil_div(psi, NF4_BLOCK * NF4_BLOCK2)
+    return 0 * psi
+
+
+@formula("states/frozen_sharded", "W_lin - C_q + w*(psi - psi_lin) + w*P_a  (the frozen base and the adapters as "
+                                  "FSDP shards and gathers them: the linear weights' packed data, the rest and the "
+                                  "adapters at w)", FSDP_QLORA,
+         assumes=("QLoRA under FSDP stores the packed 4-bit weights in a float dtype (bnb_4bit_quant_storage, as "
+                  "the model's), so FSDP shards and all-gathers them as they are, half a byte a weight",))
+def frozen_sharded_bytes(*, W_lin, C_q, psi, psi_lin, P_a, w):
+    """What ZeRO-3 shards of psi frozen parameters (psi_lin of them linear weights stored in
+    W_lin bytes, C_q of those block constants) with P_a adapters, and what its all-gather
+    fills: everything but the constants."""
+    return W_lin - C_q + ceil_div(w * maximum(psi - psi_lin, 0), 1) + ceil_div(w * P_a, 1)
+
+
+@formula("states/weights", lambda *, zero, **_: "W_shard/N_d + C_q" if zero >= 3 else "W_shard  (C_q within it)",
+         Cite("fitplan", "formulas.md#lora-and-qlora (frozen base + adapters; ZeRO-3 shards all but the quantization "
+                         "constants)"))
+def frozen_weights_bytes(*, W_shard, C_q, n_d, zero):
+    """The base's linear weights at their precision, its other parameters (embedding, head,
+    norms, biases) and the adapters at the recipe's w (W_shard: frozen_sharded_bytes); ZeRO-3
+    shards them over N_d, all but the quantization constants C_q, which every GPU keeps."""
+    return select(zero >= 3, ceil_div(W_shard, n_d), W_shard) + C_q
+
+
+@formula("runtime/gathered_weights", "W_shard  (the stage's frozen base and adapters as FSDP gathers them, beside "
+                                     "their shards)", FSDP_QLORA)
+def gathered_frozen_bytes(*, W_shard, keep):
+    """runtime/gathered_weights with a frozen base: the stage's sharded bytes, whole (keep: 1
+    where the gathered weights stay, fitplan.memory.breakdown.kept_gathered)."""
+    return keep * W_shard
+
+
+def fsdp_units(ev, setup, c, *, P_layer, P_head) -> dict:
+    """fitplan.memory.runtime.fsdp_buffers_bytes's units with a frozen base: a layer gathers its
+    P_layer base parameters as sharded (frozen_sharded_bytes: an NF4 base's packed 4-bit data,
+    not bf16) and its adapters, which are all it trains; the output unit (final norm and head:
+    frozen, no adapter) gathers at w and trains nothing."""
+    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    w, precision = recipe.weights_bytes, base_precision(training)
+    P_a = ev(adapter_params, key="params/lora_adapters_layer", l=1, r=training.lora_rank,
+             D=adapter_dims(model, training)[0], t=c.tp)
+    lin = ev(stage_linear_params, key="params/linear_weights_layer", l=1, P_lin=linear_params(model), t=c.tp)
+    W_lin = ev(quantized_weight_bytes, key="runtime/fsdp_layer_base_linear", psi=lin, precision=precision, w=w)
+    C_q = ev(quant_constant_bytes, key="runtime/fsdp_layer_quant_constants", psi=lin, precision=precision)
+    return {"W_layer": ev(frozen_sharded_bytes, key="runtime/fsdp_layer_weights", W_lin=W_lin, C_q=C_q, psi=P_layer,
+                          psi_lin=lin, P_a=P_a, w=w),
+            "W_head": ev(RT.fsdp_unit_bytes, key="runtime/fsdp_head_weights", c=w, P=P_head),
+            "T_layer": P_a, "T_head": 0 * P_head}
 
 
 def _adapter_text(symbol: str, key: str):
@@ -221,6 +283,9 @@ def check_supported(model, training) -> str | None:
     """Why this model and training cannot be fine-tuned with adapters here, or None."""
     if not is_lora(training):
         return None
+    if model.hybrid:
+        return ("--finetune lora/qlora: adapters on a hybrid model's Mamba layers are not modelled; use --finetune "
+                "full")
     if model.moe is not None:
         return ("--finetune lora/qlora: adapters on mixture-of-experts layers are not modelled; plan a dense model, "
                 "or --finetune full")
@@ -234,9 +299,9 @@ def check_supported(model, training) -> str | None:
 
 def dp_messages(ev, setup, c, *, stages, psi):
     """The data-parallel messages of a stage with adapters: the adapters' gradients (g*P_a),
-    and the weights gathered: ZeRO-3 gathers the whole stage's, the frozen base at its
-    precision; ZeRO-1/2's all-gather after the step only the updated adapters (the larger
-    of the first and last stages)."""
+    and the weights gathered: ZeRO-3 gathers the whole stage's, the frozen base as sharded
+    (frozen_sharded_bytes: no quantization constants); ZeRO-1/2's all-gather after the step
+    only the updated adapters (the larger of the first and last stages)."""
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     D = adapter_dims(model, training)[0]
     grads = weights = 0
@@ -244,13 +309,15 @@ def dp_messages(ev, setup, c, *, stages, psi):
         P_a = ev(adapter_params, key="params/lora_adapters_dp", l=st.layers, r=training.lora_rank, D=D, t=c.tp)
         lin = ev(stage_linear_params, key="params/stage_linear_weights_dp", l=st.layers, P_lin=linear_params(model),
                  t=c.tp)
-        W_lin = ev(quantized_weight_bytes, key="comm/dp_base_linear_weights", psi=lin, precision=base_precision(training),
+        precision = base_precision(training)
+        W_lin = ev(quantized_weight_bytes, key="comm/dp_base_linear_weights", psi=lin, precision=precision,
                    w=recipe.weights_bytes)
         grads = maximum(grads, ev(adapter_grads_bytes, key="comm/dp_grad_message", P_a=P_a, g=recipe.grads_bytes,
                                   n_d=1, zero=0))
         if c.zero >= 3:
-            W = ev(frozen_weights_bytes, key="comm/dp_param_message", W_lin=W_lin, psi=psi, psi_lin=lin, P_a=P_a,
-                   w=recipe.weights_bytes, n_d=1, zero=0)
+            C_q = ev(quant_constant_bytes, key="comm/dp_quant_constants", psi=lin, precision=precision)
+            W = ev(frozen_sharded_bytes, key="comm/dp_param_message", W_lin=W_lin, C_q=C_q, psi=psi, psi_lin=lin,
+                   P_a=P_a, w=recipe.weights_bytes)
         else:
             W = ev(adapter_weights_bytes, P_a=P_a, w=recipe.weights_bytes)
         weights = maximum(weights, W)

@@ -9,7 +9,7 @@ fitplan.memory.states (psi, N_d, w, g, m). Per GPU:
   nccl            B3*(C*rings + p2p peers)    NCCL buffers of every communicator the layout creates
   deepep          DeepEP's NVLink and RDMA buffers (--moe-dispatcher deepep)
   grad_buckets    g*psi (no bucket views) or 2*min(B_bucket, g*psi) (ZeRO-2 reduce-scatter)
-  fsdp_buffers    (1 + k)*w*P_layer + g*P_layer  ZeRO-3's gathered layers and unsharded gradients
+  fsdp_buffers    (1 + k)*W_layer + G_layer   ZeRO-3's gathered layers and unsharded gradients
   layer_backward  the gradients one layer's backward holds at once (an upper bound)
   logits_grad     the loss's logit gradients beyond the saved fp32 logits
   p2p             pipeline gradient send and receive buffers
@@ -161,44 +161,62 @@ def grad_buckets_bytes(*, psi, g, zero, view, bucket):
 
 
 def _fsdp_text(*, keep, moment="layer", acc=0, **_):
-    unit = "P_head" if moment == "loss" else "P_layer"
+    unit = "T_head" if moment == "loss" else "T_layer"
     grad = (f"[g != w]*w*{unit}  (the unit's gradient in the weights' dtype before it is added into the unsharded "
             f"accumulator: accumulated_grads)" if acc else f"g*{unit}  (the unit's unsharded gradients)")
     if moment == "loss":
         return (f"{grad}; its weights stay gathered: gathered_weights" if keep else
-                f"w*P_head + k*w*P_layer + {grad}  (the output unit kept gathered from its forward, k layers "
+                f"W_head + k*W_layer + {grad}  (the output unit kept gathered from its forward, k layers "
                 f"prefetched)")
     if moment == "forward":
         return "0  (every layer stays gathered: gathered_weights)" if keep else \
-            "(1 + k)*w*P_layer  (the computing layer and k prefetched)"
+            "(1 + k)*W_layer  (the computing layer and k prefetched)"
     return (f"{grad}; its weights stay gathered: gathered_weights" if keep else
-            f"(1 + k)*w*P_layer + {grad}  (the computing and k prefetched layers gathered)")
+            f"(1 + k)*W_layer + {grad}  (the computing and k prefetched layers gathered)")
 
 
-@formula("runtime/fsdp_buffers", _fsdp_text,
-         Cite("torchtitan", "apply_fsdp: fully_shard on the embedding, each block and [norm, output], the last kept "
-                            "gathered after forward; FSDP2's implicit forward and explicit backward prefetch"),
+FSDP_WRAP = Cite("torchtitan", "apply_fsdp: fully_shard on the embedding, each block and [norm, output], the last kept "
+                               "gathered after forward; FSDP2's implicit forward and explicit backward prefetch")
+
+
+@formula("runtime/fsdp_buffers", _fsdp_text, FSDP_WRAP,
          assumes=("ZeRO-3 gathers one unit per layer, one for the embedding and one for the final norm and output "
-                  "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",))
-def fsdp_buffers_bytes(*, w, g, P_layer, P_head, k, keep, moment="layer", acc=0):
+                  "layer (torchtitan's wrapping); the output unit stays gathered from its forward to its backward",
+                  "W_layer, W_head: a unit's parameters as FSDP gathers them, in bytes; T_layer, T_head: its trained "
+                  "parameters (w*P and P in full training; a frozen base: fitplan.memory.finetune.fsdp_units)"))
+def fsdp_buffers_bytes(*, W_layer, W_head, T_layer, T_head, w, g, k, keep, moment="layer", acc=0):
     """ZeRO-3/FSDP all-gather and reduce-scatter buffers at one moment of the step. forward: the
-    layer computing and k prefetched, at w bytes per parameter. layer (a layer's backward): those
-    and the layer's unsharded gradients before their reduce-scatter. loss (the output layer's
-    backward): the output unit, kept gathered since its forward, its unsharded gradients and k
-    layers prefetched. keep: reshard_after_forward off, every unit already gathered
-    (runtime/gathered_weights): only the unsharded gradients remain. acc: 1 where the gradients
-    accumulate unsharded over the micro-batches (pipelined; runtime/accumulated_grads holds them):
-    the unit's gradient is then only the one autograd makes in the weights' dtype before FSDP2 adds
-    it into a wider accumulator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
-    to_accumulated_grad_if_needed, accumulate_unsharded_grad_if_needed), none when the dtypes match."""
+    layer computing and k prefetched (W_layer bytes each, a layer's parameters as gathered).
+    layer (a layer's backward): those and the unsharded gradients of the layer's T_layer trained
+    parameters before their reduce-scatter. loss (the output layer's backward): the output unit,
+    kept gathered since its forward, its unsharded gradients and k layers prefetched. keep:
+    reshard_after_forward off, every unit already gathered (runtime/gathered_weights): only the
+    unsharded gradients remain. acc: 1 where the gradients accumulate unsharded over the
+    micro-batches (pipelined; runtime/accumulated_grads holds them): the unit's gradient is then
+    only the one autograd makes in the weights' dtype before FSDP2 adds it into a wider
+    accumulator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed,
+    accumulate_unsharded_grad_if_needed), none when the dtypes match."""
     gather = 1 - keep   # keep, acc: 1 or 0 (ints or the search's arrays)
-    unit = P_head if moment == "loss" else P_layer
-    grad = select(acc, select(g != w, ceil_div(w * unit, 1), 0 * unit), ceil_div(g * unit, 1))
+    trained = T_head if moment == "loss" else T_layer
+    grad = select(acc, select(g != w, ceil_div(w * trained, 1), 0 * trained), ceil_div(g * trained, 1))
     if moment == "forward":
-        return gather * ceil_div((1 + k) * w * P_layer, 1)
+        return gather * (1 + k) * W_layer
     if moment == "loss":
-        return grad + gather * ceil_div(w * P_head + k * w * P_layer, 1)
-    return grad + gather * ceil_div((1 + k) * w * P_layer, 1)
+        return grad + gather * (W_head + k * W_layer)
+    return grad + gather * (1 + k) * W_layer
+
+
+@formula("runtime/fsdp_unit", "c*P  (a unit's P parameters at c bytes each)", FSDP_WRAP)
+def fsdp_unit_bytes(*, c, P):
+    return ceil_div(c * P, 1)
+
+
+def fsdp_units(ev, *, w, P_layer, P_head) -> dict:
+    """fsdp_buffers_bytes's units in full training: every parameter gathered at w bytes and
+    trained."""
+    return {"W_layer": ev(fsdp_unit_bytes, key="runtime/fsdp_layer_weights", c=w, P=P_layer),
+            "W_head": ev(fsdp_unit_bytes, key="runtime/fsdp_head_weights", c=w, P=P_head),
+            "T_layer": P_layer, "T_head": P_head}
 
 
 def _layer_backward_text(*, kernel="eager", tied=0, **_):
@@ -233,6 +251,18 @@ def layer_backward_bytes(*, s, b, h, a, q, kv, f, n, e, t, c, sp, w=0, kernel="e
     mlp = ceil_div(2 * n * e * s * b * width, t * c)
     weight_grad = ceil_div(w * h * maximum(f if k == 0 else maximum(f_s, f_e), q), t)
     return edges + maximum(attn, mlp) + weight_grad + tied * ceil_div(w * V * h, t)
+
+
+@formula("runtime/mamba_backward", "2*e*s*b*h/([t if SP]*c) + e*s*b*(W_in + 2d)/(t*c) + w*h*W_in/t",
+         Cite("fitplan", "formulas.md#hybrid-models (mamba_ssm ssd_combined.py MambaSplitConv1dScanCombinedFn."
+                         "backward: dzxbcdt, the scan's and the gate's output gradients)"),
+         assumes=("a Mamba layer's backward holds its input and output gradients, in_proj's output gradient "
+                  "(zxBCdt) and the gradients of the scan's and the gate's outputs, and in_proj's weight gradient; "
+                  "an estimate in the manner of runtime/layer_backward, not measured",))
+def mamba_backward_bytes(*, s, b, h, e, t, c, sp, W_in, d, w=0):
+    """The gradients one Mamba layer's backward holds at once, on top of what it stores."""
+    edges = 2 * ceil_div(e * s * b * h, select(sp, t, 1) * c)
+    return edges + ceil_div(e * s * b * (W_in + 2 * d), t * c) + ceil_div(w * h * W_in, t)
 
 
 def _logits_text(*, kernel, t=1, **_):

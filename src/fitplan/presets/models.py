@@ -1,7 +1,7 @@
 """Model presets with the training setup their source states. Shapes are cited."""
 from dataclasses import dataclass
 
-from fitplan.specs.model import MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position, QkNorm
+from fitplan.specs.model import MambaSpec, MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position, QkNorm
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +179,71 @@ def _nemotron(name, config, layers, hidden, heads, kv_heads, ffn, source="", glo
                       source=source + NEMOTRON.format(config, layers, hidden, heads, kv_heads, ffn))
     return ModelPreset(model=model, seq_len=4096, global_batch=global_batch, batch_source=batch_source)
 
+# Hybrid Mamba models, as their Hugging Face config.json states them (model_type nemotron_h: transformers
+# NemotronHConfig; the same files examples/hf/<name>/config.json holds, and fitplan.files.hf reads): every
+# layer one block behind an RMSNorm (M Mamba-2, * attention, - MLP, E MoE), squared-ReLU MLPs and experts
+# (two matrices), no linear biases, no position encoding (the Mamba layers carry order; Megatron-LM's recipes
+# run --position-embedding-type none), untied embeddings, vocabulary 131,072. Nemotron 3's MoE layers route
+# with a sigmoid and a per-expert score bias (e_score_correction_bias) to 6 or 22 experts, beside a shared
+# expert of twice the routed width (counted as two shared experts: the same weights); Super and Ultra's
+# experts work on a latent (LatentMoE, moe_latent_size). Their multi-token-prediction module
+# (num_nextn_predict_layers 1) is an attention and an MoE layer (mtp_hybrid_override_pattern "*E").
+NEMOTRON_H = ("HF nvidia/{} config.json (model_type nemotron_h): {}; transformers "
+              "models/nemotron_h/modeling_nemotron_h.py")
+
+
+def _nemotron_h(name, hf_id, note, *, pattern, hidden, heads, kv_heads, mamba_heads, ffn=1, moe=None, mtp=0,
+                max_seq=262144, seq=8192):
+    model = ModelSpec(name=name, num_layers=len(pattern), hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                      head_dim=None if heads * 128 == hidden else 128, ffn_hidden_size=ffn, vocab_size=131072, max_seq_len=max_seq, mlp=Mlp.RELU2,
+                      norm=Norm.RMSNORM, position=Position.NONE, tied_embeddings=False, linear_bias=False,
+                      layer_pattern=pattern, moe=moe, mtp_depth=mtp, mtp_pattern="*E" if mtp else None,
+                      mamba=MambaSpec(num_heads=mamba_heads, head_dim=64, state_size=128, num_groups=8,
+                                      chunk_size=128),
+                      source=NEMOTRON_H.format(hf_id, note))
+    return ModelPreset(model=model, seq_len=seq)
+
+
+def _nemotron3_moe(experts, top_k, ffn, latent=None):
+    return MoeSpec(num_experts=experts, experts_per_token=top_k, expert_ffn_size=ffn, num_shared_experts=2,
+                   expert_bias=True, latent_size=latent)
+
+
+NEMOTRON_3_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+NEMOTRON_3_SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
+                            "EMEMEMEME")
+NEMOTRON_3_ULTRA_PATTERN = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*"
+                            "EMEMEM*EMEMEMEM*EMEMEMEME")
+HYBRID_PRESETS = (
+    _nemotron_h("nemotron-h-8b", "Nemotron-H-8B-Base-8K",
+                "52 layers (24 Mamba-2, 24 MLP, 4 attention), h 4096, 32 heads (8 KV) of 128, MLP 21,504, Mamba-2 "
+                "128 heads of 64, 8 groups, state 128 (Nemotron-H report, arXiv:2504.03624, Table 1)",
+                pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", hidden=4096, heads=32, kv_heads=8,
+                mamba_heads=128, ffn=21504, max_seq=8192),
+    _nemotron_h("nemotron-3-nano-30b-a3b", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+                "52 layers (23 Mamba-2, 23 MoE, 6 attention), h 2688, 32 heads (2 KV) of 128, 128 experts of 1856, "
+                "top-6, a shared expert of 3712, Mamba-2 64 heads of 64, 8 groups, state 128",
+                pattern=NEMOTRON_3_NANO_PATTERN, hidden=2688, heads=32, kv_heads=2, mamba_heads=64, ffn=1856,
+                moe=_nemotron3_moe(128, 6, 1856)),
+    _nemotron_h("nemotron-3.5-lightning-30b-a3b", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16",
+                "Nemotron 3 Nano's shapes (layers_block_type naming the same 52 layers) and one multi-token-"
+                "prediction module of an attention and an MoE layer",
+                pattern=NEMOTRON_3_NANO_PATTERN, hidden=2688, heads=32, kv_heads=2, mamba_heads=64, ffn=1856,
+                moe=_nemotron3_moe(128, 6, 1856), mtp=1),
+    _nemotron_h("nemotron-3-super-120b-a12b", "NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+                "88 layers (40 Mamba-2, 40 MoE, 8 attention), h 4096, 32 heads (2 KV) of 128, 512 experts of 2688 "
+                "on a latent of 1024, top-22, a shared expert of 5376, Mamba-2 128 heads of 64, 8 groups, state "
+                "128, one multi-token-prediction module",
+                pattern=NEMOTRON_3_SUPER_PATTERN, hidden=4096, heads=32, kv_heads=2, mamba_heads=128, ffn=2688,
+                moe=_nemotron3_moe(512, 22, 2688, latent=1024), mtp=1),
+    _nemotron_h("nemotron-3-ultra-550b-a55b", "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16",
+                "108 layers (48 Mamba-2, 48 MoE, 12 attention), h 8192, 64 heads (2 KV) of 128, 512 experts of "
+                "5120 on a latent of 2048, top-22, a shared expert of 10240, Mamba-2 256 heads of 64, 8 groups, "
+                "state 128, one multi-token-prediction module",
+                pattern=NEMOTRON_3_ULTRA_PATTERN, hidden=8192, heads=64, kv_heads=2, mamba_heads=256, ffn=5120,
+                moe=_nemotron3_moe(512, 22, 5120, latent=2048), mtp=1),
+)
+
 _PRESETS = (
     _gpt3("gpt3-125m", 125_000_000, 12, 768, 12, 2**19),
     _gpt3("gpt3-350m", 350_000_000, 24, 1024, 16, 2**19),
@@ -243,4 +308,5 @@ _PRESETS = (
               batch_source="HF nvidia/Nemotron-4-340B-Base model card: global batch 2304 of 4,096-token sequences "
                            "(arXiv:2406.11704's ramp ends there)"),
 )
+_PRESETS = _PRESETS + HYBRID_PRESETS
 MODELS = {p.model.name: p for p in _PRESETS}

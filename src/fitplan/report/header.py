@@ -20,6 +20,7 @@ def header(setup) -> list:
         f"         L={m.num_layers} h={m.hidden_size} a={m.num_heads} kv_heads={m.num_kv_heads} "
         f"ffn={m.ffn_hidden_size} V={m.vocab_size} mlp={m.mlp.value} "
         f"{'tied' if m.tied_embeddings else 'untied'} embeddings",
+        *hybrid_lines(m),
         f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
         f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}, "
         f"{t.attention_kernel} attention",
@@ -29,6 +30,24 @@ def header(setup) -> list:
         *host_lines(c),
         *(f"assumed  {a}" for a in setup.assumed),
     ))]
+
+
+def hybrid_lines(m) -> tuple[str, ...]:
+    """A hybrid model's layers by kind and its Mamba layers' shape."""
+    if not m.hybrid:
+        return ()
+    from fitplan.counts.hybrid import KIND_NAMES, kind_counts
+    kinds = ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in kind_counts(m.layer_pattern).items() if n)
+    line = f"         hybrid: {kinds} layers"
+    mb = m.mamba
+    if mb is not None:
+        line += (f"; {'Mamba-2' if mb.version.value == 'mamba2' else 'Mamba'} {mb.num_heads} heads x {mb.head_dim}, "
+                 f"state {mb.state_size}, {mb.num_groups} groups, conv {mb.conv_kernel}")
+        if mb.version.value == "mamba2":
+            line += f", chunk {mb.chunk_size}"
+    if m.mtp_depth and m.mtp_pattern:
+        line += f"; {m.mtp_depth} MTP module{'s' if m.mtp_depth > 1 else ''} of {m.mtp_pattern}"
+    return (line,)
 
 
 def finetune_lines(t) -> tuple[str, ...]:

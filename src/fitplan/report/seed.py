@@ -5,6 +5,17 @@ from fitplan.report.to_train import to_train_table
 from fitplan.units import fmt_gib
 
 
+def _layer_lines(a) -> list:
+    """One layer's formula and bytes; a hybrid model's, one line group per kind of layer."""
+    kinds = a.layer_kinds or (("", a.setup.model.num_layers, a.per_layer),)
+    out = []
+    for name, n, term in kinds:
+        label = f"one {name} layer ({n} of them)" if name else "one layer"
+        out += [f"{label}: {term.formula}", f"   with {term_inputs(term)}",
+                f"   = {term.value:,} B = {fmt_gib(term.value)} GiB"]
+    return out
+
+
 def seed(a) -> list:
     setup = a.setup
     bpp = " + ".join(f"{v:g} {k}" for k, v in a.bytes_per_param.items())
@@ -28,9 +39,7 @@ def seed(a) -> list:
         Heading(f"(b) Activations, one micro-batch, no parallelism  [{a.per_layer.cite}]"),
         Lines((f"attention factor {a.attention_factor.formula} with {term_inputs(a.attention_factor)}: "
                f"{a.attention_factor.value:g}",
-               f"one layer: {a.per_layer.formula}",
-               f"   with {term_inputs(a.per_layer)}",
-               f"   = {a.per_layer.value:,} B = {fmt_gib(a.per_layer.value)} GiB",
+               *_layer_lines(a),
                f"all {setup.model.num_layers} layers: {a.all_layers_bytes:,} B = {fmt_gib(a.all_layers_bytes)} GiB",
                f"the bigger problem: {a.bigger_problem} ({fmt_gib(big)} GiB vs {fmt_gib(small)} GiB, "
                f"{big / max(1, small):.1f}x)")),

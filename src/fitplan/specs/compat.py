@@ -150,6 +150,32 @@ RULES = (
     Rule("virtual_stages_need_pp",
          lambda m, t, k, c, x: (c.pp > 1) | (c.virtual_stages == 1),
          lambda m, t, k, c: "virtual pipeline stages (interleaving) need pp > 1"),
+    # Hybrid Mamba models, as Megatron-LM runs them (megatron/core/ssm/mamba_mixer.py, mamba_block.py)
+    Rule("mamba_heads_not_divisible_by_tp",   # MambaMixer: nheads % tp == 0 and ngroups % tp == 0
+         lambda m, t, k, c, x: True if m.mamba is None else (m.mamba.num_heads % c.tp == 0) & (
+             m.mamba.num_groups % c.tp == 0),
+         lambda m, t, k, c: f"the Mamba layers' {m.mamba.num_heads} heads and {m.mamba.num_groups} groups must be "
+                            f"divisible by tp={c.tp} (Megatron-LM's MambaMixer splits both); pick a tp that divides "
+                            f"{m.mamba.num_groups}"),
+    Rule("mamba1_tp",
+         lambda m, t, k, c, x: True if m.mamba is None or m.mamba.version.value == "mamba2" else c.tp == 1,
+         lambda m, t, k, c: "tensor parallelism of Mamba (mamba1) layers is not modelled (Megatron-LM splits "
+                            "Mamba-2 layers only); use tp 1"),
+    Rule("hybrid_cp",
+         lambda m, t, k, c, x: True if not m.hybrid else c.cp == 1,
+         lambda m, t, k, c: "context parallelism of a hybrid model's Mamba layers (Megatron-LM's "
+                            "MambaContextParallel, an all-to-all of their heads) is not modelled; use cp 1"),
+    Rule("hybrid_virtual_stages",
+         lambda m, t, k, c, x: True if not m.hybrid else c.virtual_stages == 1,
+         lambda m, t, k, c: "Megatron-LM's hybrid Mamba models have no interleaved pipeline (mamba_block.py asserts "
+                            "virtual_pipeline_model_parallel_size is None); use --virtual-stages 1"),
+    Rule("hybrid_recompute_mode",
+         lambda m, t, k, c, x: True if not m.hybrid else (c.recompute in (Recompute.NONE, Recompute.SELECTIVE,
+                                                                          Recompute.FULL))
+         & (c.recompute_num_layers is None),
+         lambda m, t, k, c: f"--recompute {c.recompute.value}"
+                            f"{' with --recompute-num-layers' if c.recompute_num_layers is not None else ''} is not "
+                            f"modelled for a hybrid model; use none, selective or full (every layer)"),
 )
 
 

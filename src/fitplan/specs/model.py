@@ -8,6 +8,11 @@ from fitplan.specs.declare import check_ranges, declared
 
 MOE = "mixture of experts"
 MLA = "multi-head latent attention"
+MAMBA = "hybrid Mamba layers"
+# The layer kinds of a hybrid model's pattern, as Megatron-LM's hybrid models and Nemotron-H's
+# hybrid_override_pattern name them (Megatron-LM megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols)
+MAMBA_LAYER, ATTENTION_LAYER, MLP_LAYER, MOE_LAYER = "M", "*", "-", "E"
+LAYER_KINDS = (MAMBA_LAYER, ATTENTION_LAYER, MLP_LAYER, MOE_LAYER)
 
 
 class Mlp(StrEnum):
@@ -40,6 +45,12 @@ class Position(StrEnum):
     LEARNED = "learned"  # a (max_seq_len x h) table [gpt3]
     ROPE = "rope"        # no parameters [llama3]
     ALIBI = "alibi"      # no parameters: a bias on the attention scores (Press et al. 2022) [BLOOM]
+    NONE = "none"        # no position encoding (NoPE): the Mamba layers carry order (Nemotron-H, Granite 4.0-H, Jamba)
+
+
+class SsmVersion(StrEnum):
+    MAMBA2 = "mamba2"    # Mamba-2, the SSD layer (Dao & Gu 2024): scalar A per head, B and C per group
+    MAMBA1 = "mamba1"    # Mamba, the selective scan (Gu & Dao 2023): A per channel and state, x_proj and dt_proj (Jamba)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +85,10 @@ class MoeSpec:
     capacity_factor: float | None = declared("number", default=None, flag="--capacity-factor", group=MOE, lo=0.001,
                                              hi=1000, example=1.25, omitted="dropless",
                                              help="MoE capacity factor (default: dropless)")
+    latent_size: int | None = declared("int", default=None, flag="--moe-latent", group=MOE, lo=1, hi=10**7,
+                                       example=1024, omitted="the routed experts work at the hidden size",
+                                       help="LatentMoE (Nemotron 3 Super, Ultra): the routed experts work on a "
+                                            "latent of this width, projected from and back to h once per token")
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "experts_per_token", "expert_ffn_size"):
@@ -90,6 +105,8 @@ class MoeSpec:
         if self.experts_per_token > self.num_experts:
             raise SpecError(f"model.moe.experts_per_token ({self.experts_per_token}) exceeds num_experts "
                             f"({self.num_experts})")
+        if self.latent_size is not None:
+            positive_int("model.moe", "latent_size", self.latent_size, maximum=10**7)
         if self.capacity_factor is not None and not (isinstance(self.capacity_factor, (int, float))
                                                      and 0 < self.capacity_factor <= 1000):
             raise SpecError(f"model.moe.capacity_factor must be in (0, 1000] or absent (dropless), "
@@ -123,6 +140,69 @@ class MlaSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MambaSpec:
+    """The Mamba layers (M) of a hybrid model. Mamba-2 (state-spaces/mamba mamba_ssm/modules/
+    mamba2.py, Megatron-LM megatron/core/ssm/mamba_mixer.py): num_heads heads of head_dim
+    channels (d_inner = num_heads*head_dim), B and C in num_groups groups of state_size, a
+    depthwise causal conv of conv_kernel over x, B and C, the chunked SSD scan over chunks of
+    chunk_size tokens. Mamba (version mamba1, mamba_ssm/modules/mamba_simple.py; Jamba): d_inner
+    channels (num_heads = d_inner, head_dim = 1), each with a state of state_size, dt of dt_rank."""
+
+    num_heads: int = declared("int", flag="--mamba-heads", group=MAMBA, lo=1, hi=2**20, example=16,
+                              help="Mamba heads (Mamba-2: nheads; Mamba: the d_inner channels, with --mamba-head-dim 1)")
+    head_dim: int = declared("int", flag="--mamba-head-dim", group=MAMBA, lo=1, hi=2**16, example=32,
+                             help="channels per Mamba head (d_inner = heads x head dim)")
+    state_size: int = declared("int", flag="--mamba-state", group=MAMBA, lo=1, hi=2**16, example=64,
+                               help="the SSM state per channel (d_state, N)")
+    num_groups: int = declared("int", default=1, flag="--mamba-groups", group=MAMBA, lo=1, hi=2**16, example=4,
+                               help="groups of heads sharing B and C (Mamba-2 ngroups)")
+    conv_kernel: int = declared("int", default=4, flag="--mamba-conv", group=MAMBA, lo=1, hi=1024, example=2,
+                                help="the causal depthwise convolution's width (d_conv)")
+    chunk_size: int = declared("int", default=128, flag="--mamba-chunk", group=MAMBA, lo=1, hi=2**20, example=256,
+                               help="tokens per chunk of the SSD scan (Megatron-LM: 128; mamba_ssm: 256)")
+    version: SsmVersion = declared("enum", default=SsmVersion.MAMBA2, enum=SsmVersion, flag="--mamba-version",
+                                   group=MAMBA, example=SsmVersion.MAMBA1,
+                                   help="mamba2 (SSD: Nemotron-H, Granite 4.0-H) or mamba1 (selective scan: Jamba)")
+    dt_rank: int = declared("int", default=0, flag="--mamba-dt-rank", group=MAMBA, lo=0, hi=2**20, example=256,
+                            help="Mamba (mamba1) only: the rank of dt's projection (x_proj, dt_proj); 0: mamba_ssm's "
+                                 "auto, ceil(h/16)")
+    inner_norms: bool = declared("bool", default=False, flag="--mamba-inner-norms", off_flag="--no-mamba-inner-norms",
+                                 group=MAMBA, example=True,
+                                 help="Mamba (mamba1): RMSNorms on dt, B and C (Jamba's dt/b/c_layernorm)")
+    conv_bias: bool = declared("bool", default=True, flag="--mamba-conv-bias", off_flag="--no-mamba-conv-bias",
+                               group=MAMBA, example=False, help="a bias on the convolution (conv_bias)")
+    proj_bias: bool = declared("bool", default=False, flag="--mamba-proj-bias", off_flag="--no-mamba-proj-bias",
+                               group=MAMBA, example=True, help="biases on in_proj and out_proj (use_bias)")
+
+    def __post_init__(self) -> None:
+        for name in ("num_heads", "head_dim", "state_size", "num_groups", "conv_kernel", "chunk_size"):
+            positive_int("model.mamba", name, getattr(self, name), maximum=10**7)
+        if not isinstance(self.version, SsmVersion):
+            raise SpecError(f"model.mamba.version must be one of {', '.join(v.value for v in SsmVersion)}")
+        for name in ("inner_norms", "conv_bias", "proj_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"model.mamba.{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.dt_rank, bool) or not isinstance(self.dt_rank, int) or self.dt_rank < 0:
+            raise SpecError(f"model.mamba.dt_rank must be a whole number >= 0, got {self.dt_rank!r}")
+        if self.version is SsmVersion.MAMBA2:
+            if self.num_heads % self.num_groups:   # Megatron-LM MambaMixer: nheads % ngroups == 0
+                raise SpecError(f"model.mamba.num_heads {self.num_heads} is not divisible by num_groups "
+                                f"{self.num_groups}; every group of B and C serves whole heads")
+            if self.dt_rank or self.inner_norms:
+                raise SpecError("model.mamba.dt_rank and inner_norms belong to Mamba (version mamba1); a Mamba-2 "
+                                "layer projects dt per head in in_proj")
+        else:
+            if self.head_dim != 1 or self.num_groups != 1:
+                raise SpecError("model.mamba: a Mamba (mamba1) layer has one state per channel: give num_heads = "
+                                "d_inner, head_dim 1 and num_groups 1")
+        check_ranges(self, "model.mamba")
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """Shapes of a decoder-only transformer. Counts are derived in fitplan.counts.params."""
 
@@ -144,7 +224,8 @@ class ModelSpec:
     norm: Norm = declared("enum", default=Norm.LAYERNORM, enum=Norm, flag="--norm", group="model",
                           example=Norm.RMSNORM, help="layernorm (weight and bias) or rmsnorm (weight only)")
     position: Position = declared("enum", default=Position.LEARNED, enum=Position, flag="--position", group="model",
-                                  example=Position.ROPE, help="learned position table, rope or alibi (no parameters)")
+                                  example=Position.ROPE, help="learned position table, rope or alibi (no parameters), "
+                                                              "or none (NoPE: hybrid Mamba models)")
     tied_embeddings: bool = declared("bool", default=True, flag="--tied-embeddings", off_flag="--untied-embeddings",
                                      group="model", example=False,
                                      help="the output layer shares the embedding's weights")
@@ -180,6 +261,16 @@ class ModelSpec:
     moe: MoeSpec | None = declared("table", default=None, table=MoeSpec, omitted="dense: every layer has a dense MLP")
     mla: MlaSpec | None = declared("table", default=None, table=MlaSpec,
                                    omitted="(grouped-query) multi-head attention")
+    layer_pattern: str | None = declared("str", default=None, flag="--hybrid-pattern", group=MAMBA, example="M*M-ME",
+                                         omitted="every layer is attention and an MLP",
+                                         help="a hybrid model's layers, one letter each: M Mamba, * attention, - MLP, "
+                                              "E MoE (Megatron-LM's hybrid pattern, Nemotron-H's "
+                                              "hybrid_override_pattern); --layers is its length")
+    mamba: MambaSpec | None = declared("table", default=None, table=MambaSpec, omitted="no Mamba layers")
+    mtp_pattern: str | None = declared("str", default=None, flag="--mtp-pattern", group=MAMBA, example="*E",
+                                       omitted="a transformer layer (non-hybrid models)",
+                                       help="a hybrid model's multi-token-prediction module: its layers, one letter "
+                                            "each (Nemotron 3: *E, an attention and an MoE layer)")
     mtp_depth: int = declared("int", default=0, flag="--mtp-depth", group="model", lo=0, hi=16, example=1,
                               help="multi-token-prediction modules after the last layer (DeepSeek-V3: 1), each a "
                                    "projection of 2h -> h and one more layer, sharing the embedding and head")
@@ -227,7 +318,60 @@ class ModelSpec:
         for name, kind in (("mlp", Mlp), ("norm", Norm), ("position", Position), ("qk_norm", QkNorm)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(f"model.{name} must be one of {', '.join(k.value for k in kind)}")
+        self._check_hybrid()
         check_ranges(self, "model")
+
+    def _check_hybrid(self) -> None:
+        """A hybrid model's pattern names every layer (Megatron-LM _allocate_override: the pattern's
+        length is num_layers); its letters need the tables they use."""
+        if self.mamba is not None and not isinstance(self.mamba, MambaSpec):
+            raise SpecError("model.mamba must be a MambaSpec table")
+        pattern = self.layer_pattern
+        if pattern is None:
+            if self.mamba is not None:
+                raise SpecError("model.mamba: Mamba layers need a layer_pattern (--hybrid-pattern) saying where they "
+                                "are, e.g. M*M-")
+            if self.mtp_pattern is not None:
+                raise SpecError("model.mtp_pattern belongs to a hybrid model (layer_pattern); a transformer's "
+                                "multi-token-prediction module is one layer (--mtp-depth)")
+            return
+        for name, text in (("layer_pattern", pattern), ("mtp_pattern", self.mtp_pattern)):
+            if text is None:
+                continue
+            if not isinstance(text, str) or not text:
+                raise SpecError(f"model.{name} must be a non-empty string of M, *, - and E")
+            bad = sorted(set(text) - set(LAYER_KINDS))
+            if bad:
+                raise SpecError(f"model.{name}: {bad[0]!r} is not a layer; use M (Mamba), * (attention), - (MLP) "
+                                f"or E (MoE)")
+        if len(pattern) != self.num_layers:
+            raise SpecError(f"model.layer_pattern names {len(pattern)} layers but num_layers is {self.num_layers}; "
+                            f"set num_layers (--layers) to {len(pattern)}")
+        used = set(pattern) | set(self.mtp_pattern or "")
+        if MAMBA_LAYER in used and self.mamba is None:
+            raise SpecError("model.layer_pattern has Mamba layers (M) but no [model.mamba] table; give --mamba-heads, "
+                            "--mamba-head-dim and --mamba-state")
+        if MOE_LAYER in used and self.moe is None:
+            raise SpecError("model.layer_pattern has MoE layers (E) but no [model.moe] table; give --experts and "
+                            "--experts-per-token")
+        if self.moe is not None and MOE_LAYER not in used:
+            raise SpecError("model.moe: the layer_pattern has no MoE layer (E) to use it; add E layers or drop the "
+                            "MoE table")
+        if self.moe is not None and self.moe.first_dense_layers:
+            raise SpecError("model.moe.first_dense_layers: in a hybrid model the layer_pattern says which layers "
+                            "are MoE (E) and which dense (-); set it to 0")
+        if self.mla is not None:
+            raise SpecError("model.mla: latent attention in a hybrid model is not modelled; its attention layers are "
+                            "grouped-query attention")
+        if self.mtp_depth and self.mtp_pattern is None:
+            raise SpecError("model.mtp_pattern: a hybrid model's multi-token-prediction module needs its layers, "
+                            "e.g. --mtp-pattern '*E' (Nemotron 3)")
+
+    @property
+    def hybrid(self) -> bool:
+        """A hybrid model: its layers are the pattern's blocks (Mamba, attention, MLP, MoE), each
+        behind one pre-norm, rather than attention-and-MLP layers."""
+        return self.layer_pattern is not None
 
     @property
     def q_size(self) -> int:

@@ -33,6 +33,15 @@ def mix(n_dense, L, dense, moe):
     return select(L > 0, (n_dense * dense + (L - n_dense) * moe) / maximum(L, 1), moe)
 
 
+def mix_kinds(weights, L, values):
+    """A hybrid stage's average over its layers: each kind's value times its layers (weights),
+    over the L layers (0 for a stage without layers)."""
+    total = 0
+    for n, v in zip(weights, values):
+        total = total + n * v
+    return total / maximum(L, 1)
+
+
 @formula("time/layer_elementwise", "kappa*A/W_hbm  (A: the bytes the layer stores for backward, no recompute)",
          ELEMENTWISE, SECONDS,
          ("memory-bound kernels move kappa bytes of HBM traffic per byte of activation the layer stores: the "
@@ -79,7 +88,7 @@ def cast_s(*, bytes_, W):
     return bytes_ / W
 
 
-def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe):
+def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe, kinds=None):
     """Forward elementwise seconds per layer (stage average), and what recompute reruns of
     them: the traffic of the activations it did not store."""
     from fitplan.memory import activations as A
@@ -88,6 +97,8 @@ def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe):
     if W is None:   # no HBM figure: the memory-bound kernels are left out
         zero = 0 * c.micro_batch
         return zero, zero
+    if kinds is not None:
+        return _hybrid_elementwise(ev, setup, c, sh, L=L, kinds=kinds, kappa=kappa, kappa_moe=kappa_moe, W=W)
     layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
     extras = [("", {})] if n_dense is None else [("", {}), ("_moe", sh.moe.kw())]
     full = [ev(A.per_layer_bytes, key=f"bytes/layer_activations{tag}", recompute=Recompute.NONE, **layer, **extra)
@@ -106,9 +117,42 @@ def layer_elementwise(ev, setup, c, sh, *, L, n_dense, kappa, kappa_moe):
     return mem, ev(elementwise_s, key="time/layer_elementwise_rerun", A=A_none - A_kept, kappa=kappa, W=W)
 
 
-def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like):
+def _hybrid_elementwise(ev, setup, c, sh, *, L, kinds, kappa, kappa_moe, W):
+    """layer_elementwise for a hybrid stage: each kind's stored bytes (activations.per_block_bytes,
+    through fitplan.memory.breakdown.hybrid_activations) weighted by its layers; the MoE layers'
+    routed copies add their token traffic."""
+    from fitplan.explain import RAW
+    from fitplan.memory import breakdown as BD
+    from fitplan.specs.model import LAYER_KINDS
+    from fitplan.specs.parallel import Recompute
+    layer = dict(sh.kw(), b=c.micro_batch, t=c.tp, c=c.cp, sp=c.sequence_parallel)
+    used = set(setup.model.layer_pattern) | set(setup.model.mtp_pattern or "")
+    stored = {}
+    scan = 0   # a Mamba-2 layer's fp32 chunk states and C^T B: written and read in each pass like stored bytes
+    m = setup.model.mamba
+    if "M" in used and m.version.value == "mamba2":
+        from fitplan.memory import activations as A
+        scan = A.ssd_scan_workspace_bytes(b=c.micro_batch, s=sh.s, Q=m.chunk_size, H=m.num_heads, P=m.head_dim,
+                                          N=m.state_size, G=m.num_groups, t=c.tp, c=c.cp)
+    for mode in {Recompute.NONE, c.recompute}:
+        per = BD.hybrid_block_bytes(RAW, setup, dict(layer, recompute=mode))
+        per["M"] = per["M"] + scan
+        stored[mode] = mix_kinds([kinds[k] for k in LAYER_KINDS], L, [per[k] for k in LAYER_KINDS])
+    mem = ev(elementwise_s, A=stored[Recompute.NONE], kappa=kappa, W=W)
+    if "E" in used:
+        copies = ev(moe_routed_bytes, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.moe.w or sh.h, e=sh.e,
+                    t=c.tp, c=c.cp)
+        mem = mem + kinds["E"] / maximum(L, 1) * ev(moe_traffic_s, C=copies, kappa_moe=kappa_moe, W=W)
+    if c.recompute == Recompute.NONE:
+        return mem, 0 * mem
+    return mem, ev(elementwise_s, key="time/layer_elementwise_rerun", A=stored[Recompute.NONE] - stored[c.recompute],
+                   kappa=kappa, W=W)
+
+
+def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
     """fp8 recipes: the casts' and amax bookkeeping's traffic per layer (stage average),
-    forward and backward, at HBM bandwidth. kinds: the dense (and MoE) layers' linear GEMMs."""
+    forward and backward, at HBM bandwidth. kinds: the dense (and MoE) layers' linear GEMMs, or
+    a hybrid stage's per kind of layer with their layer counts (weights)."""
     W = setup.cluster.gpu.hbm_bytes_per_s
     compute = setup.training.recipe.compute
     if compute == "bf16" or W is None:
@@ -117,7 +161,10 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like):
     e_lp = LOW_PRECISION_BYTES[compute]
     elements = [(sum(gm.g * gm.m * gm.k for gm in gs), sum(gm.g * gm.m * gm.n for gm in gs),
                  sum(gm.g * gm.k * gm.n for gm in gs)) for gs in kinds]
-    X, Y, W_el = elements[0] if n_dense is None else (mix(n_dense, L, a, b) for a, b in zip(*elements))
+    if weights is not None:
+        X, Y, W_el = (mix_kinds(weights, L, list(col)) for col in zip(*elements))
+    else:
+        X, Y, W_el = elements[0] if n_dense is None else (mix(n_dense, L, a, b) for a, b in zip(*elements))
     f = ev(cast_s, key="time/fp8_casts_forward", W=W, bytes_=ev(
         fp8_cast_forward_bytes, X=X, W_el=W_el, n_g=len(kinds[-1]), e=sh.e, m=m, e_lp=e_lp))
     b = ev(cast_s, key="time/fp8_casts_backward", W=W, bytes_=ev(fp8_cast_backward_bytes, X=X, Y=Y, e=sh.e,

@@ -76,8 +76,9 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
                         zero, zero, zero)
     intra, nodes = place["ep"]
     extra = {} if sh.e_l is None else {"e_l": sh.e_l}
-    S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.h, t=c.tp, c=c.cp,
-              **extra)
+    # LatentMoE dispatches the tokens' latents (Nemotron 3 Super, Ultra: moe_latent_size), not their h-wide states
+    S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.moe.w or sh.h, t=c.tp,
+              c=c.cp, **extra)
     L_moe = L - n_dense
     n_ep = ev(moe_a2a_count, m=m, L_moe=L_moe, recompute=c.recompute)
     if setup.training.moe_dispatcher == "deepep":

@@ -92,27 +92,73 @@ def attention_linears(model, *, T, t) -> tuple[Gemm, ...]:
     return tuple(out)
 
 
-def mlp_linears(model, *, T, t, f, tag="mlp", g=1) -> tuple[Gemm, ...]:
-    """A dense MLP of width f split by t: the up (and gate) projection, then the down one."""
+def mlp_linears(model, *, T, t, f, tag="mlp", g=1, width=None) -> tuple[Gemm, ...]:
+    """A dense MLP of width f split by t: the up (and gate) projection, then the down one
+    (width: its input's, h or a LatentMoE expert's latent)."""
     n_up = 2 if model.mlp.gated else 1
-    return (Gemm(f"{tag}_up", T, n_up * f / t, model.hidden_size, g),
-            Gemm(f"{tag}_down", T, model.hidden_size, f / t, g))
+    w = model.hidden_size if width is None else width
+    return (Gemm(f"{tag}_up", T, n_up * f / t, w, g), Gemm(f"{tag}_down", T, w, f / t, g))
+
+
+def moe_gemms(model, *, T, t, ep=1, rho=1) -> tuple[Gemm, ...]:
+    """An MoE block's GEMMs (Megatron-LM's MoELayer, expert tensor parallel 1): the router; the
+    shared experts as a dense MLP split by t; LatentMoE's h -> l and l -> h projections
+    (replicated, on the rank's T/t sequence-sharded tokens); the E/ep local experts as one
+    grouped GEMM each way, every expert receiving T_e = k_r*rho*T*ep/(t*E) tokens."""
+    e, h = model.moe, model.hidden_size
+    out = (Gemm("router", T, e.num_experts, h),)
+    if e.num_shared_experts:
+        out += mlp_linears(model, T=T, t=t, f=e.num_shared_experts * e.expert_ffn_size, tag="shared")
+    if e.latent_size is not None:
+        out += (Gemm("latent_down", T / t, e.latent_size, h), Gemm("latent_up", T / t, h, e.latent_size))
+    T_e = e.experts_per_token * rho * T * ep / (t * e.num_experts)
+    return out + mlp_linears(model, T=T_e, t=1, f=e.expert_ffn_size, tag="experts", g=e.num_experts / ep,
+                             width=e.latent_size)
 
 
 def linear_gemms(model, *, T, t, ep=1, moe_layer=False, rho=1) -> tuple[Gemm, ...]:
-    """The layer's linear GEMMs on one GPU for T tokens. An MoE layer (Megatron-LM's MoELayer,
-    expert tensor parallel 1): the router; the shared experts as a dense MLP split by t; the
-    E/ep local experts as one grouped GEMM each way, every expert receiving
-    T_e = k_r*rho*T*ep/(t*E) tokens (the tp ranks dispatch their T/t sequence-sharded tokens)."""
+    """The layer's linear GEMMs on one GPU for T tokens: attention, then the MLP or the MoE
+    block (moe_gemms; the tp ranks dispatch their T/t sequence-sharded tokens)."""
     out = attention_linears(model, T=T, t=t)
     if not moe_layer:
         return out + mlp_linears(model, T=T, t=t, f=model.ffn_hidden_size)
-    e = model.moe
-    out += (Gemm("router", T, e.num_experts, model.hidden_size),)
-    if e.num_shared_experts:
-        out += mlp_linears(model, T=T, t=t, f=e.num_shared_experts * e.expert_ffn_size, tag="shared")
-    T_e = e.experts_per_token * rho * T * ep / (t * e.num_experts)
-    return out + mlp_linears(model, T=T_e, t=1, f=e.expert_ffn_size, tag="experts", g=e.num_experts / ep)
+    return out + moe_gemms(model, T=T, t=t, ep=ep, rho=rho)
+
+
+def mamba_linears(model, *, T, t) -> tuple[Gemm, ...]:
+    """A Mamba layer's projections (Megatron-LM MambaMixer: in_proj column-parallel, out_proj
+    row-parallel); Mamba (mamba1) adds x_proj (d -> R + 2N) and dt_proj (R -> d)."""
+    from fitplan.counts import hybrid as HY
+    m, h = model.mamba, model.hidden_size
+    out = (Gemm("mamba_in_proj", T, HY.in_proj_width(model) / t, h), Gemm("mamba_out_proj", T, h, m.d_inner / t))
+    if m.version.value == "mamba1":
+        R = HY.dt_rank(model)
+        out += (Gemm("mamba_x_proj", T, R + 2 * m.state_size, m.d_inner / t), Gemm("mamba_dt_proj", T, m.d_inner / t, R))
+    return out
+
+
+def block_gemms(model, kind: str, *, T, t, ep=1, rho=1) -> tuple[Gemm, ...]:
+    """A hybrid model's layer of `kind` (M, *, -, E): its linear GEMMs on one GPU for T tokens."""
+    if kind == "M":
+        return mamba_linears(model, T=T, t=t)
+    if kind == "*":
+        return attention_linears(model, T=T, t=t)
+    if kind == "-":
+        return mlp_linears(model, T=T, t=t, f=model.ffn_hidden_size)
+    return moe_gemms(model, T=T, t=t, ep=ep, rho=rho)
+
+
+def ssd_gemms(model, *, b, s, t, c) -> tuple[Gemm, ...]:
+    """A Mamba-2 layer's chunked scan per GPU as batched GEMMs (fitplan.counts.flops.ssd_flops):
+    over the b*s/(c*Q) chunks of Q tokens, C^T B for each of the G/t local groups, then for each
+    of the H/t local heads the intra-chunk output (Q x Q by Q x P), the chunk state (N x Q by
+    Q x P) and the inter-chunk output (Q x N by N x P)."""
+    m = model.mamba
+    Q, N, P = m.chunk_size, m.state_size, m.head_dim
+    chunks = b * s / (c * Q)
+    heads, groups = chunks * m.num_heads / t, chunks * m.num_groups / t
+    return (Gemm("ssd_cb", Q, Q, N, groups), Gemm("ssd_intra", Q, P, Q, heads), Gemm("ssd_state", N, P, Q, heads),
+            Gemm("ssd_inter", Q, P, N, heads))
 
 
 def core_gemms(model, *, b, s, t, c) -> tuple[Gemm, ...]:
@@ -155,6 +201,7 @@ class LayerRates:
     rerun_mem_s: object
     cast_forward_s: object
     cast_backward_s: object
+    ssm: object = 1     # the Mamba-2 scans' sustained efficiency (bf16), hybrid models
 
 
 def rates(ev, gpu, *, h, compute: str, clock=1.0) -> dict:
@@ -201,7 +248,7 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = ""):
     return F_sum, T_sum
 
 
-def layer_rates(ev, setup, c, *, L, n_dense, m, e2e) -> LayerRates:
+def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
     """The stage's GEMM efficiencies at the candidate's degrees (tp, cp, ep, micro-batch), and
     its memory-bound seconds per layer. c: a ParallelConfig or the search's grid; L and
     n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step; e2e: the
@@ -211,12 +258,28 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e) -> LayerRates:
     sh = Shapes.of(setup)
     r = rates(ev, gpu, h=sh.h, compute=training.recipe.compute, clock=e2e.clock)
     T = c.micro_batch * sh.s / c.cp
-    kinds = [linear_gemms(model, T=T, t=c.tp)]
-    if n_dense is not None:
-        kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
-    sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix) for g, prefix in zip(kinds, ("", "moe/"))]
-    F_lin, T_lin = (sums[0] if n_dense is None else
-                    (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
+    eff_ssm = 1
+    if kinds is not None:   # a hybrid stage: each kind's GEMMs, weighted by its layers
+        used = sorted(set(model.layer_pattern) | set(model.mtp_pattern or ""), key="M*-E".index)
+        gemm_kinds = [block_gemms(model, k, T=T, t=c.tp, ep=c.ep, rho=1 if sh.moe is None else sh.moe.rho)
+                      for k in used]
+        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=f"{k}/") for g, k in zip(gemm_kinds, used)]
+        weights = [kinds[k] for k in used]
+        F_lin, T_lin = E.mix_kinds(weights, L, [x[0] for x in sums]), E.mix_kinds(weights, L, [x[1] for x in sums])
+        if "M" in used and model.mamba.version.value == "mamba2":
+            F_s, T_s = class_flops_and_s(ev, ssd_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"],
+                                         gpu)
+            eff_ssm = ev(sustained_efficiency, key="ratio/ssd_efficiency", F=F_s, T=T_s, peak=r["bf16"].peak)
+        casts = (gemm_kinds, weights)
+    else:
+        gemm_kinds = [linear_gemms(model, T=T, t=c.tp)]
+        if n_dense is not None:
+            gemm_kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
+        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix) for g, prefix in zip(gemm_kinds,
+                                                                                             ("", "moe/"))]
+        F_lin, T_lin = (sums[0] if n_dense is None else
+                        (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
+        casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
         eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, clock=e2e.clock)
@@ -226,6 +289,8 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e) -> LayerRates:
     F_h, T_h = class_flops_and_s(ev, head_gemms(model, T=T, t=c.tp), r["bf16"], gpu)
     eff_head = ev(sustained_efficiency, key="ratio/head_efficiency", F=F_h, T=T_h, peak=r["bf16"].peak)
     mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise,
-                                     kappa_moe=e2e.moe_traffic)
-    cast_f, cast_b = E.fp8_casts(ev, setup, sh, kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch)
-    return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b)
+                                     kappa_moe=e2e.moe_traffic, kinds=kinds)
+    cast_f, cast_b = E.fp8_casts(ev, setup, sh, gemm_kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch,
+                                 weights=None if casts is None else casts[1])
+    return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b,
+                      eff_ssm)

@@ -66,21 +66,27 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
     L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
-    n_dense = None if model.moe is None else stage.n_dense * half
+    n_dense = None if model.moe is None or model.hybrid else stage.n_dense * half
+    kinds = None if not model.hybrid else {kind: n * half for kind, n in stage.kinds().items()}
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
-                    frac=recomputed_share_of(ev, c, stage.layers))
-    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k)
+                    frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
+    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
-    lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates)
+    lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
     place = placement(ev, setup, c)
-    axes = {"tp": tp_time(ev, setup, c, sh, m=m, L=L, place=place, lay=lay, e2e=k)}
+    # a hybrid model's layer is one block (a mixer, or an MLP or MoE): one tensor-parallel exchange per pass, half a
+    # transformer layer's two; the tp and host terms count its L layers as L/2 transformer layers
+    L_pairs = L if kinds is None else L / 2
+    axes = {"tp": tp_time(ev, setup, c, sh, m=m, L=L_pairs, place=place, lay=lay, e2e=k)}
+    if kinds is not None and model.moe is not None:
+        n_dense = L - kinds["E"]
     axes["ep"] = ep_time(ev, setup, c, sh, m=m, L=L, n_dense=n_dense, like=axes["tp"].exposed_s, lay=lay,
                          place=place, e2e=k)
     axes["cp"] = cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
                          eff=rates.core, e2e=k)
     axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k)
-    host = ev(OV.host_overhead_s, m=m, T_f=T_f, T_b=T_b, L=L, L_moe=0 if n_dense is None else L - n_dense,
+    host = ev(OV.host_overhead_s, m=m, T_f=T_f, T_b=T_b, L=L_pairs, L_moe=0 if n_dense is None else L - n_dense,
               omega=k.layer_overhead_s, sigma_moe=k.moe_sync_s, recompute=c.recompute)
     fraction, bubble = bubble_time(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + host + axes["tp"].exposed_s
                                    + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
@@ -127,16 +133,22 @@ def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
     """The whole step's model and hardware FLOPs over all N GPUs, and the tokens per second."""
     model = setup.model
     B = c.dp * m * c.micro_batch
-    whole = step_flops(ev, setup, "flops/step", B=B, L=model.num_layers + model.mtp_depth, recompute=c.recompute,
-                       mtp=model.mtp_depth,
+    kinds, L_all = None, model.num_layers + model.mtp_depth
+    if model.hybrid:   # every layer of the pattern, and the multi-token-prediction modules' layers
+        from fitplan.counts import hybrid as HY
+        main, extra = HY.kind_counts(model.layer_pattern), HY.kind_counts(model.mtp_pattern or "")
+        kinds = {kind: main[kind] + model.mtp_depth * extra[kind] for kind in main}
+        L_all = model.num_layers + model.mtp_depth * len(model.mtp_pattern or "")
+    whole = step_flops(ev, setup, "flops/step", B=B, L=L_all, recompute=c.recompute, mtp=model.mtp_depth, kinds=kinds,
                        frac=recomputed_share_of(RAW, c, ST.stage_layers.fn(L=model.num_layers, p=c.pp, v=c.virtual_stages,
                                                                           i=c.pp - 1, first=c.first_stage_layers,
                                                                           last=c.last_stage_layers)),
-                       n_dense=None if model.moe is None else model.moe.first_dense_layers)
+                       n_dense=None if model.moe is None or model.hybrid else model.moe.first_dense_layers)
     model_f = whole["model"] if "model" in whole else ev(F.model_flops, key="flops/model_step",
                                                           F_forward=whole["forward"])
     causal_f = ev(F.model_flops, key="flops/model_step_causal", F_forward=ev(
-        F.causal_forward_flops, key="flops/step/forward_causal", F_forward=whole["forward"], L=model.num_layers,
+        F.causal_forward_flops, key="flops/step/forward_causal", F_forward=whole["forward"],
+        L=L_all if model.hybrid else model.num_layers,
         F_core=whole["core"]))
     hw_f = ev(F.hardware_flops, key="flops/hardware_step", F_forward=whole["forward"], F_backward=whole["backward"])
     N = c.tp * c.pp * c.dp * c.cp

@@ -7,13 +7,14 @@ device), bytes saved for backward per layer (none / norms / selective / op / ful
 bf16 and fp32; dense and MoE layers apart, op on dense layers only), FLOPs of one step
 (FlopCounterMode), and, on 2-4 local gloo ranks, per-rank model states for DDP, ZeRO-1,
 FSDP2 (ZeRO-2/3), DTensor tensor and pipeline parallel, expert parallel (MoE), plus
-tensor-parallel activations and pipeline activations in flight (GPipe, 1F1B).
+tensor-parallel activations and pipeline activations in flight (GPipe, 1F1B), DDP's and FSDP2's
+runtime buffers, and QLoRA's NF4 base under FSDP2.
 `fitplan.validate.report.render_text` prints it.
 
 Importing this package does not import torch; run_validation does.
 """
 from fitplan.errors import SpecError
-from fitplan.specs.model import Mlp, ModelSpec, MoeSpec, Norm, Position
+from fitplan.specs.model import MambaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position
 
 TINY_GPT = ModelSpec(
     name="tiny-gpt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
@@ -38,6 +39,14 @@ SMALL_LLAMA = ModelSpec(
     vocab_size=32000, max_seq_len=4096, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
     tied_embeddings=False, linear_bias=False,
     source="fitplan validation on a GPU: Llama-style, 336M parameters (GQA 16/4, SwiGLU 2816, V 32000, untied)")
+# A Mamba-2 hybrid (Nemotron-H's layout): Mamba, attention and squared-ReLU MLP layers, one pre-norm each
+TINY_HYBRID = ModelSpec(
+    name="tiny-hybrid", num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=128,
+    vocab_size=512, max_seq_len=256, mlp=Mlp.RELU2, norm=Norm.RMSNORM, position=Position.NONE, tied_embeddings=False,
+    linear_bias=False, layer_pattern="M*M-",
+    mamba=MambaSpec(num_heads=4, head_dim=32, state_size=16, num_groups=2, chunk_size=32),
+    source="fitplan validation: a Nemotron-H-style hybrid (Mamba-2 of 4 heads of 32, 2 groups, state 16, chunks of "
+           "32; GQA 4/2 attention; squared-ReLU MLP; no position encoding; untied)")
 DEFAULT_MODELS = (TINY_GPT, TINY_LLAMA)
 DEFAULT_SEQ_LEN = 128       # > h for TINY_GPT: the s^2 term dominates
 DEFAULT_MICRO_BATCH = 2
@@ -62,10 +71,14 @@ def check_size(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str 
     layer plus the embedding and output), must fit the memory the run has (memory_limit). So a --seq-len
     or --micro-batch of millions is one line, not an allocation of hundreds of GiB."""
     from fitplan.specs import Recompute
-    from fitplan.validate.expected import planner_layer_bytes, planner_outside_bytes
+    from fitplan.validate.expected import planner_block_bytes, planner_layer_bytes, planner_outside_bytes
     kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=4)
-    moe_layers = model.num_layers - model.moe.first_dense_layers if model.moe is not None else 0
-    layers = (model.num_layers - moe_layers) * planner_layer_bytes(model, **kw, recompute=Recompute.NONE)
+    if model.hybrid:
+        layers = sum(planner_block_bytes(model, k, **kw) for k in model.layer_pattern)
+        moe_layers = 0
+    else:
+        moe_layers = model.num_layers - model.moe.first_dense_layers if model.moe is not None else 0
+        layers = (model.num_layers - moe_layers) * planner_layer_bytes(model, **kw, recompute=Recompute.NONE)
     if moe_layers:
         layers += moe_layers * planner_layer_bytes(model, **kw, recompute=Recompute.NONE, moe_layer=True)
     total = layers + planner_outside_bytes(model, **kw)
@@ -74,6 +87,18 @@ def check_size(model: ModelSpec, *, seq_len: int, micro_batch: int, device: str 
         raise SpecError(f"--seq-len {seq_len} --micro-batch {micro_batch}: the reference {model.name} would hold "
                         f"{total / 2**30:,.1f} GiB of activations (fitplan's own prediction), more than {where} "
                         f"({limit / 2**30:,.0f} GiB); lower them")
+
+
+def _check_hybrid(model: ModelSpec, seq_len: int) -> None:
+    """What the reference hybrid model builds: Mamba-2, attention and MLP layers."""
+    if "E" in model.layer_pattern or model.mtp_depth:
+        raise SpecError(f"model {model.name}: the reference hybrid model has no MoE layers or multi-token-prediction "
+                        f"modules; validate a pattern of M, * and - layers")
+    if model.mamba is not None and model.mamba.version.value != "mamba2":
+        raise SpecError(f"model {model.name}: the reference hybrid model builds Mamba-2 layers; validate a mamba2 model")
+    if model.mamba is not None and seq_len % model.mamba.chunk_size:
+        raise SpecError(f"--seq-len {seq_len}: the reference scan runs whole chunks of {model.mamba.chunk_size} "
+                        f"tokens; give a multiple of {model.mamba.chunk_size}")
 
 
 def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LEN,
@@ -107,6 +132,8 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
     if model.moe is not None and model.moe.capacity_factor is not None:
         raise SpecError(f"model {model.name}: the reference MoE layer is dropless; validate a spec without "
                         f"moe.capacity_factor (the planner then uses rho = training.moe_imbalance)")
+    if model.hybrid:
+        _check_hybrid(model, seq_len)
     if model.position is Position.LEARNED and seq_len > model.max_seq_len:
         raise SpecError(f"--seq-len {seq_len} is longer than the model's learned-position table "
                         f"({model.max_seq_len}); lower it")
@@ -124,5 +151,5 @@ def run_validation(*, model: ModelSpec = TINY_GPT, seq_len: int = DEFAULT_SEQ_LE
                       device=device, include_distributed=include_distributed)
 
 
-__all__ = ["TINY_GPT", "TINY_LLAMA", "TINY_MOE", "SMALL_LLAMA", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH",
+__all__ = ["TINY_GPT", "TINY_LLAMA", "TINY_MOE", "TINY_HYBRID", "SMALL_LLAMA", "DEFAULT_MODELS", "DEFAULT_SEQ_LEN", "DEFAULT_MICRO_BATCH",
            "run_validation"]

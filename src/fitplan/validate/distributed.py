@@ -31,6 +31,9 @@ of its local parameters, gradients and optimizer state (a DTensor by its local s
   fsdp2-nosync  one backward with FSDP2's gradient sync and resharding after backward off, as
                torch.distributed.pipelining runs every micro-batch but the last: the unsharded
                parameters kept and the unsharded gradients accumulated, by storage
+  fsdp2-qlora  dense models: the LoRA reference with an NF4 base (reference_lora.quantize_base,
+               FSDP-QLoRA's layout), the same backward as fsdp2-nosync: each unit's gathered
+               parameters (the packed base, not bf16) and unsharded gradients (adapters only)
 
 The rows compare each figure with the planner (fitplan.memory.breakdown.stage_memory for
 the same ParallelConfig, recipe fp32-adam) plus the engine's named extras
@@ -61,7 +64,8 @@ from fitplan.validate.report import Extra, Row
 
 STATE_CHECKS = ("ddp", "zero1", "fsdp2-zero2", "fsdp2-zero3", "tp", "pp", "ep")
 RUNTIME_CHECKS = ("ddp-buckets", "fsdp2-buffers", "fsdp2-nosync")
-CHECKS = STATE_CHECKS + ("tp-act", "pp-act") + RUNTIME_CHECKS
+QLORA = (4, "qkv,o,mlp")   # the fsdp2-qlora check's adapter rank and targets (as the one-process LoRA rows)
+CHECKS = STATE_CHECKS + ("tp-act", "pp-act") + RUNTIME_CHECKS + ("fsdp2-qlora",)
 ACT_BYTES = 2     # tp-act runs in bf16
 LR = 1e-3
 
@@ -168,6 +172,8 @@ def skip_reason(check: str, spec: ModelSpec, *, world: int, seq_len: int) -> str
             return "ep: a dense model has no experts"
         if spec.moe.num_experts % world:
             return f"ep: {spec.moe.num_experts} experts do not split over ep={world}"
+    if check == "fsdp2-qlora" and spec.moe is not None:
+        return "fsdp2-qlora: adapters on mixture-of-experts layers are not modelled"
     if check == "pp-act" and spec.moe is not None:
         return "pp-act: pipeline activations are checked on dense models"
     if check in ("tp", "tp-act") and spec.moe is not None:
@@ -552,8 +558,45 @@ def _fsdp2_nosync(spec, *, rank, world, seq_len, b):
     return {"unsharded_params": params, "unsharded_grads": grads, "sharded_params": sharded}
 
 
+def _fsdp2_qlora(spec, *, rank, world, seq_len, b):
+    """QLoRA under FSDP2 as FSDP-QLoRA shards it: the LoRA reference (rank 4 on qkv, o, mlp) with
+    its adapted matrices' frozen weights in NF4 (reference_lora.quantize_base: the packed codes a
+    parameter in the model's dtype, the constants attributes), every layer and the root
+    fully_shard'ed, one backward without gradient sync or resharding after backward (as
+    _fsdp2_nosync). Afterwards, per FSDP unit, the bytes of its unsharded parameters (the
+    all-gather outputs) and of its unsharded gradients; the widest layer's and the whole model's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from fitplan.validate.reference_lora import add_lora, quantize_base
+    torch.manual_seed(0)
+    net = quantize_base(add_lora(build(spec), rank=QLORA[0], targets=QLORA[1]))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in net.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    net.set_requires_gradient_sync(False)
+    net.set_reshard_after_backward(False)
+    net.set_is_last_backward(False)
+    ids, targets = _batch(spec, b, seq_len)
+    lm_loss(net(ids), targets).backward()
+    units = []
+    for module in [*net.layers, net]:
+        params = grads = 0
+        for fp in module._get_fsdp_state()._fsdp_param_group.fsdp_params:
+            unsharded = fp._unsharded_param
+            params += unsharded.untyped_storage().nbytes()
+            grad = fp.unsharded_accumulated_grad if fp.unsharded_accumulated_grad is not None else unsharded.grad
+            grads += 0 if grad is None else grad.untyped_storage().nbytes()
+        units.append((params, grads))
+    layers = units[:-1]
+    return {"layer_params": max(p for p, _ in layers), "layer_grads": max(g for _, g in layers),
+            "all_params": sum(p for p, _ in units), "all_grads": sum(g for _, g in units)}
+
+
 _CHECKS = {"ddp": _ddp, "zero1": _zero1, "tp": _tp, "pp": _pp, "ep": _ep, "tp-act": _tp_act, "pp-act": _pp_act,
            "ddp-buckets": _ddp_buckets, "fsdp2-buffers": _fsdp2_buffers, "fsdp2-nosync": _fsdp2_nosync,
+           "fsdp2-qlora": _fsdp2_qlora,
            "fsdp2-zero2": lambda spec, **kw: _fsdp2(spec, reshard=False, **kw),
            "fsdp2-zero3": lambda spec, **kw: _fsdp2(spec, reshard=True, **kw)}
 
@@ -749,24 +792,51 @@ def runtime_rows(spec: ModelSpec, records: list[dict], *, seq_len: int, micro_ba
     if recs:
         from fitplan.memory import states as S
         from fitplan.explain import RAW
-        from fitplan.memory.breakdown import accumulated_grads_bytes, gathered_weights_bytes, stage_at, stage_psi
+        from fitplan.memory.breakdown import (accumulated_grads_bytes, gathered_weights_bytes, stage_at,
+                                              stage_expert_psi, stage_psi)
         config = ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch)
-        psi = int(stage_psi(RAW, spec, config, stage=stage_at(RAW, spec, config, 0)))
-        weights = gathered_weights_bytes(psi=psi, psi_e=0, w=4, keep=1)
-        grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P)) + accumulated_grads_bytes(
-            psi=psi, psi_e=0, n_d=world, n_ed=1, g=4, pipelined=1)
+        stage = stage_at(RAW, spec, config, 0)
+        # Every FSDP unit's parameters, routed experts included: fully_shard(layer) makes the
+        # layer's experts FSDPParams of its group, sharded over the same world ranks (ep = 1, so
+        # N_ed = N_d), and with reduce_grads and reshard_after_backward off its post_backward
+        # keeps all of their unsharded parameters and gradients (_fsdp_param_group.py post_backward).
+        psi = int(stage_psi(RAW, spec, config, stage=stage))
+        psi_e = 0 if spec.moe is None else int(stage_expert_psi(RAW, spec, config, stage=stage))
+        weights = gathered_weights_bytes(psi=psi, psi_e=psi_e, w=4, keep=1)
+        grads = int(S.grads_bytes(psi=psi, g=4, n_d=world, zero=ZeroStage.OS_G_P, psi_e=psi_e, n_ed=world)) + \
+            accumulated_grads_bytes(psi=psi, psi_e=psi_e, n_d=world, n_ed=world, g=4, pipelined=1)
         note = ("after a backward with gradient sync and resharding after backward off, as torch.distributed."
                 "pipelining runs every micro-batch but the last")
         rows.append(Row(section=section, quantity="fsdp2 no-sync: gathered weights kept", planner=weights,
                         measured=max(r["unsharded_params"] for r in recs),
                         per_rank_measured=tuple(r["unsharded_params"] for r in recs),
                         per_rank_predicted=(weights,) * len(recs),
-                        note="runtime/gathered_weights = w*psi, the whole stage beside its shards; " + note))
+                        note="runtime/gathered_weights = w*(psi + psi_e), the whole stage beside its shards; " + note))
         rows.append(Row(section=section, quantity="fsdp2 no-sync: unsharded gradients", planner=grads,
                         measured=max(r["unsharded_grads"] for r in recs),
                         per_rank_measured=tuple(r["unsharded_grads"] for r in recs),
                         per_rank_predicted=(grads,) * len(recs),
-                        note="states/grads + runtime/accumulated_grads = g*psi/N + g*psi*(1 - 1/N); " + note))
+                        note="states/grads + runtime/accumulated_grads = g*(psi + psi_e)/N + g*(psi + psi_e)*(1 - 1/N); "
+                             + note))
+    recs = sorted((r for r in records if r["check"] == "fsdp2-qlora" and r["model"] == spec.name),
+                  key=lambda r: r["rank"])
+    if recs:
+        pred = X.planner_qlora_fsdp(spec, seq_len=seq_len, micro_batch=micro_batch, world=world, lora=QLORA)
+        note = ("NF4 base packed in fp32 storage (bitsandbytes quant_storage), rank-4 adapters on qkv, o, mlp; "
+                "after a backward without gradient sync or resharding after backward")
+        for quantity, key, measured, text in (
+                ("fsdp2 qlora: a layer's gathered unit", "runtime/fsdp_layer_weights", "layer_params",
+                 "W_lin - C_q + w*(P_layer - P_lin) + w*P_a: the packed 4-bit codes, norms and biases, adapters; "),
+                ("fsdp2 qlora: a layer's unsharded gradients", "runtime/fsdp_buffers", "layer_grads",
+                 "runtime/fsdp_buffers with every unit kept gathered = g*T_layer, T_layer = P_a: the adapters' "
+                 "only, the frozen base has none; "),
+                ("fsdp2 qlora: every unit gathered", "states/frozen_sharded", "all_params",
+                 "runtime/gathered_weights = W_shard, the model as FSDP shards it (quantization constants "
+                 "excluded: every rank keeps them whole); ")):
+            rows.append(Row(section=section, quantity=quantity, planner=pred[key],
+                            measured=max(r[measured] for r in recs),
+                            per_rank_measured=tuple(r[measured] for r in recs),
+                            per_rank_predicted=(pred[key],) * len(recs), note=text + note))
     return rows
 
 

@@ -12,7 +12,7 @@ from fitplan.explain import RAW
 from fitplan.memory import activations as A
 from fitplan.memory.breakdown import Setup, Shapes, stage_memory
 from fitplan.presets import gpu, recipe
-from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec
+from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.specs.model import Norm, Position
 from fitplan.timing.work import step_flops
 from fitplan.validate.report import Extra
@@ -160,16 +160,59 @@ def outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_byte
     return tuple(out)
 
 
+# ---------------------------------------------------------------- a hybrid model's layers
+
+def planner_block_bytes(model: ModelSpec, kind: str, *, seq_len: int, micro_batch: int, act_bytes: int) -> int:
+    """One layer of a hybrid model (kind M, *, -; no recompute, one GPU): activations.per_block_bytes
+    as fitplan.memory.breakdown.hybrid_block_bytes calls it."""
+    from fitplan.memory.breakdown import hybrid_block_bytes
+    sh = Shapes.of(setup_for(model, seq_len=seq_len, act_bytes=act_bytes))
+    layer = dict(sh.kw(), b=micro_batch, t=1, c=1, sp=False, recompute=Recompute.NONE)
+    return int(hybrid_block_bytes(RAW, setup_for(model, seq_len=seq_len, act_bytes=act_bytes), layer)[kind])
+
+
+def block_extras(model: ModelSpec, kind: str, *, seq_len: int, micro_batch: int, act_bytes: int,
+                 device: str = "cpu") -> tuple[Extra, ...]:
+    """What the reference hybrid layer stores beyond per_block_bytes: its one norm's statistics,
+    and an attention layer's causal mask (the reference attention's, layer_extras)."""
+    s, b = seq_len, micro_batch
+    out = [Extra("norm-stats", norm_stats_bytes(model, tokens=s * b, act_bytes=act_bytes, device=device),
+                 "the layer's pre-norm saves its statistics (Korthikanti Sec. 4 ignores them)", _NORM_CITE[model.norm])]
+    if kind == "*":
+        out.append(Extra("causal-mask", s * s, "masked_fill saves the s x s bool causal mask (1 B/element) it is given"))
+    return tuple(out)
+
+
+def hybrid_flops_extras(model: ModelSpec, *, seq_len: int, micro_batch: int) -> tuple[Extra, ...]:
+    """The reference Mamba layer's backward reruns its whole scan (autograd through a recomputed
+    forward), where mamba_ssm's backward kernels rerun only C^T B and the chunk states: the
+    intra- and inter-chunk outputs' GEMMs once more, 2*B*s*(Q*d + N*d) per Mamba layer."""
+    m = model.mamba
+    if m is None or "M" not in model.layer_pattern:
+        return ()
+    per_layer = 2 * micro_batch * seq_len * (m.chunk_size * m.d_inner + m.state_size * m.d_inner)
+    return (Extra("scan-rerun-outputs", model.layer_pattern.count("M") * per_layer,
+                  "the reference SsdScanFunction recomputes the whole scan in backward, its two output GEMM families "
+                  "((C^T B o L) X and C h) too; mamba_ssm's _mamba_chunk_scan_combined_bwd reruns only C^T B and the "
+                  "chunk states (counts.flops.ssd_backward_rerun_flops)",
+                  "reference_hybrid.SsdScanFunction; mamba_ssm ssd_combined.py"),)
+
+
 # ---------------------------------------------------------------- FLOPs of one step
 
 def planner_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Recompute,
                   lora: tuple[int, str] | None = None) -> int:
     """fitplan.counts.flops.hardware_flops for one micro-batch's forward and backward
     (recompute included) through the whole model: timing.work.step_flops, the assembly the
-    step time uses (MoE: the dense and MoE layers' average, rho = 1, the model's FLOPs)."""
+    step time uses (MoE: the dense and MoE layers' average, rho = 1, the model's FLOPs;
+    a hybrid model: its layers by kind)."""
+    kinds = None
+    if model.hybrid:
+        from fitplan.counts.hybrid import kind_counts
+        kinds = kind_counts(model.layer_pattern)
     f = step_flops(RAW, setup_for(model, seq_len=seq_len, act_bytes=2, lora=lora), "flops/microbatch", B=micro_batch,
                    L=model.num_layers, recompute=recompute,
-                   n_dense=None if model.moe is None else model.moe.first_dense_layers)
+                   n_dense=None if model.moe is None or model.hybrid else model.moe.first_dense_layers, kinds=kinds)
     value = F.hardware_flops(F_forward=f["forward"], F_backward=f["backward"])
     return int(value) if float(value).is_integer() else value   # the MoE average makes a whole float
 
@@ -352,6 +395,24 @@ def planner_lora(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes:
             "grads": parts["states/grads"], "optimizer": parts["states/master"] + parts["states/optimizer"],
             "layer": by_key["activations/per_layer"],
             "outside": parts["activations/embedding"] + parts["activations/output"]}
+
+
+def planner_qlora_fsdp(model: ModelSpec, *, seq_len: int, micro_batch: int, world: int,
+                       lora: tuple[int, str]) -> dict:
+    """The planner's FSDP terms for the fsdp2-qlora check: QLoRA (an NF4 base) at the reference's
+    fp32 recipe, ZeRO-3 over `world`, reshard_after_forward off (every unit kept gathered, so
+    runtime/fsdp_buffers is a layer's unsharded gradients alone): a layer's gathered unit
+    (runtime/fsdp_layer_weights), its gradients (runtime/fsdp_buffers) and the model's sharded
+    bytes (states/frozen_sharded), by key."""
+    from dataclasses import replace
+
+    from fitplan.explain import Trace
+    setup = setup_for(model, seq_len=seq_len, act_bytes=4, world=world, lora=lora)
+    setup = replace(setup, training=replace(setup.training, finetune="qlora"))
+    trace = Trace()
+    stage_memory(trace, setup, ParallelConfig(dp=world, zero=ZeroStage.OS_G_P, micro_batch=micro_batch,
+                                              reshard_after_forward=False), first=True)
+    return {t.key: int(t.value) for t in trace.terms}
 
 
 def lora_outside_extras(model: ModelSpec, *, seq_len: int, micro_batch: int, act_bytes: int,

@@ -27,7 +27,16 @@ DTYPES = {2: torch.bfloat16, 4: torch.float32}
 def count_params(model: ModelSpec) -> int:
     """Parameters of the reference model, built on the meta device (no memory); tied
     weights are yielded once by parameters()."""
-    return sum(p.numel() for p in build(model, device="meta").parameters())
+    return sum(p.numel() for p in _build(model, device="meta").parameters())
+
+
+def _build(model: ModelSpec, *, recompute: Recompute = Recompute.NONE, **kw):
+    """The reference model: reference_model's, or a hybrid model's (reference_hybrid; no recompute)."""
+    if model.hybrid:
+        from fitplan.validate.reference_hybrid import build_hybrid
+        assert recompute is Recompute.NONE, recompute
+        return build_hybrid(model, **kw)
+    return build(model, recompute=recompute, **kw)
 
 
 def local_tensor(t):
@@ -165,7 +174,7 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
     saves bf16 weight copies, docs/engines.md#activations-saved-for-backward). lora: (rank,
     targets) freezes the model and adds adapters (fitplan.validate.reference_lora)."""
     torch.manual_seed(seed)
-    net = build(model, dropout_p=dropout_p, recompute=recompute, dtype=DTYPES[act_bytes], device=device)
+    net = _build(model, dropout_p=dropout_p, recompute=recompute, dtype=DTYPES[act_bytes], device=device)
     if lora is not None:
         from fitplan.validate.reference_lora import add_lora
         add_lora(net, rank=lora[0], targets=lora[1])
@@ -185,7 +194,7 @@ def saved_activations(model: ModelSpec, *, seq_len: int, micro_batch: int, act_b
     layer0 = recorder.tensors(0)
     outside = recorder.bytes(OUTSIDE)
     loss.backward()
-    loads = tuple(getattr(layer.mlp, "tokens_per_expert", ()) for layer in net.layers)
+    loads = tuple(getattr(getattr(layer, "mlp", None), "tokens_per_expert", ()) for layer in net.layers)
     return SavedActivations(per_layer=per_layer, outside=outside, layer0_tensors=layer0, expert_tokens=loads)
 
 
@@ -205,7 +214,7 @@ def count_flops(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: 
                 aten._scaled_dot_product_flash_attention_for_cpu_backward:
                 lambda grad, q, k, v, *_, out_shape=None, **__: fc.sdpa_backward_flop_count(grad, q, k, v)}
     torch.manual_seed(seed)
-    net = build(model, dropout_p=dropout_p, recompute=recompute).train()
+    net = _build(model, dropout_p=dropout_p, recompute=recompute).train()
     if lora is not None:
         from fitplan.validate.reference_lora import add_lora
         add_lora(net, rank=lora[0], targets=lora[1])

@@ -297,10 +297,57 @@ NOTES = (
 )
 
 
+HYBRID_NOTES = (
+    "a hybrid model (reference_hybrid: a pure-PyTorch Mamba-2 layer, the reference attention and MLP, one pre-norm "
+    "each): its parameters, each kind of layer's stored bytes without recompute, and one step's FLOPs; the step, "
+    "LoRA, distributed and CUDA rows are the transformer reference's and are not run",
+)
+
+
+def hybrid_rows(model: ModelSpec, *, seq_len: int, micro_batch: int) -> list[Row]:
+    """A hybrid model: each kind of layer's stored bytes (bf16 and fp32, no recompute), the
+    embedding and output, and one step's FLOPs."""
+    from fitplan.counts.hybrid import KIND_NAMES
+    rows = []
+    section = "activations per layer (cpu, dropout 0.1, one micro-batch; hybrid)"
+    for e in ACT_BYTES:
+        kw = dict(seq_len=seq_len, micro_batch=micro_batch, act_bytes=e)
+        got = saved_activations(model, recompute=Recompute.NONE, **kw)
+        for kind in "M*-":
+            layers = [i for i, k in enumerate(model.layer_pattern) if k == kind]
+            if not layers:
+                continue
+            planner = X.planner_block_bytes(model, kind, **kw)
+            extras = X.block_extras(model, kind, **kw)
+            measured = tuple(got.per_layer[i] for i in layers)
+            rows.append(Row(section=section, quantity=f"{KIND_NAMES[kind]} layer {DTYPE_NAME[e]} none",
+                            planner=planner, extras=extras, measured=max(measured),
+                            per_rank_predicted=(planner + sum(x.value for x in extras),) * len(layers),
+                            per_rank_measured=measured, parts_label="layer",
+                            note="activations.per_block_bytes with mamba_per_token_bytes: zxBCdt, out_x, the gated "
+                                 "norm's input and fp32 rstd, out_proj's input" if kind == "M" and e == 2 else ""))
+        rows.append(Row(section=section, quantity=f"embedding + output + loss {DTYPE_NAME[e]}",
+                        planner=X.planner_outside_bytes(model, **kw), extras=X.outside_extras(model, **kw),
+                        measured=got.outside, note="activations.embedding_bytes (n_mb=1) + activations.output_bytes"))
+    kw = dict(seq_len=seq_len, micro_batch=micro_batch, recompute=Recompute.NONE)
+    rows.append(Row(section="FLOPs (FlopCounterMode, forward + backward, one micro-batch)", unit="FLOP",
+                    quantity="hardware FLOPs none", planner=X.planner_flops(model, **kw),
+                    extras=X.hybrid_flops_extras(model, seq_len=seq_len, micro_batch=micro_batch),
+                    measured=count_flops(model, **kw),
+                    note="counts.flops: the projections' GEMMs, the SSD scan's four batched GEMM families "
+                         "(ssd_flops) and its backward's reruns, the attention's; the conv and the state passing "
+                         "are elementwise"))
+    return rows
+
+
 def run(*, model: ModelSpec, seq_len: int, micro_batch: int, world_sizes, device: str,
         include_distributed: bool) -> ValidationReport:
     if device == "cuda" and not torch.cuda.is_available():
         raise SpecError("--device cuda: no CUDA device here; run on a machine with a GPU, or use --device cpu")
+    if model.hybrid:
+        rows = params_rows(model) + hybrid_rows(model, seq_len=seq_len, micro_batch=micro_batch)
+        return ValidationReport(model=model.name, seq_len=seq_len, micro_batch=micro_batch, device=device,
+                                torch_version=torch.__version__, rows=tuple(rows), notes=HYBRID_NOTES)
     rows = params_rows(model) + activation_rows(model, seq_len=seq_len, micro_batch=micro_batch)
     rows += step_rows(model, seq_len=seq_len, micro_batch=micro_batch)
     notes = list(NOTES)
