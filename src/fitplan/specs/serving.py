@@ -1,5 +1,6 @@
-"""Serving's storage formats: the weight and KV-cache precisions `fitplan infer` takes (data only,
-so that the command line's choices are known without loading the serving model, fitplan.serving)."""
+"""Serving's storage formats: the weight and KV-cache precisions `fitplan infer` takes, and the
+servers --server names (data only, so that the command line's choices are known without loading
+the serving model, fitplan.serving, or the servers' rules, fitplan.servers)."""
 from dataclasses import dataclass
 
 
@@ -27,3 +28,5 @@ WEIGHT_FORMATS = {
 }
 KV_BYTES = {"bf16": 2, "fp8": 1, "int8": 1}   # bytes per cached element; a per-tensor scale not counted
 WEIGHT_PRECISIONS, KV_PRECISIONS = tuple(WEIGHT_FORMATS), tuple(KV_BYTES)
+
+SERVERS = ("vllm", "sglang")   # --server: whose start-up rule sizes the KV cache (fitplan.servers)
