@@ -1,4 +1,4 @@
-"""Search speed: candidates per second, wall time, peak memory; and whole-command times.
+"""Search speed: candidates per second, wall and CPU time, peak memory; and whole-command times.
 
 Space: tp, pp = every divisor of N, cp in 1..8, micro-batch 1..16, virtual stages 1..4,
 ZeRO 0-3, sequence parallel off/on, recompute none/selective/full; global batch not fixed,
@@ -6,12 +6,19 @@ so every legal candidate is evaluated. Models: GPT-3 175B and Llama 3.1 405B on 
 
 Baselines measured in the same run: the scalar path (one ParallelConfig at a time through
 fitplan.memory.breakdown.evaluate, the exact explanation path) and a bare interpreter start.
-Run: python bench/search.py  (prints a table; nothing is asserted)
-     python bench/search.py --compare REV  (the same searches on git revision REV's sources, in a
-                                            subprocess, then on this checkout's: before/after)
+CPU seconds are the process's user + system time (time.process_time inside a search; a
+child's rusage for a whole command), which a busy machine inflates less than wall time.
+
+Run: python bench/search.py  (prints tables; nothing is asserted)
+     python bench/search.py --compare REV  (also git revision REV's tree, extracted to a temporary
+         folder, in paired runs: REV and this checkout alternate, in ABBA order, so load that comes
+         and goes falls on both; each ratio is the median over the pairs of this checkout's figure
+         over REV's, for the searches' candidates/s and the commands' CPU seconds)
 """
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +38,16 @@ from fitplan.memory.breakdown import Setup, evaluate  # noqa: E402
 from fitplan.search import SearchSpace, divisors, search  # noqa: E402
 from fitplan.specs import ClusterSpec, ParallelConfig, TrainingSpec  # noqa: E402
 
+CASES = [(model, n) for model in ("gpt3-175b", "llama3.1-405b") for n in (1024, 4096, 16384)]
+# Whole commands, as a user types them: the seed command and two large searches.
+COMMANDS = [(f"seed --gpus {n} --suggest --top 4",
+             ["tools/memory_planner.py", "--preset", "gpt3-175b", "--gpus", str(n), "--suggest", "--top", "4"])
+            for n in (8, 16, 32)] + [
+    ("llama3.1-405b --gpus 16384 --suggest", ["tools/memory_planner.py", "--preset", "llama3.1-405b",
+                                              "--gpus", "16384", "--suggest"]),
+    ("deepseek-v3 --gpus 2048 --suggest", ["tools/memory_planner.py", "--preset", "deepseek-v3",
+                                           "--gpus", "2048", "--suggest"])]
+
 
 def setup_for(model_name: str, n: int) -> Setup:
     preset = presets.model(model_name)
@@ -46,16 +63,23 @@ def full_space(n: int) -> SearchSpace:
 
 
 def time_search(setup, space, repeats=3):
-    walls = []
+    """(result, wall seconds, CPU seconds) of `repeats` searches after a warm-up one."""
+    search(setup, space, top=5)
+    walls, cpus = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = search(setup, space, top=5)
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return result, walls, cpus
+
+
+def peak_bytes(setup, space) -> int:
     tracemalloc.start()
     search(setup, space, top=5)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return result, walls, peak
+    return peak
 
 
 def scalar_rate(setup, seconds=1.0) -> float:
@@ -67,83 +91,113 @@ def scalar_rate(setup, seconds=1.0) -> float:
     return count / (time.perf_counter() - t0)
 
 
-def command_times(argv, repeats=5):
-    walls = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run(argv, cwd=ROOT, capture_output=True, check=False)
-        walls.append(time.perf_counter() - t0)
-    return walls
-
-
-def fmt(walls):
-    return f"median {statistics.median(walls):.3f} s (min {min(walls):.3f}, max {max(walls):.3f})"
-
-
-CASES = [(model, n) for model in ("gpt3-175b", "llama3.1-405b") for n in (1024, 4096, 16384)]
-
-
 def rates() -> dict:
-    """Candidates per second of each case's full search (median of 3)."""
+    """Each case's full search: candidates, median wall and CPU seconds (of 3, after a warm-up)."""
     out = {}
     for model, n in CASES:
-        result, walls, _ = time_search(setup_for(model, n), full_space(n))
-        out[f"{model} {n}"] = result.considered / statistics.median(walls)
+        result, walls, cpus = time_search(setup_for(model, n), full_space(n))
+        out[f"{model} {n}"] = {"candidates": result.considered, "fit": result.fit,
+                               "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus)}
     return out
 
 
-def compare(rev: str) -> None:
-    """The same searches on revision rev (its src/ from git archive, in a subprocess) and here,
-    interleaved case by case is not possible across processes, so each side runs its cases
-    back to back; the table gives both rates and their ratio."""
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        before = json.loads(subprocess.run([sys.executable, __file__, "--src", f"{tmp}/src", "--rates"],
-                                           capture_output=True, text=True, check=True).stdout)
-    after = rates()
-    print(f"{'case':<22} {'before cand/s':>14} {'after cand/s':>14} {'after/before':>13}   (before: {rev})")
-    for case in after:
-        print(f"{case:<22} {before[case]:>14,.0f} {after[case]:>14,.0f} {after[case] / before[case]:>13.2f}")
+def run_command(tree: Path, argv) -> tuple[float, float]:
+    """(wall, CPU) seconds of one command run in `tree` (CPU: the child's user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *argv], cwd=tree, capture_output=True, check=False,
+                   env={**os.environ, "PYTHONPATH": str(tree / "src")})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def worker_rates(tree: Path) -> dict:
+    """rates() of the sources in tree/src, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--src", str(tree / "src"), "--rates"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def paired(rev_tree: Path, pairs: int, command_pairs: int) -> None:
+    """The searches and the commands on REV's tree and this one, alternating in ABBA order."""
+    here = ROOT
+    runs = {"before": [], "after": []}
+    for i in range(pairs):
+        order = ("before", "after") if i % 2 == 0 else ("after", "before")
+        for side in order:
+            runs[side].append(worker_rates(rev_tree if side == "before" else here))
+    print(f"Searches, {pairs} paired runs (each the median of 3 searches)")
+    print(f"{'case':<22} {'candidates':>10} {'before cand/s':>14} {'after cand/s':>14} {'before CPU s':>13} "
+          f"{'after CPU s':>12} {'ratio':>6}")
+    for case in runs["after"][0]:
+        b_rate = [r[case]["candidates"] / r[case]["wall_s"] for r in runs["before"]]
+        a_rate = [r[case]["candidates"] / r[case]["wall_s"] for r in runs["after"]]
+        ratio = statistics.median(a / b for a, b in zip(a_rate, b_rate))
+        print(f"{case:<22} {runs['after'][0][case]['candidates']:>10,} {statistics.median(b_rate):>14,.0f} "
+              f"{statistics.median(a_rate):>14,.0f} "
+              f"{statistics.median(r[case]['cpu_s'] for r in runs['before']):>13.4f} "
+              f"{statistics.median(r[case]['cpu_s'] for r in runs['after']):>12.4f} {ratio:>5.2f}x")
+    print("  ratio: after/before candidates per second, the median over the pairs")
+    print()
+    print(f"Commands, {command_pairs} paired runs")
+    print(f"{'command':<38} {'before CPU s':>12} {'after CPU s':>12} {'before wall s':>14} {'after wall s':>13} "
+          f"{'CPU ratio':>10}")
+    for name, argv in COMMANDS:
+        got = {"before": [], "after": []}
+        for i in range(command_pairs):
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for side in order:
+                got[side].append(run_command(rev_tree if side == "before" else here, argv))
+        ratio = statistics.median(a[1] / b[1] for a, b in zip(got["after"], got["before"]))
+        med = lambda side, k: statistics.median(x[k] for x in got[side])
+        print(f"{name:<38} {med('before', 1):>12.3f} {med('after', 1):>12.3f} {med('before', 0):>14.3f} "
+              f"{med('after', 0):>13.3f} {ratio:>9.2f}x")
+    print("  CPU ratio: after/before CPU seconds (user + system), the median over the pairs; below 1 is faster")
+
+
+def table() -> None:
+    print(f"{'model':<15} {'GPUs':>6} {'candidates':>11} {'fit':>8} {'wall s':>8} {'noise range s':>15} "
+          f"{'CPU s':>7} {'cand/s':>12} {'peak MiB':>9} {'vs scalar':>10}")
+    for model, n in CASES:
+        setup, space = setup_for(model, n), full_space(n)
+        result, walls, cpus = time_search(setup, space)
+        rate = result.considered / statistics.median(walls)
+        base = scalar_rate(setup, 0.5)
+        print(f"{model:<15} {n:>6} {result.considered:>11,} {result.fit:>8,} {statistics.median(walls):>8.4f} "
+              f"{min(walls):>7.4f}-{max(walls):<7.4f} {statistics.median(cpus):>7.4f} {rate:>12,.0f} "
+              f"{peak_bytes(setup, space) / 2**20:>9.1f} {rate / base:>9.0f}x")
+    print("  wall and CPU s: the median of 3 searches after a warm-up; cand/s: candidates over the median wall")
+    print()
+    bare = [run_command(ROOT, ["-c", "pass"]) for _ in range(5)]
+    print(f"{'command (median of 5)':<38} {'wall s':>8} {'CPU s':>8}")
+    print(f"{'interpreter start':<38} {statistics.median(w for w, _ in bare):>8.3f} "
+          f"{statistics.median(c for _, c in bare):>8.3f}")
+    for name, argv in COMMANDS:
+        got = [run_command(ROOT, argv) for _ in range(5)]
+        print(f"{name:<38} {statistics.median(w for w, _ in got):>8.3f} {statistics.median(c for _, c in got):>8.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--compare", metavar="REV", help="also time git revision REV's sources: before/after")
+    parser.add_argument("--compare", metavar="REV", help="also run git revision REV's tree, paired with this one")
+    parser.add_argument("--pairs", type=int, default=3, help="paired search runs with --compare (default 3)")
+    parser.add_argument("--command-pairs", type=int, default=7, help="paired command runs with --compare (default 7)")
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--rates", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rates:
         print(json.dumps(rates()))
         return
+    table()
     if args.compare:
-        compare(args.compare)
         print()
-    print(f"{'model':<15} {'GPUs':>6} {'candidates':>11} {'fit':>8} {'wall s (median)':>16} {'noise range s':>16} "
-          f"{'cand/s':>12} {'peak MiB':>9} {'vs scalar':>10}")
-    for model in ("gpt3-175b", "llama3.1-405b"):
-        for n in (1024, 4096, 16384):
-            setup = setup_for(model, n)
-            result, walls, peak = time_search(setup, full_space(n))
-            rate = result.considered / statistics.median(walls)
-            base = scalar_rate(setup, 0.5)
-            print(f"{model:<15} {n:>6} {result.considered:>11,} {result.fit:>8,} {statistics.median(walls):>16.3f} "
-                  f"{min(walls):>7.3f}-{max(walls):<8.3f} {rate:>12,.0f} {peak / 2**20:>9.1f} {rate / base:>9.0f}x")
-    print()
-    bare = command_times([sys.executable, "-c", "pass"])
-    print(f"interpreter start (baseline)                     {fmt(bare)}")
-    code = ("import sys; sys.path.insert(0, 'src'); sys.path.insert(0, 'bench'); import search as b; "
-            "from fitplan.search import search; search(b.setup_for('llama3.1-405b', 16384), b.full_space(16384))")
-    walls = command_times([sys.executable, "-c", code])
-    print(f"16,384-GPU full search, Llama 3.1 405B, whole process {fmt(walls)}  "
-          f"({statistics.median(walls) / statistics.median(bare):.1f}x interpreter start)")
-    for n in (8, 16, 32):
-        argv = [sys.executable, "tools/memory_planner.py", "--preset", "gpt3-175b", "--gpus", str(n), "--suggest"]
-        if n > 8:
-            argv += ["--top", "4" if n == 16 else "5"]
-        walls = command_times(argv)
-        print(f"seed: --gpus {n:<3} --suggest                          {fmt(walls)}  "
-              f"({statistics.median(walls) / statistics.median(bare):.1f}x interpreter start)")
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "archive", args.compare], cwd=ROOT, capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            print(f"Paired against {args.compare} (before) and this checkout (after)")
+            paired(Path(tmp), args.pairs, args.command_pairs)
 
 
 if __name__ == "__main__":

@@ -86,3 +86,27 @@ def test_every_file_fitplan_writes_goes_through_files_write():
             offenders[rel] = found
     assert offenders == {}
     assert _writes(ast.parse((SRC / "files" / "write.py").read_text())) == ["fdopen(..., 'wb')"]
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running code (this checkout's sources), read from
+    its stderr (the code's own output goes to stdout)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC.parent)!r}); {code}; "
+                          "print(' '.join(sorted(sys.modules)), file=sys.stderr)"], capture_output=True, text=True)
+    return set(out.stderr.split())
+
+
+def test_the_command_line_imports_what_its_command_needs():
+    """Lazy imports on the CLI path (issue 26): parsing a request loads neither NumPy nor the models
+    (serving, counts, memory); a search's report loads its own report module and not the others';
+    nothing loads numpy.ma (np.unique does)."""
+    parsed = _modules_after("from fitplan.cli import build_parser; from fitplan.request import Request")
+    assert not {m for m in parsed if m.startswith(("numpy", "fitplan.serving", "fitplan.counts", "fitplan.memory",
+                                                   "fitplan.timing", "fitplan.report"))}, parsed
+    searched = _modules_after("from fitplan.cli import main; "
+                              "main(['plan', '--preset', 'gpt3-175b', '--gpus', '16', '--suggest', '--top', '4'])")
+    assert "fitplan.report.suggestions" in searched and "fitplan.search" in searched
+    assert not searched & {"numpy.ma", "fitplan.serving", "fitplan.report.jsonout", "fitplan.report.comparison",
+                           "fitplan.report.sweep", "fitplan.report.seed", "fitplan.files.write"}, searched

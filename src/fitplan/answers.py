@@ -20,6 +20,7 @@ from fitplan.counts.params import num_params
 from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, gpu_state_floor, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
+from fitplan.memory.breakdown import fits as config_fits
 from fitplan.request import SearchOptions
 from fitplan.specs import ClusterSpec, TrainingSpec, compat
 from fitplan.specs.declare import field_bounds
@@ -81,14 +82,20 @@ def suggest(setup: Setup, micro_batch: int, opts: SearchOptions, fixed: dict) ->
     from fitplan.search import search
     space = space_for(setup, micro_batch, opts, fixed)
     result = search(setup, space, top=opts.top, rank=opts.rank, recommend=True)
-    model, training = setup.model, setup.training
-    state, act = gpu_state_floor(setup, space.offload)
-    bound = lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
-                        s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
-                        L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes, state=state,
-                        act=act)
+    bound = space_bound(setup, space)
     smallest = None if result.feasible else smallest_fitting(setup, micro_batch, opts, fixed, bound.min_gpus)
     return SearchAnswer(result, bound, smallest)
+
+
+def space_bound(setup: Setup, space) -> LowerBound:
+    """The lower bound on the busiest GPU over every configuration of a search space: its
+    smallest micro-batch, and the least state its offload modes keep (gpu_state_floor)."""
+    model, training = setup.model, setup.training
+    state, act = gpu_state_floor(setup, space.offload)
+    return lower_bound(B=training.recipe.total_bytes, psi=num_params(model), e=training.act_bytes,
+                       s=training.seq_len, b_min=min(space.micro_batches), h=model.hidden_size,
+                       L=model.num_layers, N=setup.cluster.num_gpus, U=setup.cluster.usable_bytes, state=state,
+                       act=act)
 
 
 def plan(setup: Setup, micro_batch: int, *, config: ParallelConfig | None, suggesting: bool,
@@ -226,7 +233,7 @@ def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig) -> int | N
                                 allow_cross_node_tp=True)
 
     def fits(b: int) -> bool:
-        return evaluate(setup, replace(config, micro_batch=b)).fits
+        return config_fits(setup, replace(config, micro_batch=b))
 
     hi = int(field_bounds(ParallelConfig, "micro_batch")[1])
     b0 = config.micro_batch

@@ -7,7 +7,15 @@ explaining commands start without it.
 """
 
 
+# The exact path calls these helpers millions of times per search on plain Python numbers (a
+# brute-force check, millions): a type test answers those before hasattr, which raises and
+# catches an AttributeError inside for every int.
+_SCALARS = frozenset((int, float, bool))
+
+
 def is_array(x) -> bool:
+    if type(x) in _SCALARS:
+        return False
     return hasattr(x, "__array__") and not isinstance(x, (int, float, bool))
 
 
@@ -15,6 +23,8 @@ def ceil_div(x, n):
     """ceil(x / n); exact for ints, elementwise for arrays. Shards are padded up.
     On float arrays (the search's screening pass) ceil(x / n) is several times faster than
     floor division; the search re-checks what it returns with exact ints."""
+    if type(x) is int and type(n) is int:
+        return -(-x // n)
     if is_array(x) or is_array(n):
         import numpy as np
         return np.ceil(np.true_divide(x, n))
@@ -23,6 +33,8 @@ def ceil_div(x, n):
 
 def select(cond, if_true, if_false):
     """cond ? if_true : if_false, elementwise when cond is an array."""
+    if type(cond) in _SCALARS:
+        return if_true if cond else if_false
     if is_array(cond):
         import numpy as np
         return np.where(cond, if_true, if_false)
@@ -30,6 +42,8 @@ def select(cond, if_true, if_false):
 
 
 def minimum(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return min(a, b)
     if is_array(a) or is_array(b):
         import numpy as np
         return np.minimum(a, b)
@@ -37,6 +51,8 @@ def minimum(a, b):
 
 
 def maximum(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return max(a, b)
     if is_array(a) or is_array(b):
         import numpy as np
         return np.maximum(a, b)

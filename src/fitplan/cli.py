@@ -127,9 +127,11 @@ def check_files(request: Request) -> None:
     """Every file the request names, checked before any work (fitplan.files.write.check_outputs):
     the outputs can be written, none is an input (--spec, --hf-config, --gpu-spec: every path the
     API does not take), and no two are one file."""
-    from fitplan.files.write import check_outputs
     flags = {f.key: f.flag for f in command_flags(request.command)}
     outputs = [(flag, request.values.get(key)) for key, flag in OUTPUT_KEYS.items() if key in flags]
+    if all(path is None for _, path in outputs):   # nothing to write: nothing to check
+        return
+    from fitplan.files.write import check_outputs
     inputs = [(f.flag, request.values.get(f.key)) for f in command_flags(request.command)
               if not f.decl.api and f.decl.kind == "str" and f.key not in OUTPUT_KEYS]
     check_outputs(outputs, inputs)
@@ -139,7 +141,6 @@ def run_request(args, out, err) -> int:
     """Answer the request; files a flag names (--output, --plot) are checked before any work
     and written (all or nothing, fitplan.files.write) before anything is printed, so a
     destination that fails is one line, exit 2."""
-    from fitplan.files.write import write_output
     from fitplan.service import respond
     request = request_from_args(args)
     output, plot = request.values.get("output"), request.values.get("plot")
@@ -151,6 +152,7 @@ def run_request(args, out, err) -> int:
     if plot_timeline is not None:
         _write_file(plot_timeline, "--plot-timeline", lambda: _plot_timeline(plot_timeline, reply))
     if output is not None and reply.exit_code == 0:
+        from fitplan.files.write import write_output
         write_output(output, reply.text, "--output")
         out.write(f"wrote {output}\n")
     else:

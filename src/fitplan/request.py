@@ -11,8 +11,7 @@ import functools
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from fitplan.errors import SpecError
-from fitplan.servers import SERVERS
-from fitplan.serving import KV_PRECISIONS, WEIGHT_PRECISIONS
+from fitplan.specs.serving import KV_PRECISIONS, SERVERS, WEIGHT_PRECISIONS
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.specs.declare import Flagged, declared, flagged, num_text, out_of_range
 from fitplan.units import UNIT_PARSERS

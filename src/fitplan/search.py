@@ -13,7 +13,7 @@ from itertools import product
 import numpy as np
 
 from fitplan.errors import SpecError
-from fitplan.analysis import is_safe, margin_limit_bytes
+from fitplan.analysis import margin_limit_bytes
 from fitplan.explain import RAW
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_totals, evaluate
 from fitplan.memory.stages import Stage, candidate_stages
@@ -166,17 +166,59 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
     stages = None
     if model is not None:
-        pps = np.unique(deg[:, 1])
+        pps = np.array(sorted(set(deg[:, 1].tolist())), dtype=np.int64)   # np.unique would import numpy.ma
         stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
                  ep=eps[x], settings=space.settings, stages=stages)
 
 
+class Evaluated:
+    """One configuration's exact answers, each computed when first read and then kept: its memory
+    breakdown with the explanation (fitplan.memory.breakdown.evaluate), its step time
+    (fitplan.timing.breakdown.evaluate_step; a SpecError where the GPU has no peak rate for the
+    recipe's precision) and the largest micro-batch it fits with (fitplan.answers). A search
+    makes one per configuration and every list that holds it (ranked, minimum viable,
+    recommended, alternatives) shares it, so a report evaluates what it prints, once."""
+    __slots__ = ("setup", "config", "_breakdown", "_step", "_largest")
+
+    def __init__(self, setup: Setup, config: ParallelConfig):
+        self.setup, self.config = setup, config
+        self._breakdown = self._step = self._largest = None
+
+    @property
+    def breakdown(self) -> Breakdown:
+        if self._breakdown is None:
+            self._breakdown = evaluate(self.setup, self.config)
+        return self._breakdown
+
+    @property
+    def step(self):
+        if self._step is None:
+            from fitplan.timing.breakdown import evaluate_step
+            self._step = evaluate_step(self.setup, self.config)
+        return self._step
+
+    @property
+    def largest_micro_batch(self) -> int | None:
+        if self._largest is None:
+            from fitplan.answers import largest_fitting_micro_batch
+            self._largest = (largest_fitting_micro_batch(self.setup, self.config),)
+        return self._largest[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Suggestion:
     config: ParallelConfig
-    breakdown: Breakdown
+    exact: Evaluated
     rank_reason: str
+
+    @property
+    def breakdown(self) -> Breakdown:
+        return self.exact.breakdown
+
+    @property
+    def step(self):
+        return self.exact.step
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +229,7 @@ class SearchResult:
     rejected_by_reason: dict
     fit: int
     suggestions: tuple[Suggestion, ...]  # the top ones
-    ranked: tuple[Suggestion, ...] = ()  # the same order, a little deeper (RANKED_DEPTH)
-    least_loaded: Breakdown | None = None   # the legal candidate with the smallest per-GPU total
+    least: Evaluated | None = None   # the legal candidate with the smallest per-GPU total
     rank_order: str = RANK_ORDER
     minimum_viable: Suggestion | None = None   # least disturbance (RANK_ORDER), whatever --rank says
     recommended: Suggestion | None = None      # the one to run: RECOMMEND_ORDER (search(recommend=True))
@@ -198,6 +239,10 @@ class SearchResult:
     @property
     def feasible(self) -> bool:
         return self.fit > 0
+
+    @property
+    def least_loaded(self) -> Breakdown | None:
+        return None if self.least is None else self.least.breakdown
 
 
 def _groups(space: SearchSpace):
@@ -312,7 +357,6 @@ COST_TOKENS = 10**9
 RECOMMEND_ORDER = ("the shortest estimated step among the layouts that fit with margin (peak over the step at most "
                    "80% of GPU memory, Fujii et al.'s rule: fitplan.analysis.risk); ties broken by least disturbance; "
                    "when none has that margin, the shortest among those that fit, marked tight")
-RANKED_DEPTH = 16   # exact re-evaluations kept beyond --top, to find the next-cheapest alternative
 RECOMMEND_SCAN = 64   # exact checks of the margin, fastest first, before giving up on a safe layout
 ALTERNATIVES = 4
 
@@ -323,7 +367,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     needs the cluster's gpu_hour_price) orders the suggestions. recommend: also pick the minimum
     viable layout (RANK_ORDER) and the recommended one (RECOMMEND_ORDER), whatever the rank.
     explain=False answers only whether something fits: the first `top` exact fits and no
-    least-loaded explanation (for scans over GPU counts)."""
+    least-loaded candidate (for scans over GPU counts). What the result holds is checked exactly
+    (fitplan.memory.breakdown.busiest_totals on ints); each one's explanation and step time are
+    evaluated when first read (Evaluated)."""
     from fitplan.timing.compute import peak_flops_per_s
     from fitplan.timing.step import step_time
     from fitplan.timing.to_train import gpu_hours_to_train
@@ -396,7 +442,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         step_s = np.concatenate(steps) if timed else None     # estimated step seconds, when timed
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
-        exact = _exact(setup, members, group_of, index_of)
+        exact = _exact(setup, members, group_of, index_of, margin_limit)
         by_disturbance = np.lexsort(allkeys.T[::-1])
         by_time = np.lexsort(np.column_stack([step_s, allkeys]).T[::-1]) if timed else by_disturbance
         with_margin = np.concatenate(margins)                # the float screen of fitplan.analysis.risk
@@ -409,12 +455,12 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         else:
             order = by_time if rank == "throughput" else by_disturbance
             lead = (lambda pos: f"step ~{step_s[pos]:.4g} s") if rank == "throughput" else None
-        picks["ranked"] = _take(exact, order, max(top, RANKED_DEPTH) if explain else top, space, lead)
+        picks["ranked"] = _take(exact, order, top, space, lead)
         if recommend:
             picks["minimum_viable"] = (_take(exact, by_disturbance, 1, space, None) or [None])[0]
             safe = _take(exact, by_time[with_margin[by_time]], ALTERNATIVES + 1, space,
                          (lambda pos: f"step ~{step_s[pos]:.4g} s") if timed else None, scan=RECOMMEND_SCAN,
-                         keep=lambda b: is_safe(setup, b))
+                         safe=True)
             tight = [] if safe else _take(exact, by_time, ALTERNATIVES + 1, space,
                                           (lambda pos: f"step ~{step_s[pos]:.4g} s") if timed else None)
             chosen = safe or tight
@@ -428,9 +474,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                                        "micro-batch or sequence, give a margin" if tight else "")
     ranked = picks.pop("ranked", [])
     return SearchResult(num_gpus=num_gpus, space=space, considered=considered,
-                        rejected_by_reason=dict(sorted(rejected.items())),
-                        fit=fit, suggestions=tuple(ranked[:top]), ranked=tuple(ranked),
-                        least_loaded=None if closest is None or not explain else evaluate(setup, closest[1]),
+                        rejected_by_reason=dict(sorted(rejected.items())), fit=fit, suggestions=tuple(ranked),
+                        least=None if closest is None or not explain else Evaluated(setup, closest[1]),
                         rank_order={"throughput": THROUGHPUT_ORDER, "cost": COST_ORDER}.get(rank, RANK_ORDER), **picks)
 
 
@@ -449,32 +494,38 @@ def _has_time(setup: Setup) -> bool:
         return False
 
 
-def _exact(setup, members, group_of, index_of):
-    """Candidate position -> (config, exact Breakdown), evaluated once however many orders ask."""
+def _exact(setup, members, group_of, index_of, margin_limit):
+    """Candidate position -> (its Evaluated, whether it fits, whether it fits with margin), checked
+    exactly on ints once however many orders ask: busiest_totals on one configuration is the
+    peak and host bytes evaluate gives (tests/unit/test_search.py), without the explanation."""
     cache: dict = {}
+    usable, host_limit = setup.cluster.usable_bytes, setup.cluster.host_memory_bytes
 
     def get(pos):
         if pos not in cache:
             config = _config(members[group_of[pos]][0], index_of[pos])
-            cache[pos] = (config, evaluate(setup, config))
+            peak, host = busiest_totals(setup, config)
+            fits = peak <= usable and (host_limit is None or host <= host_limit)
+            cache[pos] = (Evaluated(setup, config), fits, fits and peak <= margin_limit)   # analysis.risk's margin
         return cache[pos]
     return get
 
 
-def _take(exact, order, count: int, space: SearchSpace, lead, *, scan: int | None = None, keep=None) -> list:
+def _take(exact, order, count: int, space: SearchSpace, lead, *, scan: int | None = None, safe: bool = False) -> list:
     """The first `count` candidates in `order` that fit exactly (float screening can misjudge one
-    within a byte of the limit) and pass `keep`, looking at no more than `scan` of them. `lead`:
-    a candidate position -> the words its rank reason starts with (its step time or cost), or None."""
+    within a byte of the limit), with margin where `safe`, looking at no more than `scan` of them.
+    `lead`: a candidate position -> the words its rank reason starts with (its step time or cost),
+    or None."""
     out = []
     for pos in order[:scan]:
         if len(out) == count:
             break
-        config, b = exact(pos)
-        if b.fits and (keep is None or keep(b)):
-            reason = rank_reason(config, space.requested_micro_batch)
+        evaluated, fits, with_margin = exact(pos)
+        if with_margin if safe else fits:
+            reason = rank_reason(evaluated.config, space.requested_micro_batch)
             if lead is not None:
                 reason = f"{lead(pos)}; {reason}"
-            out.append(Suggestion(config, b, reason))
+            out.append(Suggestion(evaluated.config, evaluated, reason))
     return out
 
 

@@ -37,8 +37,8 @@ from fitplan.errors import SpecError
 from fitplan.explain import COUNT, RATIO, RAW, Term, Trace, formula
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
+from fitplan.specs.serving import SERVERS
 
-SERVERS = ("vllm", "sglang")
 GiB, MiB = 2**30, 2**20
 ACT_BYTES = 2   # bf16 activations (vLLM and SGLang run fp8 and int4 checkpoints with bf16 activations)
 

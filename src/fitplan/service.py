@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from fitplan import answers
 from fitplan.errors import SpecError
-from fitplan.report import document, jsonout, sweep as sweep_report
 from fitplan.report.render import render_markdown, render_text
 from fitplan.request import ExportOptions, PlanOptions, Request, SweepOptions, options
 from fitplan.resolve import Resolved, config_of, explicit_config, fixed_axes, resolve
@@ -34,10 +33,14 @@ def respond(request: Request) -> Reply:
     return _COMMANDS[request.command](request, resolved)
 
 
-def _render(fmt: str, as_json, as_blocks, *data) -> str:
+def _render(fmt: str, name: str, *data) -> str:
+    """The report `name`: fitplan.report.jsonout's (--format json) or fitplan.report.document's
+    blocks, rendered; each report module is imported only when its report is asked for."""
     if fmt == "json":
-        return as_json(*data)
-    return (render_markdown if fmt == "markdown" else render_text)(as_blocks(*data))
+        from fitplan.report import jsonout
+        return getattr(jsonout, name)(*data)
+    from fitplan.report import document
+    return (render_markdown if fmt == "markdown" else render_text)(getattr(document, name)(*data))
 
 
 def _plan(request: Request, r: Resolved) -> Reply:
@@ -53,11 +56,11 @@ def _plan(request: Request, r: Resolved) -> Reply:
     answer = answers.plan(r.setup, r.micro_batch, config=config, suggesting=suggesting, opts=r.search, fixed=fixed)
     if answer.search is not None:
         s = answer.search
-        text = _render(opts.format, jsonout.search, document.search, r.setup, s.result, s.bound, s.smallest)
+        text = _render(opts.format, "search", r.setup, s.result, s.bound, s.smallest)
     elif answer.breakdown is not None:
-        text = _render(opts.format, jsonout.breakdown, document.breakdown, r.setup, answer.breakdown)
+        text = _render(opts.format, "breakdown", r.setup, answer.breakdown)
     else:
-        text = _render(opts.format, jsonout.seed, document.seed, answer.seed)
+        text = _render(opts.format, "seed", answer.seed)
     return Reply(0 if answer.fits else 1, text, answer=answer, resolved=r)
 
 
@@ -66,11 +69,12 @@ def _compare(request: Request, r: Resolved) -> Reply:
     from fitplan.request import CompareOptions
     fmt = options(CompareOptions, request).format
     result = compare(r.setup, micro_batch=r.micro_batch)
-    return Reply(0 if result.preferred else 1, _render(fmt, jsonout.compare, document.compare, r.setup, result),
+    return Reply(0 if result.preferred else 1, _render(fmt, "compare", r.setup, result),
                  answer=result, resolved=r)
 
 
 def _sweep(request: Request, r: Resolved) -> Reply:
+    from fitplan.report import sweep as sweep_report
     opts = options(SweepOptions, request)
     answer = answers.sweep(r.setup, r.micro_batch, over=opts.over, values=opts.values, opts=r.search,
                            fixed=fixed_axes(r))
@@ -117,7 +121,8 @@ def _infer(request: Request) -> Reply:
     else:
         from fitplan.servers import check_unused
         check_unused(o)
-    text = _render(o.format, serving_report.as_json, serving_report.blocks, answer)
+    text = serving_report.as_json(answer) if o.format == "json" else \
+        (render_markdown if o.format == "markdown" else render_text)(serving_report.blocks(answer))
     return Reply(0 if fits else 1, text, answer=answer)
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 
 from fitplan.counts.params import num_params
 from fitplan.memory.bound import lower_bound
-from fitplan.memory.breakdown import evaluate
+from fitplan.memory.breakdown import busiest_totals, evaluate
 from fitplan.search import default_space, rank_key, search
 from fitplan.specs import compat
 from fitplan.specs.parallel import ParallelConfig
@@ -22,7 +22,8 @@ from tests.properties.strategies import setups
 
 def brute_force(setup, space):
     """Every legal candidate that fits, tier by tier of offload (only the first tier with a fit
-    counts, as the search does), with its RANK_ORDER key."""
+    counts, as the search does), with its RANK_ORDER key: one configuration at a time, on exact
+    Python ints."""
     n = setup.cluster.num_gpus
     for tier in space.offload:
         fitting = []
@@ -35,11 +36,13 @@ def brute_force(setup, space):
                                recompute=rc, micro_batch=mb, virtual_stages=v, offload=tier)
             if compat.check(setup.model, setup.training, setup.cluster, c) or (zero > 0 and c.dp * c.cp == 1):
                 continue
-            b = evaluate(setup, c)
-            if b.fits:
+            # evaluate(setup, c)'s per_gpu_bytes and host_per_node_bytes without the explanation (test_search.py)
+            peak, host = busiest_totals(setup, c)
+            limit = setup.cluster.host_memory_bytes
+            if peak <= setup.cluster.usable_bytes and (limit is None or host <= limit):   # Breakdown.fits
                 fitting.append((rank_key(cp=cp, recompute_level=rc.level, zero=int(zero), tp=tp, pp=pp, v=v, mb=mb,
                                          requested_mb=space.requested_micro_batch, sp=int(sp),
-                                         total=b.per_gpu_bytes, offload_level=tier.level), c))
+                                         total=peak, offload_level=tier.level), c))
         if fitting:
             return fitting
     return []

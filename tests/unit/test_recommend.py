@@ -86,10 +86,10 @@ def test_the_recommended_is_the_fastest_safe_layout_by_brute_force():
     opts = resolve(Request(command="plan", values={"preset": "gpt3-350m", "gpus": 8})).search
     space = space_for(setup, 1, opts, {})
     result = search(setup, space, top=10_000, rank="throughput", recommend=True)
-    assert result.recommended is not None and 0 < result.fit <= 10_000   # ranked holds every fitting candidate
-    assert len(result.ranked) == result.fit
+    assert result.recommended is not None and 0 < result.fit <= 10_000   # the suggestions hold every fitting one
+    assert len(result.suggestions) == result.fit
     best = evaluate_step(setup, result.recommended.config).step_time_s
-    for s in result.ranked:
+    for s in result.suggestions:
         if is_safe(setup, s.breakdown):
             assert evaluate_step(setup, s.config).step_time_s >= best * (1 - 1e-9)
     assert result.minimum_viable.config == search(setup, space, top=1).suggestions[0].config

@@ -89,3 +89,41 @@ def test_fixed_axis_restricts_space():
     out = io.StringIO()
     assert main(["plan", "--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--pp", "1", "--json"], out=out) == 0
     assert all(s["pp"] == 1 for s in json.loads(out.getvalue())["suggestions"])
+
+
+def _legal_configs(setup, step=7):
+    """Every step-th legal configuration of a small space: all ZeRO stages, recompute modes, sp, v,
+    and each offload where the cluster names host memory."""
+    from itertools import product
+    from fitplan.search import divisors
+    from fitplan.specs import Offload, ParallelConfig
+    n = setup.cluster.num_gpus
+    offloads = tuple(Offload) if setup.cluster.host_memory_bytes is not None else (Offload.NONE,)
+    out = []
+    for t, p, c, z, rc, sp, v, mb, o in product(divisors(n), divisors(n), (1, 2), ZeroStage, Recompute,
+                                                (False, True), (1, 2), (1, 2), offloads):
+        if n % (t * p * c):
+            continue
+        config = ParallelConfig(tp=t, pp=p, cp=c, dp=n // (t * p * c), zero=z, recompute=rc, sequence_parallel=sp,
+                                virtual_stages=v, micro_batch=mb, offload=o)
+        if not compat.check(setup.model, setup.training, setup.cluster, config, allow_cross_node_tp=True):
+            out.append(config)
+    return out[::step]
+
+
+@pytest.mark.parametrize("name,gpus,host", [("gpt3-175b", 16, None), ("mixtral-8x7b", 16, None),
+                                            ("llama3.1-8b", 8, None), ("llama2-70b", 8, 2**40)])
+def test_the_exact_check_is_evaluate_without_the_explanation(name, gpus, host):
+    """What the search checks exactly (busiest_totals on one configuration's ints, breakdown.fits) is
+    the peak, host bytes and verdict evaluate gives with its explanation, to the byte (llama2-70b:
+    every offload, 1 TiB of host memory per node)."""
+    from dataclasses import replace
+    from fitplan.memory.breakdown import busiest_totals, fits
+    setup = make_setup(name, gpus)
+    setup = replace(setup, cluster=replace(setup.cluster, host_memory_bytes=host))
+    configs = _legal_configs(setup)
+    assert len(configs) >= 20
+    for config in configs:
+        b = evaluate(setup, config)
+        assert busiest_totals(setup, config) == (b.per_gpu_bytes, b.host_per_node_bytes), config
+        assert fits(setup, config) is b.fits

@@ -129,12 +129,30 @@ def _link(base_link, collectives, group: str, what: str):
                    latency_s=_sig(latency))
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (runnable threads, this run's own included), None where the
+    system has none (os.getloadavg is Unix's)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_words(load: float | None, cores: int | None) -> str:
+    """'' on a machine with no more runnable threads than cores; else what the measurement ran
+    beside, in words: rates measured then are low by an unknown factor."""
+    if load is None or not cores or load <= cores:
+        return ""
+    return f"the machine was busy while it measured (load average {load:.1f} on {cores} cores)"
+
+
 def calibrate(request: Request) -> Calibration | None:
     """Measure, fit and build the GpuSpec on rank 0 (None on the other ranks)."""
     from fitplan.resolve import resolve
     opts = options(CalibrateOptions, request)
     device = _device(opts.device)
     rank, world, local = _distributed(device.type)
+    load_before = load_average()
     values = dict(request.values)
     values.setdefault("gpus", world)
     resolved = resolve(replace(request, values=values))
@@ -157,9 +175,11 @@ def calibrate(request: Request) -> Calibration | None:
         dist.barrier()
     if rank != 0:
         return None
+    loads = [x for x in (load_before, load_average()) if x is not None]
+    busy = busy_words(max(loads) if loads else None, os.cpu_count())
     return _build(base, gemms, collectives, device=device, world=world, local=local, notes=notes,
                   peak_given=request.values.get("peak_tflops") is not None, model=setup.model.name,
-                  tp=c.get("tp", 1))
+                  tp=c.get("tp", 1), busy=busy)
 
 
 def _sig(x: float, digits: int = 3) -> float:
@@ -167,10 +187,23 @@ def _sig(x: float, digits: int = 3) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _build(base, gemms, collectives, *, device, world, local, notes, peak_given, model, tp) -> Calibration:
+def _build(base, gemms, collectives, *, device, world, local, notes, peak_given, model, tp,
+           busy: str = "") -> Calibration:
+    """busy: busy_words of the load the measurement ran beside ('' when the machine had a core per
+    runnable thread). A figure a GPU spec would refuse is not written: the line says what was
+    measured and, when it was, that the machine was busy."""
+    from fitplan.specs import GpuSpec
+    from fitplan.specs.declare import field_bounds
+    if busy:
+        notes.append(f"{busy}: the GEMM and link rates measured then are likely low; measure again on an idle machine")
     peak = base.peak_bf16_flops_per_s
     if device.type == "cpu" and not peak_given:
         peak = max(g.flops / g.seconds for g in gemms if not g.fp8)
+        lowest = field_bounds(GpuSpec, "peak_bf16_flops_per_s")[0]
+        if peak < lowest:
+            raise SpecError(f"the best measured GEMM ran at {peak / 1e12:.3g} TFLOP/s, below the {lowest / 1e12:g} "
+                            f"TFLOP/s a GPU spec accepts{'; ' + busy if busy else ''}: measure again on an idle "
+                            f"machine, or give this device's peak with --peak-tflops")
         notes.append(f"CPU: the bf16 peak is the best measured rate, {peak / 1e12:.4g} TFLOP/s (--peak-tflops sets one)")
     peak_fp8 = base.peak_fp8_flops_per_s
     rows = [(g.g, g.m, g.n, g.k, g.seconds, g.fp8, 2, peak_fp8 if g.fp8 else peak, "measured") for g in gemms]
@@ -182,7 +215,8 @@ def _build(base, gemms, collectives, *, device, world, local, notes, peak_given,
     curve = fit.fit_curve(points, log10_w=(10.0, 14.0) if device.type == "cuda" else (8.0, 12.0))
     low = curve.eff_bf16 is not None and curve.eff_bf16 < 0.001
     if low:
-        raise SpecError(f"the measured GEMMs reach {best:.2g} of the stated peak {peak / 1e12:g} TFLOP/s: give this "
+        raise SpecError(f"the measured GEMMs reach {best:.2g} of the stated peak {peak / 1e12:g} TFLOP/s"
+                        f"{'; ' + busy + ': measure again on an idle machine, or' if busy else ':'} give this "
                         f"device's peak with --peak-tflops")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
     if world == 1:

@@ -39,11 +39,13 @@ STATE_PARTS = part_keys(STATES)
 UNBOUNDED_MICROBATCHES = 2**40   # no global batch given: assume enough micro-batches to fill the pipeline
 
 
-def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage | None = None) -> dict:
+def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage | None = None,
+                 comms: dict | None = None) -> dict:
     """Bytes per term on one GPU of a pipeline stage: `stage`, or the first (first=True) or
     last (first=False) one. c: a ParallelConfig, or the search's grid (the same attribute
     names; its degrees, micro-batch and virtual stages are arrays, its zero,
-    sequence_parallel, recompute and the SETTINGS scalars)."""
+    sequence_parallel, recompute and the SETTINGS scalars). comms: the communicators' terms
+    (_communicators) of c already computed for another stage; no stage changes them."""
     from fitplan.specs.parallel import Schedule
     model, training, recipe = setup.model, setup.training, setup.training.recipe
     tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
@@ -151,11 +153,13 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     out["activations/moe_buffers"] = buffers
     out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
                                         if lora and FT.base_precision(training) in ("nf4", "int8") else 0 * a_layer)
-    out.update(_runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer, a_layer=a_layer))
+    out.update(_runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer, a_layer=a_layer,
+                        comms=comms))
     return out
 
 
-def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer) -> dict:
+def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer,
+             comms: dict | None = None) -> dict:
     """The runtime's buffers on one GPU of a stage (fitplan.memory.runtime), and the aux values
     the peak and the timeline read (fitplan.memory.timeline). psi: the stage's parameters (what
     FSDP gathers); trained: the parameters that get gradients and their sharding (the adapters
@@ -167,7 +171,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
     out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes) + 0 * a_layer,
            "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes) + 0 * a_layer,
-           **_communicators(ev, setup, c, like=a_layer),
+           **(_communicators(ev, setup, c, like=a_layer) if comms is None else comms),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
     piped = pipelined(c)
@@ -267,6 +271,9 @@ def _largest_trained(setup: Setup, c, *, stage: Stage, trained: dict):
     table = model.vocab_size * model.hidden_size   # (the search's stage flags may be float arrays: no `|` on them)
     ends = maximum(select(stage.embedding, table, 0), select(stage.head, table, 0))
     return minimum(ceil_div(maximum(widest, ends), c.tp), trained["psi"] + trained.get("psi_e", 0))
+
+
+COMMUNICATOR_TERMS = ("runtime/nccl", "runtime/deepep")   # what _communicators returns
 
 
 def _communicators(ev, setup: Setup, c, *, like) -> dict:
@@ -458,9 +465,12 @@ def busiest_totals(setup: Setup, c):
     """(the step's peak on the busiest stage, host bytes per node): the most of the candidate
     ranks for each (closed-form peaks: fitplan.memory.timeline.peak_bytes); the host figure is
     0 without offload."""
-    out = host = None
+    out = host = comms = None
     for st in candidate_stages(setup.model, c):
-        parts = stage_memory(RAW, setup, c, stage=st)
+        parts = stage_memory(RAW, setup, c, stage=st, comms=comms)
+        # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
+        # third of the screening's time when each rank recomputed them
+        comms = comms or {key: parts[key] for key in COMMUNICATOR_TERMS}
         t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
         out = t if out is None else maximum(out, t)
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
@@ -470,3 +480,11 @@ def busiest_totals(setup: Setup, c):
         return out, 0
     cluster = setup.cluster
     return out, OF.per_node_bytes(per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus)
+
+
+def fits(setup: Setup, config: ParallelConfig) -> bool:
+    """Breakdown.fits of one configuration without its explanation: on ints busiest_totals is
+    exactly the peak and the host bytes per node that evaluate gives (tests/unit/test_search.py)."""
+    peak, host = busiest_totals(setup, config)
+    limit = setup.cluster.host_memory_bytes
+    return peak <= setup.cluster.usable_bytes and (limit is None or host <= limit)

@@ -10,11 +10,11 @@ from fitplan.units import fmt_gb, fmt_gib
 
 
 def steps(setup, suggestions):
-    """evaluate_step for each suggestion (or breakdown), or None when the GPU cannot run the
-    recipe's precision."""
+    """The step time of each suggestion (the search's, evaluated once: fitplan.search.Evaluated)
+    or breakdown (evaluate_step), or None when the GPU cannot run the recipe's precision."""
     from fitplan.timing.breakdown import evaluate_step
     try:
-        return [evaluate_step(setup, s.config) for s in suggestions]
+        return [s.step if hasattr(s, "step") else evaluate_step(setup, s.config) for s in suggestions]
     except SpecError:
         return None
 

@@ -8,11 +8,17 @@ entry points the service and the CLI call.
   compare        fitplan compare                                fitplan.report.comparison
   preset_list, preset_show   fitplan presets                    fitplan.report.preset_text
 The header and the time-to-train lines they share: fitplan.report.header, fitplan.report.to_train.
+The command line imports only the module of the report it prints (`document.search` loads
+fitplan.report.suggestions alone), so a report's module is named here rather than imported.
 """
-from fitplan.report.comparison import compare
-from fitplan.report.configuration import breakdown
-from fitplan.report.preset_text import preset_list, preset_show
-from fitplan.report.seed import seed
-from fitplan.report.suggestions import search
+import importlib
 
-__all__ = ["breakdown", "compare", "preset_list", "preset_show", "search", "seed"]
+_MODULES = {"seed": "seed", "breakdown": "configuration", "search": "suggestions", "compare": "comparison",
+            "preset_list": "preset_text", "preset_show": "preset_text"}
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fitplan.report.{_MODULES[name]}"), name)

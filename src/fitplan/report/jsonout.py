@@ -209,12 +209,11 @@ def comm_dict(st) -> dict:
 def search(setup, r, bound, smallest) -> str:
     from fitplan.report.advice import steps
     from fitplan.search import RECOMMEND_ORDER
-    from fitplan.answers import largest_fitting_micro_batch
 
     def one(s, st):
         return _with_to_train(setup, {
             **config_dict(s.config), **_stages(s.breakdown),
-            "largest_fitting_micro_batch": largest_fitting_micro_batch(setup, s.config),
+            "largest_fitting_micro_batch": s.exact.largest_micro_batch,
             "per_gpu_bytes": int(s.breakdown.per_gpu_bytes), "host": host_dict(s.breakdown),
             "headroom_bytes": int(s.breakdown.headroom_bytes), "rank_reason": s.rank_reason,
             "peak": peak_dict(s.breakdown), "risk": risk_dict(s.breakdown),

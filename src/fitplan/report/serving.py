@@ -5,7 +5,7 @@ from fitplan import __version__
 from fitplan.counts.params import num_params, shape_params
 from fitplan.report.jsonout import dump
 from fitplan.report.render import Bullets, Heading, Lines, Table
-from fitplan.serving import KV_BYTES, WEIGHT_FORMATS
+from fitplan.specs.serving import KV_BYTES, WEIGHT_FORMATS
 from fitplan.units import fmt_gb, fmt_gib, fmt_rate
 
 STAGES = {"only": "every GPU holds the whole depth (pp = 1)",

@@ -36,10 +36,9 @@ def search(setup, r, bound, smallest) -> list:
             lines.append(f"smallest GPU count where the search finds a fit: {found(smallest['general'])} "
                          f"(power of two: {found(smallest['power_of_two'])})")
         return blocks + [Heading("Verdict"), Lines(tuple(lines))]
-    from fitplan.answers import largest_fitting_micro_batch
     rows = tuple((str(i), str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.ep), str(int(c.zero)),
                   "on" if c.sequence_parallel else "off", c.recompute.value, str(c.micro_batch),
-                  str(largest_fitting_micro_batch(setup, c) or "-"), str(c.virtual_stages),
+                  str(s.exact.largest_micro_batch or "-"), str(c.virtual_stages),
                   fmt_gib(s.breakdown.per_gpu_bytes), fmt_gib(s.breakdown.headroom_bytes), s.rank_reason)
                  for i, s in enumerate(r.suggestions, 1) for c in [s.config])
     first = ("shortest step first" if r.rank_order.startswith("estimated step") else
@@ -89,10 +88,9 @@ def recommendation(setup, r) -> list:
 
 def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     b = s.breakdown
-    from fitplan.answers import largest_fitting_micro_batch
     memory = (f"{fmt_gib(b.per_gpu_bytes)} GiB per GPU, {fmt_gib(b.headroom_bytes)} GiB headroom; "
               f"recompute needed: {s.config.recompute.value}; largest micro-batch that fits: "
-              f"{largest_fitting_micro_batch(setup, s.config) or '-'}")
+              f"{s.exact.largest_micro_batch or '-'}")
     st = (steps(setup, [s]) or [None])[0]
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"

@@ -61,9 +61,10 @@ class Decl:
         return self.choices
 
 
+@functools.cache
 def bounds(d: Decl) -> tuple:
     """(lo, hi) in the field's own unit (bytes, bytes/s, s; a scaled flag's value times its
-    scale), None where open."""
+    scale), None where open. Cached: every spec's construction reads them (check_ranges)."""
     from fitplan.units import UNIT_PARSERS
     parse = UNIT_PARSERS.get(d.kind)
     if parse is not None:
@@ -86,8 +87,8 @@ def out_of_range(d: Decl, name: str, value, shown=None) -> str | None:
     lo, hi = bounds(d)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    shown = num_text(value / d.scale if d.scale != 1 else value) if shown is None else shown
     if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
+        shown = num_text(value / d.scale if d.scale != 1 else value) if shown is None else shown
         return f"{name} = {shown} is out of range; give {range_text(d)}"
     return None
 

@@ -77,6 +77,8 @@ class _Worker:
                                    name="fitplan-analysis")
         self.process.start()
         child.close()
+        self._killed = False
+        self._kill_lock = threading.Lock()
 
     def wait_ready(self) -> None:
         """Until the worker has imported fitplan (a few tenths of a second; seconds on a busy
@@ -90,6 +92,13 @@ class _Worker:
         raise OSError(f"a worker process did not start within {STARTUP_S:g} s")
 
     def kill(self) -> None:
+        """Once, whichever threads ask: close() and the request's own thread both kill a busy
+        worker, and a second conn.close() racing the first closed a descriptor twice (EBADF, or
+        worse, one that another thread had just opened)."""
+        with self._kill_lock:
+            if self._killed:
+                return
+            self._killed = True
         try:
             self.process.kill()
             self.process.join(5)
