@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 
 from fitplan.arith import ceil_div
 from fitplan.counts import params as C
-from fitplan.specs import Recompute
 from fitplan.validate import TINY_GPT, TINY_LLAMA
 from fitplan.validate import distributed as D
 from fitplan.validate import expected as X

@@ -5,9 +5,7 @@ import json
 import math
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fitplan import presets

@@ -187,7 +187,7 @@ def test_per_layer_in_text_markdown_and_json():
     assert set(one["comm"]) == {"tp", "ep", "cp", "dp", "pp"} and set(one["comm"]["tp"]) == {"busy_s", "exposed_s"}
 
 
-def test_zero3_without_prefetch_exposes_every_gather():
+def test_zero3_with_fsdp_prefetch_0_exposes_every_forward_gather():
     """--fsdp-prefetch 0: each layer's all-gather starts when the layer needs it, so the forward's gathers are
     all exposed (L per micro-batch) rather than only the first one; a depth of 2 times like 1 (the link, not the
     queue, bounds a link-bound step)."""

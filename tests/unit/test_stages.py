@@ -189,7 +189,7 @@ def test_block_and_uniform_recompute_by_hand():
     base = ParallelConfig(dp=8, recompute=Recompute.FULL)
     none = evaluate(setup, replace(base, recompute=Recompute.NONE)).parts
     full = evaluate(setup, base).parts
-    l, a_in = 32, full["activations/layers"] // 32      # the layer input, 2*s*b*h
+    a_in = full["activations/layers"] // 32      # the layer input, 2*s*b*h (32 layers)
     a_keep = none["activations/layers"] // 32
     block = evaluate(setup, replace(base, recompute_num_layers=2, recompute_method=RecomputeMethod.BLOCK)).parts
     assert block["activations/layers"] == 2 * a_in + 30 * a_keep

@@ -10,14 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from fitplan import presets
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, TIGHT, risk
 from fitplan.cli import main
 from fitplan.explain import RAW
 from fitplan.memory import runtime as RT
 from fitplan.memory import timeline as TL
-from fitplan.memory.breakdown import Setup, busiest_total, evaluate, stage_timeline
-from fitplan.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from fitplan.memory.breakdown import busiest_total, evaluate, stage_timeline
+from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Recompute, Schedule, ZeroStage
 from fitplan.units import GiB, MiB
 from fitplan.request import Request
