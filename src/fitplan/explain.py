@@ -64,6 +64,35 @@ def RAW(f: Formula, /, *, key: str | None = None, **kw):
     return f.fn(**kw)
 
 
+class Memo:
+    """Evaluator for the search's groups: RAW, each formula computed once per distinct set of
+    inputs. The groups (ZeRO stage, recompute) of one SP setting share their grid's arrays, so a
+    term no mode changes (the embedding's and the logits' activations, the stage's parameters, a
+    layer's backward) is computed for the first group and reused by the rest. Inputs that are not
+    plain numbers or strings are told apart by identity: each is held here with the result, so an
+    id is never reused while its entry lives, and formulas never change their inputs in place.
+    `sweep` between groups keeps only the entries the last group used, so the memo holds about
+    one group's terms, as RAW's caller does."""
+    __slots__ = ("_seen", "_used")
+    _PLAIN = frozenset((int, float, bool, str, type(None)))
+
+    def __init__(self):
+        self._seen, self._used = {}, {}
+
+    def __call__(self, f: Formula, /, *, key: str | None = None, **kw):
+        plain = self._PLAIN
+        k = (f, tuple(kw), tuple([(v, type(v)) if type(v) in plain else id(v) for v in kw.values()]))
+        hit = self._used.get(k) or self._seen.get(k)
+        if hit is None:
+            hit = (f.fn(**kw), kw)   # kw held: its ids stay unique while the entry lives
+        self._used[k] = hit
+        return hit[0]
+
+    def sweep(self) -> None:
+        """Forget the entries the calls since the last sweep did not use."""
+        self._seen, self._used = self._used, {}
+
+
 @dataclass
 class Trace:
     """Evaluator for explanations: compute and keep a Term per call, in call order."""

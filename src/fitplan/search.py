@@ -14,7 +14,7 @@ import numpy as np
 
 from fitplan.errors import SpecError
 from fitplan.analysis import margin_limit_bytes
-from fitplan.explain import RAW
+from fitplan.explain import RAW, Memo
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_totals, evaluate
 from fitplan.memory.stages import Stage, candidate_stages
 from fitplan.specs import compat
@@ -388,10 +388,15 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
     keys, steps, hours, members, closest, margins = [], [], [], [], None, []
-    legal_by_sp = {}
+    legal_by_sp, screened_by_sp = {}, {}
     for sp in space.sequence_parallel:
         per_group: dict = {}
         legal_by_sp[sp] = (_legal(setup, replace(base, sequence_parallel=sp), space, per_group), per_group)
+        # the candidates legal with this SP setting, taken once: every group with it screens these rows
+        # (ZeRO's single-rank ones dropped after), so the groups share their arrays and the Memo
+        # computes the terms no ZeRO stage or recompute mode changes once
+        rows = np.flatnonzero(legal_by_sp[sp][0])
+        screened_by_sp[sp] = (rows, base.take(rows), Memo(), {})
     considered = 0
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
@@ -412,10 +417,15 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if offload.params and zero != ZeroStage.OS_G_P:   # weights leave the GPU only as ZeRO-3 shards
             rejected["offload_params_needs_zero3"] = rejected.get("offload_params_needs_zero3", 0) + int(legal.sum())
             continue
-        idx = np.flatnonzero(legal)
+        rows, taken, memo, comms = screened_by_sp[sp]
+        keep = legal[rows]
+        idx = rows[keep]
         if len(idx) == 0:
             continue
-        totals, host = busiest_totals(setup, grid.take(idx))
+        totals, host = busiest_totals(setup, replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload),
+                                      memo, comms)
+        memo.sweep()
+        totals, host = totals[keep], host if np.ndim(host) == 0 else host[keep]
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
         if host_limit is not None and offload is not Offload.NONE:

@@ -461,16 +461,20 @@ def busiest_total(setup: Setup, c):
     return busiest_totals(setup, c)[0]
 
 
-def busiest_totals(setup: Setup, c):
+def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     """(the step's peak on the busiest stage, host bytes per node): the most of the candidate
     ranks for each (closed-form peaks: fitplan.memory.timeline.peak_bytes); the host figure is
-    0 without offload."""
-    out = host = comms = None
+    0 without offload. ev: RAW, or the search's fitplan.explain.Memo. comms: a dict the caller
+    keeps across calls on the same candidates' degrees (the search's groups of one SP setting):
+    filled with the communicators' terms on the first, read on the rest."""
+    comms = {} if comms is None else comms
+    out = host = None
     for st in candidate_stages(setup.model, c):
-        parts = stage_memory(RAW, setup, c, stage=st, comms=comms)
+        parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
         # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
         # third of the screening's time when each rank recomputed them
-        comms = comms or {key: parts[key] for key in COMMUNICATOR_TERMS}
+        if not comms:
+            comms.update((key, parts[key]) for key in COMMUNICATOR_TERMS)
         t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
         out = t if out is None else maximum(out, t)
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
