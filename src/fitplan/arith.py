@@ -31,6 +31,19 @@ def ceil_div(x, n):
     return -(-x // n)
 
 
+def floor_div(x, n):
+    """floor(x / n); exact for ints, elementwise for arrays. As ceil_div: on float arrays
+    floor(x / n) is tens of times faster than NumPy's floor division, and equal to it for the
+    whole numbers below 2^53 the search's degrees and counts are (the quotient of two such
+    numbers is at least 1/n from the next whole number, more than the division's rounding)."""
+    if type(x) is int and type(n) is int:
+        return x // n
+    if is_array(x) or is_array(n):
+        import numpy as np
+        return np.floor(np.true_divide(x, n))
+    return x // n
+
+
 def select(cond, if_true, if_false):
     """cond ? if_true : if_false, elementwise when cond is an array."""
     if type(cond) in _SCALARS:

@@ -1,6 +1,6 @@
 """fitplan.explain.Memo, the search's evaluator across its groups: the same values as RAW, each
 formula computed once per distinct set of inputs (arrays told apart by identity), and `sweep`
-keeping only what the last group used."""
+keeping only what the last group used; and arith.floor_div, which the screening divides with."""
 import numpy as np
 
 from fitplan.explain import RAW, Memo
@@ -57,3 +57,13 @@ def test_sweep_keeps_what_the_last_group_used():
     memo(weights, **used)
     memo(weights, **unused)   # forgotten: computed again
     assert len(calls) == 3
+
+
+def test_floor_div_matches_floor_division():
+    # arith.floor_div on float arrays (floor of the true quotient) equals NumPy's floor division for
+    # whole numbers below 2^53: exact quotients, one below, one above, and the largest degrees' products
+    from fitplan.arith import floor_div
+    x = np.array([64.0, 63.0, 65.0, 16384 * 8.0, 2.0**52 - 1, 1536.0])
+    n = np.array([8.0, 8.0, 8.0, 3.0, 7.0, 16.0 * 3])
+    assert floor_div(x, n).tolist() == (x // n).tolist() == [8.0, 7.0, 8.0, 43690.0, 643371375338642.0, 32.0]
+    assert floor_div(1536, 48) == 32 and type(floor_div(1536, 48)) is int   # ints stay exact ints

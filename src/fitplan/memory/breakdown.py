@@ -12,7 +12,7 @@ stage's stored activations and partial recompute (stage_activations), hybrid mod
 """
 from dataclasses import dataclass, field
 
-from fitplan.arith import ceil_div, is_array, maximum, minimum, select
+from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, Term, Trace
@@ -55,9 +55,9 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     n_dense = stage.n_dense
     psi = stage_psi(ev, model, c, stage=stage)
     n_d = ev(shard_group, dp=dp, c=cp, shard=c.shard_degree) if c.shard_degree is not None else dp * cp
-    replicas = dp * cp // n_d
+    replicas = floor_div(dp * cp, n_d)
     experts = {} if moe is None else dict(psi_e=stage_expert_psi(ev, model, c, stage=stage),
-                                          n_ed=maximum(tp * dp * cp // (c.ep * replicas), 1))
+                                          n_ed=maximum(floor_div(tp * dp * cp, c.ep * replicas), 1))
     zero = c.zero
     lora = FT.is_lora(training)
     frozen = None   # a frozen base's bytes as ZeRO-3 shards and gathers them (fitplan.memory.finetune)
@@ -108,7 +108,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     per_layer, per_workspace = (FT.lora_layer_bytes, FT.lora_workspace_bytes) if lora else (
         A.per_layer_bytes, A.recompute_workspace_bytes)
     layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
-    m = UNBOUNDED_MICROBATCHES if training.global_batch is None else training.global_batch // (dp * b)
+    m = UNBOUNDED_MICROBATCHES if training.global_batch is None else floor_div(training.global_batch, dp * b)
     a_layer = None if model.hybrid else ev(per_layer, **layer)
     dual = c.schedule == Schedule.DUALPIPE
     v_held = 2 if dual else v
@@ -286,7 +286,7 @@ def _communicators(ev, setup: Setup, c, *, like) -> dict:
     cluster, G = setup.cluster, setup.cluster.gpus_per_node
     tp, pp, dp, cp, ep = c.tp, c.pp, c.dp, c.cp, c.ep
     world = tp * cp * dp * pp
-    n_ed = maximum(tp * cp * dp // maximum(ep, 1), 1)
+    n_ed = maximum(floor_div(tp * cp * dp, maximum(ep, 1)), 1)
     cp_p2p = 1 if getattr(c, "cp_comm_overlap", True) else 0
     nccl_a2a = setup.training.moe_dispatcher != "deepep" and setup.model.moe is not None
     largest = maximum(maximum(tp, cp * dp), maximum(maximum(pp, cp), ep))
