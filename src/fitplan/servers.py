@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from fitplan.arith import ceil_div
 from fitplan.errors import SpecError
 from fitplan.explain import COUNT, RATIO, RAW, Term, Trace, formula
+from fitplan.serving import CONV_STATE_BYTES, SSM_STATE_BYTES, mamba_state_kw, mamba_state_layer_bytes
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
 from fitplan.specs.serving import SERVERS
@@ -51,9 +52,6 @@ VLLM_BLOCKS = Cite("vllm-memory", "vllm/v1/core/kv_cache_utils.py get_num_blocks
 VLLM_DEFAULTS = Cite("vllm-memory", "vllm/engine/arg_utils.py EngineArgs get_batch_defaults (vllm serve)")
 SGLANG_POOL = Cite("sglang", "python/sglang/srt/model_executor/model_runner.py profile_max_num_token")
 SGLANG_DEFAULTS = Cite("sglang", "python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings")
-MAMBA_SHAPES = Cite("vllm-memory", "vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator "
-                                   "(mamba2_state_shape, mamba1_state_shape, extra_groups_for_head_shards); SGLang "
-                                   "python/sglang/srt/configs/mamba_utils.py Mamba2StateShape, mamba_cache_per_req")
 VLLM_HYBRID_BLOCK = Cite("vllm-memory", "vllm/model_executor/models/config.py HybridAttentionMambaModelConfig."
                                         "verify_and_update_config (later vllm/platforms/interface.py "
                                         "_align_hybrid_block_size); vllm/v1/kv_cache_interface.py AttentionSpec, "
@@ -198,13 +196,6 @@ def sglang_max_batch(*, tokens, s):
 
 # ---------------------------------------------------------------- hybrid (Mamba + attention) models
 
-@formula("servers/mamba_state_per_layer", "(K - 1)*C_t*e_c + (H/t)*P*N*e_s  (one request's conv state over its C_t "
-                                           "channels on the GPU and its SSM state)", MAMBA_SHAPES)
-def mamba_state_layer_bytes(*, K, C_t, H, t, P, N, e_c, e_s):
-    """One Mamba layer's recurrent state for one request on one GPU, as both servers shape it."""
-    return (K - 1) * C_t * e_c + (H // t) * P * N * e_s
-
-
 @formula("servers/vllm/hybrid_block_size", f"{VLLM_KERNEL_BLOCK}*ceil(S_M / ({VLLM_KERNEL_BLOCK}*A_1))  (the "
                                            f"attention block raised until one attention page, B*A_1, holds one Mamba "
                                            f"state S_M; the Mamba page is padded up to it)", VLLM_HYBRID_BLOCK, COUNT)
@@ -323,19 +314,11 @@ def hybrid_layout(model: ModelSpec, tp: int, pp: int, kv_bytes: int) -> HybridLa
     """None for a model without Mamba layers."""
     if not model.hybrid or model.mamba is None or "M" not in model.layer_pattern:
         return None
-    from fitplan.serving import CONV_STATE_BYTES, SSM_STATE_BYTES
-    from fitplan.specs.model import SsmVersion
-    pattern, m = model.layer_pattern, model.mamba
+    pattern = model.layer_pattern
     if "*" not in pattern:
         raise SpecError(f"--server: {model.name} has no attention layers (model.layer_pattern {pattern!r}); the "
                         f"server models here are for attention + Mamba hybrids; drop --server")
-    if m.version is SsmVersion.MAMBA1:
-        C_t = ceil_div(m.d_inner, tp)
-    else:
-        G = m.num_groups if m.num_groups % tp == 0 else tp   # extra_groups_for_head_shards
-        C_t = (m.d_inner + 2 * G * m.state_size) // tp
-    state_kw = dict(K=m.conv_kernel, C_t=C_t, H=m.num_heads, t=tp, P=m.head_dim, N=m.state_size,
-                    e_c=CONV_STATE_BYTES, e_s=SSM_STATE_BYTES)
+    state_kw = dict(mamba_state_kw(model, tp), e_c=CONV_STATE_BYTES, e_s=SSM_STATE_BYTES)
     d = model.kv_size // model.num_kv_heads
     A_1 = 2 * ceil_div(model.num_kv_heads, tp) * d * kv_bytes
     per = len(pattern) // pp

@@ -87,28 +87,49 @@ def _kv(model: ModelSpec, *, t, p, s, b, e, per_gpu: bool, ev=None, key=None, L_
 # d_inner / t x state); the conv state in the model's dtype, the SSM state in mamba_ssm_cache_dtype (float32 in
 # Nemotron-H's and Nemotron 3's config.json)
 SSM_STATE = Cite("mamba2", "mamba2.py allocate_inference_cache (conv_state, ssm_state); vLLM mamba_utils.py "
-                           "MambaStateShapeCalculator (d_conv - 1 columns)")
+                           "MambaStateShapeCalculator (d_conv - 1 columns, extra_groups_for_head_shards); SGLang "
+                           "configs/mamba_utils.py Mamba2StateShape")
 CONV_STATE_BYTES, SSM_STATE_BYTES = 2, 4
 
 
-@formula("serving/ssm_state", "L_M*((K - 1)*C*e_c + H*P*N*e_s)*b/t  (conv state, SSM state: constant in the context)",
+@formula("serving/mamba_state_per_layer", "(K - 1)*C_t*e_c + (H/t)*P*N*e_s  (one sequence's conv state over its "
+                                           "C_t channels on the GPU and its SSM state)", SSM_STATE)
+def mamba_state_layer_bytes(*, K, C_t, H, t, P, N, e_c=CONV_STATE_BYTES, e_s=SSM_STATE_BYTES):
+    """One Mamba layer's recurrent state for one sequence on one GPU: the last K - 1 inputs of the
+    causal conv over the GPU's C_t channels and the SSM state of its H/t heads of P channels by N
+    (Mamba: H = d_inner, P = 1). It does not grow with the context."""
+    return (K - 1) * C_t * e_c + (H // t) * P * N * e_s
+
+
+def mamba_state_kw(model: ModelSpec, t: int) -> dict:
+    """The inputs of mamba_state_layer_bytes on one of t tensor-parallel GPUs, shaped as vLLM's
+    MambaStateShapeCalculator and SGLang's Mamba2StateShape shape them: Mamba's conv over d_inner/t
+    channels; Mamba-2's over (d_inner + 2GN)/t, its G groups replicated up to t where t does not
+    divide them (extra_groups_for_head_shards)."""
+    from fitplan.specs.model import SsmVersion
+    m = model.mamba
+    if m.version is SsmVersion.MAMBA1:
+        C_t = ceil_div(m.d_inner, t)
+    else:
+        G = m.num_groups if m.num_groups % t == 0 else t
+        C_t = (m.d_inner + 2 * G * m.state_size) // t
+    return dict(K=m.conv_kernel, C_t=C_t, H=m.num_heads, t=t, P=m.head_dim, N=m.state_size)
+
+
+@formula("serving/ssm_state", "L_M*S_M*b  (each Mamba layer's state per sequence; constant in the context)",
          SSM_STATE)
-def ssm_state_bytes(*, L_M, K, C, H, P, N, b, t, e_c=CONV_STATE_BYTES, e_s=SSM_STATE_BYTES):
-    """The recurrent state of L_M Mamba layers for b sequences on one GPU: per layer and sequence
-    the last K - 1 inputs of the causal conv over its C channels and the SSM state of H heads of P
-    channels by N (Mamba: H = d_inner, P = 1), both split by t. It does not grow with the context."""
-    return ceil_div(L_M * ((K - 1) * C * e_c + H * P * N * e_s) * b, t)
+def ssm_state_bytes(*, L_M, S_M, b):
+    """The recurrent state of L_M Mamba layers for b sequences on one GPU."""
+    return L_M * S_M * b
 
 
 def _ssm(model: ModelSpec, *, L_M, b, t, ev=None, key=None):
     """The Mamba layers' state (0 for a model without them)."""
     if model.mamba is None or not L_M:
         return 0
-    from fitplan.counts import hybrid as HY
-    m = model.mamba
     call = ev or (lambda f, key=None, **kw: f.fn(**kw))
-    return call(ssm_state_bytes, key=key, L_M=L_M, K=m.conv_kernel, C=HY.conv_channels(model), H=m.num_heads,
-                P=m.head_dim, N=m.state_size, b=b, t=t)
+    S_M = call(mamba_state_layer_bytes, key=key and key + "_layer", **mamba_state_kw(model, t))
+    return call(ssm_state_bytes, key=key, L_M=L_M, S_M=S_M, b=b)
 
 
 # ---------------------------------------------------------------- weights
