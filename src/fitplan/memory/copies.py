@@ -5,15 +5,14 @@ ZeRO-2/3 accumulates (one rule, `pipelined`, that time reads too). Ints or array
 from fitplan.arith import ceil_div, is_array, maximum, select
 from fitplan.explain import formula
 from fitplan.sources import Cite
+from fitplan.specs.training import LOW_PRECISION_BYTES
 
-# Bytes per weight of Transformer Engine's quantized copies: the rowwise data and, for the backward's
+# Transformer Engine's quantized copies of a weight, each at the precision's bytes per element with its scales
+# (fitplan.specs.training.LOW_PRECISION_BYTES): the rowwise data and, for the backward's
 # transposed GEMMs, the columnwise (transformer_engine/pytorch/tensor/float8_tensor.py: a separate _transpose
 # only where the GPU lacks non-TN fp8 GEMMs, Hopper and Ada; utils.py is_non_tn_fp8_gemm_supported: compute
 # capability 10.x and later has them), mxfp8_tensor.py (rowwise and columnwise data, a uint8 scale per 32
 # elements each), nvfp4_tensor.py (4-bit data and an fp8 scale per 16 elements, rowwise and columnwise).
-LOW_PRECISION_COPY = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
-
-
 TRANSPOSE_FREE = ("blackwell", "blackwell-ultra")   # non-TN fp8 GEMMs: no transposed fp8 copy
 
 
@@ -24,7 +23,7 @@ def fp8_cache_factor(*, compute: str, weights_bytes, architecture) -> float:
     if compute == "fp8":
         rowwise = 0.0 if weights_bytes <= 1 else 1.0
         return rowwise + (0.0 if architecture in TRANSPOSE_FREE else 1.0)
-    return 2 * LOW_PRECISION_COPY[compute]
+    return 2 * LOW_PRECISION_BYTES[compute]
 
 
 @formula("runtime/fp8_weight_cache",
