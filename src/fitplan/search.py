@@ -99,6 +99,8 @@ class _Grid:
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     offload: Offload = Offload.NONE
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages), row-aligned
+    shape: tuple = ()   # the enumeration's (degree triples, micro-batches, virtual stages, ep): rows in C order
+    ranks_stacked: bool = False   # a box view: stages is one Stage, the candidate ranks on a leading axis
 
     def __getattr__(self, name):
         if name in SETTINGS:
@@ -107,6 +109,38 @@ class _Grid:
 
     def __len__(self) -> int:
         return len(self.tp)
+
+    def box(self, legal: np.ndarray) -> tuple:
+        """(rows, view): the screening's view of the degree triples with a legal candidate, every
+        micro-batch, virtual-stage and ep value of each (rows: their positions in this grid, in
+        the view's C order). The view's axes broadcast instead of repeating: tp, pp, dp, cp are
+        (D, 1, 1, 1), micro_batch (1, M, 1, 1), virtual_stages (1, 1, V, 1), ep (1, 1, 1, E), and
+        its one Stage holds the candidate ranks on a leading axis, (K, D, 1, V, 1). A term then
+        costs what its own axes cost: the parameters are per (degrees, virtual stages), the
+        per-layer activations per (degrees, micro-batch); only the sums span the box. The
+        legality rules separate along these axes (every rule reads degrees, or pp with v, or
+        one axis), so the box wastes only its illegal virtual stages, which the caller drops."""
+        d, m, v, e = self.shape
+        per = m * v * e
+        degrees = np.flatnonzero(legal.reshape(d, per).any(axis=1))
+        rows = (degrees[:, None] * per + np.arange(per)).ravel()
+        first = degrees * per
+        col = lambda a: a[first].astype(np.float64).reshape(-1, 1, 1, 1)
+        along = lambda a, step, n, axis: a[:n * step:step].astype(np.float64).reshape(
+            tuple(n if i == axis else 1 for i in range(4)))
+        stages = None
+        if self.stages is not None:   # each field per (pp, v): the first micro-batch's and ep's rows
+            at = (first[:, None] + np.arange(v)[None, :] * e).ravel()
+            fields = []
+            for name in Stage.__slots__:
+                values = [getattr(st, name) for st in self.stages]
+                fields.append(None if values[0] is None else np.stack(
+                    [x[at].astype(np.float64).reshape(-1, 1, v, 1) for x in values]))
+            stages = (Stage(*fields),)
+        view = replace(self, tp=col(self.tp), pp=col(self.pp), dp=col(self.dp), cp=col(self.cp),
+                       micro_batch=along(self.micro_batch, v * e, m, 1), virtual_stages=along(self.virtual_stages, e, v, 2),
+                       ep=along(self.ep, 1, e, 3), stages=stages, ranks_stacked=stages is not None)
+        return rows, view
 
     def take(self, idx: np.ndarray) -> "_Grid":
         """The candidates at idx, numeric axes as float64 (the screening pass's dtype)."""
@@ -119,35 +153,37 @@ class _Grid:
                        stages=stages)
 
 
+def _box_shape(view: _Grid) -> tuple:
+    return (len(view.tp), view.micro_batch.shape[1], view.virtual_stages.shape[2], view.ep.shape[3])
+
+
 def _stage_table(model, space: SearchSpace, pps, vs, rows) -> tuple:
-    """The candidate ranks' Stages for every (pp, virtual stages) pair, computed once per pair
-    on ints and spread over the grid's rows (rows: each row's pair index)."""
+    """The candidate ranks' Stages for every (pp, virtual stages) pair, computed at once on int64
+    arrays over the pairs (the split's arithmetic is exact on them) and spread over the grid's
+    rows (rows: each row's pair index)."""
     from types import SimpleNamespace
     settings = {name: getattr(space.settings, name) for name in SETTINGS}
-    per_pair = [candidate_stages(model, SimpleNamespace(pp=int(p), virtual_stages=int(v), **settings))
-                for p in pps for v in vs]
-    out = []
-    for slot in _undominated(per_pair):
-        fields = []
-        for name in Stage.__slots__:
-            values = [getattr(pair[slot], name) for pair in per_pair]
-            fields.append(None if values[0] is None else
-                          np.array([int(x) for x in values], dtype=np.int64)[rows])
-        out.append(Stage(*fields))
-    return tuple(out)
+    pp, v = (a.ravel() for a in np.meshgrid(pps, vs, indexing="ij"))
+    slots = candidate_stages(model, SimpleNamespace(pp=pp, virtual_stages=v, **settings))
+    as_rows = lambda x: np.broadcast_to(np.asarray(x), pp.shape).astype(np.int64)
+    per_slot = [Stage(*(None if getattr(st, name) is None else as_rows(getattr(st, name)) for name in Stage.__slots__))
+                for st in slots]
+    return tuple(Stage(*(None if getattr(st, name) is None else getattr(st, name)[rows] for name in Stage.__slots__))
+                 for st in (per_slot[k] for k in _undominated(per_slot)))
 
 
-def _undominated(per_pair) -> list:
+def _undominated(slots) -> list:
     """The candidate slots worth evaluating: a slot is dropped where, for every (pp, v) pair,
     another kept slot has the same layers (dense and MTP ones too), holds the embedding and
     head wherever it does, and sits at the same or a lower rank (as many micro-batches in
-    flight or more): that one is at least as busy."""
+    flight or more): that one is at least as busy. slots: each one's Stage over the pairs."""
     def dominates(a, b):
-        return all(x.layers == y.layers and x.n_dense == y.n_dense and x.mtp == y.mtp and x.index <= y.index
-                   and bool(x.embedding) >= bool(y.embedding) and bool(x.head) >= bool(y.head)
-                   for x, y in ((pair[a], pair[b]) for pair in per_pair))
+        x, y = slots[a], slots[b]
+        same = lambda name: getattr(x, name) is None or bool((getattr(x, name) == getattr(y, name)).all())
+        return (same("layers") and same("n_dense") and same("mtp") and bool((x.index <= y.index).all())
+                and bool((x.embedding >= y.embedding).all()) and bool((x.head >= y.head).all()))
     kept: list = []
-    for slot in range(len(per_pair[0])):
+    for slot in range(len(slots)):
         if not any(dominates(k, slot) for k in kept):
             kept = [k for k in kept if not dominates(slot, k)] + [slot]
     return sorted(kept)
@@ -169,7 +205,7 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
         pps = np.array(sorted(set(deg[:, 1].tolist())), dtype=np.int64)   # np.unique would import numpy.ma
         stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
-                 ep=eps[x], settings=space.settings, stages=stages)
+                 ep=eps[x], settings=space.settings, stages=stages, shape=(len(deg), len(mb), len(vs), len(eps)))
 
 
 class Evaluated:
@@ -395,8 +431,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         # the candidates legal with this SP setting, taken once: every group with it screens these rows
         # (ZeRO's single-rank ones dropped after), so the groups share their arrays and the Memo
         # computes the terms no ZeRO stage or recompute mode changes once
-        rows = np.flatnonzero(legal_by_sp[sp][0])
-        screened_by_sp[sp] = (rows, base.take(rows), Memo(), {})
+        rows, view = base.box(legal_by_sp[sp][0])
+        screened_by_sp[sp] = (rows, view, Memo(), {})
     considered = 0
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
@@ -422,10 +458,12 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         idx = rows[keep]
         if len(idx) == 0:
             continue
-        totals, host = busiest_totals(setup, replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload),
-                                      memo, comms)
+        with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped here
+            totals, host = busiest_totals(setup, replace(taken, zero=zero, sequence_parallel=sp, recompute=rc,
+                                                         offload=offload), memo, comms)
         memo.sweep()
-        totals, host = totals[keep], host if np.ndim(host) == 0 else host[keep]
+        flat = lambda a: np.broadcast_to(a, _box_shape(taken)).ravel()
+        totals, host = flat(totals)[keep], host if np.ndim(host) == 0 else flat(host)[keep]
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
         if host_limit is not None and offload is not Offload.NONE:

@@ -469,6 +469,9 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     filled with the communicators' terms on the first, read on the rest."""
     comms = {} if comms is None else comms
     out = host = None
+    # the search's screening view holds its candidate ranks as one Stage, stacked on a leading axis
+    # (fitplan.search._Grid.box): one pass over the terms for every rank, the busiest taken below
+    stacked = getattr(c, "ranks_stacked", False)
     for st in candidate_stages(setup.model, c):
         parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
         # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
@@ -480,6 +483,9 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)
             host = x if host is None else maximum(host, x)
+    if stacked:
+        out = out.max(axis=0)
+        host = None if host is None else host.max(axis=0) if is_array(host) and host.ndim == out.ndim + 1 else host
     if host is None:
         return out, 0
     cluster = setup.cluster

@@ -25,7 +25,7 @@ for the one configuration a report explains.
 """
 from dataclasses import dataclass
 
-from fitplan.arith import is_array, maximum
+from fitplan.arith import is_array, maximum, total
 from fitplan.memory import runtime as RT
 
 STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
@@ -98,15 +98,15 @@ def peak_bytes(parts: dict, *, phi):
     """The step's peak on this rank: the largest moment's bytes (the search's path). The same sums
     as `moments`, shared between the moments: each moment's transient bytes D (all but ALWAYS) and
     the allocator's share of them."""
-    train = sum(parts[k] for k in TRAIN + STORED)
-    loss = train + parts["runtime/logits_grad"] + parts[FSDP_LOSS]
-    layer = train - parts[OUTPUT_ONE] + sum(parts[k] for k in LAYER)
+    train = total(parts[k] for k in TRAIN + STORED)
+    loss = total((train, parts["runtime/logits_grad"], parts[FSDP_LOSS]))
+    layer = total((train, -parts[OUTPUT_ONE], *(parts[k] for k in LAYER)))
     step = parts["runtime/optimizer_step"]
     streams = parts[STREAMS]
     worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
                             layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
                     step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
-    return sum(parts[k] for k in ALWAYS) + worst
+    return total((*(parts[k] for k in ALWAYS), worst))
 
 
 @dataclass(frozen=True, slots=True)
