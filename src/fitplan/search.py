@@ -16,7 +16,7 @@ from fitplan.errors import SpecError
 from fitplan.analysis import margin_limit_bytes
 from fitplan.explain import RAW, Memo
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_totals, evaluate
-from fitplan.memory.stages import Stage, candidate_stages
+from fitplan.memory.stages import Stage, candidate_stages, end_stages
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, Offload, ParallelConfig, Recompute, ZeroStage
 from fitplan.units import fmt_count
@@ -100,7 +100,8 @@ class _Grid:
     offload: Offload = Offload.NONE
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages), row-aligned
     shape: tuple = ()   # the enumeration's (degree triples, micro-batches, virtual stages, ep): rows in C order
-    ranks_stacked: bool = False   # a box view: stages is one Stage, the candidate ranks on a leading axis
+    stacked: Stage | None = None   # a box view's candidate ranks as one Stage, on a leading axis (busiest_totals)
+    ends: tuple | None = None      # a box view's first and last ranks' Stage (fitplan.memory.stages.end_stages)
 
     def __getattr__(self, name):
         if name in SETTINGS:
@@ -114,8 +115,9 @@ class _Grid:
         """(rows, view): the screening's view of the degree triples with a legal candidate, every
         micro-batch, virtual-stage and ep value of each (rows: their positions in this grid, in
         the view's C order). The view's axes broadcast instead of repeating: tp, pp, dp, cp are
-        (D, 1, 1, 1), micro_batch (1, M, 1, 1), virtual_stages (1, 1, V, 1), ep (1, 1, 1, E), and
-        its one Stage holds the candidate ranks on a leading axis, (K, D, 1, V, 1). A term then
+        (D, 1, 1, 1), micro_batch (1, M, 1, 1), virtual_stages (1, 1, V, 1), ep (1, 1, 1, E), each
+        candidate rank's Stage (D, 1, V, 1), and `stacked` holds them on a leading axis, (K, D, 1,
+        V, 1), for the memory model to take every rank in one pass. A term then
         costs what its own axes cost: the parameters are per (degrees, virtual stages), the
         per-layer activations per (degrees, micro-batch); only the sums span the box. The
         legality rules separate along these axes (every rule reads degrees, or pp with v, or
@@ -128,18 +130,16 @@ class _Grid:
         col = lambda a: a[first].astype(np.float64).reshape(-1, 1, 1, 1)
         along = lambda a, step, n, axis: a[:n * step:step].astype(np.float64).reshape(
             tuple(n if i == axis else 1 for i in range(4)))
-        stages = None
+        stages = stacked = None
         if self.stages is not None:   # each field per (pp, v): the first micro-batch's and ep's rows
             at = (first[:, None] + np.arange(v)[None, :] * e).ravel()
-            fields = []
-            for name in Stage.__slots__:
-                values = [getattr(st, name) for st in self.stages]
-                fields.append(None if values[0] is None else np.stack(
-                    [x[at].astype(np.float64).reshape(-1, 1, v, 1) for x in values]))
-            stages = (Stage(*fields),)
+            shaped = lambda x: None if x is None else x[at].astype(np.float64).reshape(-1, 1, v, 1)
+            stages = tuple(Stage(*(shaped(getattr(st, name)) for name in Stage.__slots__)) for st in self.stages)
+            stacked = Stage(*(None if getattr(stages[0], name) is None else
+                              np.stack([getattr(st, name) for st in stages]) for name in Stage.__slots__))
         view = replace(self, tp=col(self.tp), pp=col(self.pp), dp=col(self.dp), cp=col(self.cp),
                        micro_batch=along(self.micro_batch, v * e, m, 1), virtual_stages=along(self.virtual_stages, e, v, 2),
-                       ep=along(self.ep, 1, e, 3), stages=stages, ranks_stacked=stages is not None)
+                       ep=along(self.ep, 1, e, 3), stages=stages, stacked=stacked)
         return rows, view
 
     def take(self, idx: np.ndarray) -> "_Grid":
@@ -408,6 +408,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     evaluated when first read (Evaluated)."""
     from fitplan.timing.compute import peak_flops_per_s
     from fitplan.timing.step import step_time
+    from fitplan.timing.work import pacing_rank
     from fitplan.timing.to_train import gpu_hours_to_train
     if rank == "cost" and setup.cluster.gpu_hour_price is None:
         raise SpecError("--rank cost: give --gpu-hour-price, the price of one GPU-hour (e.g. --gpu-hour-price 2.50), "
@@ -432,7 +433,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         # (ZeRO's single-rank ones dropped after), so the groups share their arrays and the Memo
         # computes the terms no ZeRO stage or recompute mode changes once
         rows, view = base.box(legal_by_sp[sp][0])
-        screened_by_sp[sp] = (rows, view, Memo(), {})
+        view = replace(view, ends=tuple(end_stages(setup.model, view)))
+        # per SP setting: the memory and the time models' memos, the communicators' terms, the pacing rank per recompute
+        screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
     considered = 0
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
@@ -453,14 +456,14 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if offload.params and zero != ZeroStage.OS_G_P:   # weights leave the GPU only as ZeRO-3 shards
             rejected["offload_params_needs_zero3"] = rejected.get("offload_params_needs_zero3", 0) + int(legal.sum())
             continue
-        rows, taken, memo, comms = screened_by_sp[sp]
+        rows, taken, memo, comms, timing_memo, pacing = screened_by_sp[sp]
         keep = legal[rows]
         idx = rows[keep]
         if len(idx) == 0:
             continue
+        view = replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload)
         with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped here
-            totals, host = busiest_totals(setup, replace(taken, zero=zero, sequence_parallel=sp, recompute=rc,
-                                                         offload=offload), memo, comms)
+            totals, host = busiest_totals(setup, view, memo, comms)
         memo.sweep()
         flat = lambda a: np.broadcast_to(a, _box_shape(taken)).ravel()
         totals, host = flat(totals)[keep], host if np.ndim(host) == 0 else flat(host)[keep]
@@ -476,12 +479,17 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
-            if timed:
-                timing = step_time(RAW, setup, grid.take(idx[fits]))
-                steps.append(timing["time/step"])
+            if timed:   # on the box too, so the terms no mode changes are computed once per SP setting
+                with np.errstate(all="ignore"):
+                    if rc not in pacing:   # the slowest rank depends on the recompute mode alone
+                        pacing[rc] = pacing_rank(setup, view)
+                    timing = step_time(timing_memo, setup, view, stage_index=pacing[rc])
+                timing_memo.sweep()
+                on_fits = lambda a: flat(a)[keep][fits]
+                steps.append(on_fits(timing["time/step"]))
                 if rank == "cost":
                     hours.append(gpu_hours_to_train(RAW, tokens=tokens, num_gpus=num_gpus,
-                                                    tokens_per_s=timing["rate/tokens"]))
+                                                    tokens_per_s=on_fits(timing["rate/tokens"])))
             members.append((grid, idx[fits]))
     fit = sum(len(i) for _, i in members)
     picks: dict = {}

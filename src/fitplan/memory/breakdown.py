@@ -469,10 +469,10 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     filled with the communicators' terms on the first, read on the rest."""
     comms = {} if comms is None else comms
     out = host = None
-    # the search's screening view holds its candidate ranks as one Stage, stacked on a leading axis
-    # (fitplan.search._Grid.box): one pass over the terms for every rank, the busiest taken below
-    stacked = getattr(c, "ranks_stacked", False)
-    for st in candidate_stages(setup.model, c):
+    # the search's screening view also holds its candidate ranks as one Stage, stacked on a leading
+    # axis (fitplan.search._Grid.box): one pass over the terms for every rank, the busiest taken below
+    stacked = getattr(c, "stacked", None) is not None
+    for st in [c.stacked] if stacked else candidate_stages(setup.model, c):
         parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
         # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
         # third of the screening's time when each rank recomputed them

@@ -172,3 +172,14 @@ def candidate_stages(model: ModelSpec, c) -> list:
     if cached is not None:
         return list(cached)
     return [stage_at(RAW, model, c, i) for i in candidate_ranks(model, c)]
+
+
+def end_stages(model: ModelSpec, c) -> list:
+    """The first and the last pipeline rank's Stage (ranks 0 and p-1, where the data-parallel
+    gradients and the optimizer step are largest); the search's box view carries them
+    precomputed (`ends`), since they depend only on pp, the virtual stages and the settings."""
+    cached = getattr(c, "ends", None)
+    if cached is not None:
+        return list(cached)
+    p = c.pp
+    return [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]

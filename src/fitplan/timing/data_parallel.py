@@ -10,7 +10,7 @@ from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
 from fitplan.memory.shapes import Setup
-from fitplan.memory.stages import stage_at, stage_expert_psi, stage_psi
+from fitplan.memory.stages import end_stages, stage_expert_psi, stage_psi
 from fitplan.specs.parallel import overlaps_param_gather
 from fitplan.timing import comm as CM
 from fitplan.timing import traffic as T
@@ -30,8 +30,7 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
     Returns the axis and the seconds exposed after the optimizer step."""
     model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
-    p = c.pp
-    stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    stages = end_stages(model, c)
     held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
     psi = maximum(stage_psi(ev, model, c, stage=stages[0], key="params/stage_first"),
                   stage_psi(ev, model, c, stage=stages[1], key="params/stage_last"))

@@ -10,7 +10,8 @@ from fitplan.arith import maximum
 from fitplan.counts import flops as F
 from fitplan.counts import params as P
 from fitplan.explain import RAW, SECONDS, formula
-from fitplan.memory.breakdown import Setup, Shapes, stage_at, stage_expert_psi, stage_psi
+from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
+from fitplan.memory.stages import end_stages
 from fitplan.sources import Cite
 from fitplan.timing import compute as C
 from fitplan.timing import elementwise as E
@@ -137,8 +138,8 @@ def optimizer_time(ev, setup: Setup, c, *, like):
     W = setup.cluster.gpu.hbm_bytes_per_s
     if W is None:
         return 0 * like
-    model, recipe, p = setup.model, setup.training.recipe, c.pp
-    stages = [stage_at(RAW, model, c, i) for i in (0 * p, p - 1)]
+    model, recipe = setup.model, setup.training.recipe
+    stages = end_stages(model, c)
     psi = maximum(*(stage_psi(RAW, model, c, stage=st) for st in stages))
     n = (c.shard_degree + 0 * c.dp if c.shard_degree is not None else c.dp * c.cp) if c.zero >= 1 else 1
     experts = {}
