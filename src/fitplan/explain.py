@@ -93,6 +93,12 @@ class Memo:
         self._seen, self._used = self._used, {}
 
 
+def untraced(ev):
+    """ev without its record: a Trace's calls as RAW (values an explanation does not list, such as
+    the aux values beside the memory parts); RAW and the search's Memo as they are."""
+    return RAW if isinstance(ev, Trace) else ev
+
+
 @dataclass
 class Trace:
     """Evaluator for explanations: compute and keep a Term per call, in call order."""

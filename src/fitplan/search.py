@@ -433,7 +433,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         # (ZeRO's single-rank ones dropped after), so the groups share their arrays and the Memo
         # computes the terms no ZeRO stage or recompute mode changes once
         rows, view = base.box(legal_by_sp[sp][0])
-        view = replace(view, ends=tuple(end_stages(setup.model, view)))
+        if timed:
+            view = replace(view, ends=tuple(end_stages(setup.model, view)))
         # per SP setting: the memory and the time models' memos, the communicators' terms, the pacing rank per recompute
         screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
     considered = 0

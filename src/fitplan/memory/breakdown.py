@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
-from fitplan.explain import RAW, Term, Trace
+from fitplan.explain import RAW, Term, Trace, formula, untraced
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
 from fitplan.memory import offload as OF
@@ -31,6 +31,7 @@ from fitplan.memory.stage_activations import in_flight_bytes, partial_full, stag
 from fitplan.memory.stages import (Stage, candidate_ranks, candidate_stages, hybrid_layer_kw, shard_group, stage_at,
                                    stage_expert_psi, stage_psi)
 from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
+from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Offload, Recompute
 
@@ -89,7 +90,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         out["runtime/gathered_weights"] = ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
             gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep)
     else:
-        out["runtime/gathered_weights"] = 0 * psi
+        out["runtime/gathered_weights"] = 0
     if recipe.compute != "bf16" and training.fp8_weight_cache:
         if model.hybrid:
             psi_lin = ev(P.hybrid_layers_params, key="params/stage_linear", t=tp,
@@ -103,7 +104,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                                         architecture=setup.cluster.gpu.architecture),
             zero3=int(zero == 3), psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
     else:
-        out["runtime/fp8_weight_cache"] = 0 * psi
+        out["runtime/fp8_weight_cache"] = 0
     sh, sp = Shapes.of(setup), c.sequence_parallel
     per_layer, per_workspace = (FT.lora_layer_bytes, FT.lora_workspace_bytes) if lora else (
         A.per_layer_bytes, A.recompute_workspace_bytes)
@@ -119,7 +120,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     elif moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
         workspace = ev(per_workspace, **layer)
-        buffers = 0 * a_layer
+        buffers = 0
     else:
         mk = sh.moe
         moe_layer = dict(layer, **mk.kw())
@@ -139,20 +140,19 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                      A_in_flight=out["activations/pipeline_in_flight"])
         out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None or model.hybrid else
                                        maximum(a_layer, a_moe), A_stage=a_stage)
-        out["activations/pipeline_in_flight"] = 0 * a_layer
+        out["activations/pipeline_in_flight"] = 0
     frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
     n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
-    out["activations/embedding"] = _held(stage.embedding, lambda: ev(
-        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb(), **frozen), a_layer)
+    out["activations/embedding"] = _held(ev, stage.embedding, lambda: ev(
+        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb(), **frozen))
     n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
-    out["activations/output"] = _held(stage.head, lambda: ev(
+    out["activations/output"] = _held(ev, stage.head, lambda: ev(
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)),
-        a_layer)
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)))
     out["activations/recompute_workspace"] = workspace
     out["activations/moe_buffers"] = buffers
     out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
-                                        if lora and FT.base_precision(training) in ("nf4", "int8") else 0 * a_layer)
+                                        if lora and FT.base_precision(training) in ("nf4", "int8") else 0)
     out.update(_runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer, a_layer=a_layer,
                         comms=comms))
     return out
@@ -169,9 +169,9 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     sh, moe = Shapes.of(setup), model.moe
     psi_t, n_d = trained["psi"], trained["n_d"]
     psi_e, n_ed = trained.get("psi_e", 0), trained.get("n_ed", 1)
-    out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes) + 0 * a_layer,
-           "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes) + 0 * a_layer,
-           **(_communicators(ev, setup, c, like=a_layer) if comms is None else comms),
+    out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes),
+           "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes),
+           **(_communicators(ev, setup, c) if comms is None else comms),
            "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
     piped = pipelined(c)
@@ -179,7 +179,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
         out["runtime/accumulated_grads"] = ev(accumulated_grads_bytes, psi=psi_t, psi_e=psi_e, g=recipe.grads_bytes,
                                               n_d=n_d, n_ed=n_ed, pipelined=piped)
     else:
-        out["runtime/accumulated_grads"] = 0 * a_layer
+        out["runtime/accumulated_grads"] = 0
     zero3 = zero == 3
     if zero3:
         w_kw = dict(S=P.layer_sharded_params(model), R=P.layer_replicated_params(model), Vh=P.embedding_params(model),
@@ -203,7 +203,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
         out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
         out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")
     else:
-        out["runtime/fsdp_buffers"] = out[TL.FSDP_FORWARD] = out[TL.FSDP_LOSS] = 0 * a_layer
+        out["runtime/fsdp_buffers"] = out[TL.FSDP_FORWARD] = out[TL.FSDP_LOSS] = 0
     grads_kw = {k: layer[k] for k in ("s", "b", "h", "a", "q", "kv", "f", "n", "e", "t", "c", "sp")}
     w_grad = 0 if FT.is_lora(training) else recipe.weights_bytes   # a frozen base gets no weight gradients
     grads_kw.update(kernel=sh.kernel, w=w_grad)
@@ -221,20 +221,21 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     out["runtime/layer_backward"] = backward
     loss = dict(s=sh.s, b=b, V=model.vocab_size, e=sh.e, t=tp, c=cp, kernel=training.cross_entropy)
     chunks = {"k": training.ce_chunks} if training.cross_entropy == "chunked" else {}
-    out["runtime/logits_grad"] = _held(stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad,
-                                                             **chunks), a_layer)
-    out[TL.LOSS_FORWARD] = RT.loss_forward_bytes(**loss, h=sh.h, w=recipe.weights_bytes, **chunks) * select(
-        stage.head, 1, 0)
-    out[TL.OUTPUT_ONE] = _held(stage.head, lambda: A.output_bytes(
-        s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel, n_mb=1 + model.mtp_depth,
-        **loss_kept(setup, b=b, t=tp, c=cp)), a_layer)   # as activations/output counts one micro-batch
+    out["runtime/logits_grad"] = _held(ev, stage.head, lambda: ev(RT.logits_grad_bytes, **loss, h=sh.h, w=w_grad,
+                                                                 **chunks))
+    aux = untraced(ev)   # the moments' values beside the parts, which an explanation does not list
+    out[TL.LOSS_FORWARD] = _held(ev, stage.head, lambda: RT.loss_forward_bytes(**loss, h=sh.h, w=recipe.weights_bytes,
+                                                                               **chunks))
+    out[TL.OUTPUT_ONE] = _held(ev, stage.head, lambda: aux(
+        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel,
+        n_mb=1 + model.mtp_depth, **loss_kept(setup, b=b, t=tp, c=cp)))   # as activations/output counts one micro-batch
     out["runtime/p2p"] = ev(RT.p2p_bytes, e=sh.e, s=sh.s, b=b, h=sh.h, t=tp, c=cp, sp=c.sequence_parallel, pp=pp)
     n_opt = n_d if zero >= 1 else 1
     psi_opt = ceil_div(psi_t, n_opt) + ceil_div(psi_e, select(zero >= 1, n_ed, 1))
     # foreach's scratch is shaped like Adam's second moment; 8-bit and one-moment optimizers keep none
     v = recipe.moments[1][1] if len(recipe.moments) == 2 and recipe.moments[1][1] >= 2 else 0
     if OF.offload_of(c).optimizer:   # the CPU steps the optimizer (ZeRO-Offload): no GPU temporaries
-        out["runtime/optimizer_step"] = 0 * a_layer
+        out["runtime/optimizer_step"] = 0
     else:
         out["runtime/optimizer_step"] = ev(RT.optimizer_step_bytes, psi_opt=psi_opt, v=v, g=recipe.grads_bytes,
                                            m=recipe.master_bytes, impl=training.optimizer_impl)
@@ -276,7 +277,7 @@ def _largest_trained(setup: Setup, c, *, stage: Stage, trained: dict):
 COMMUNICATOR_TERMS = ("runtime/nccl", "runtime/deepep")   # what _communicators returns
 
 
-def _communicators(ev, setup: Setup, c, *, like) -> dict:
+def _communicators(ev, setup: Setup, c) -> dict:
     """NCCL's buffers for the communicators the layout creates (fitplan.memory.runtime.nccl_bytes), and
     DeepEP's where it dispatches the experts' tokens. Rings: tp, the gradient reduction group (dp x cp), the
     experts' data-parallel group, cp when its K/V exchange is an all-gather, the world group when larger
@@ -308,10 +309,10 @@ def _communicators(ev, setup: Setup, c, *, like) -> dict:
         ch = RT.p2p_channels_per_peer(P2P=P2P, n=ep, spans=spans, net_ch=net_ch, nvlink=nvlink)
         groups.append((select(ep > 1, minimum(ep, G) - 1, 0 * ep), ch, 1 * spans))
     out = {"runtime/nccl": ev(RT.nccl_bytes, C=cluster.nccl_channels, buffsize=cluster.nccl_buffsize_bytes,
-                              rings=rings, p2p_groups=tuple(groups)) + 0 * like}
+                              rings=rings, p2p_groups=tuple(groups))}
     deepep = setup.model.moe is not None and setup.training.moe_dispatcher == "deepep"
     out["runtime/deepep"] = (ev(RT.deepep_bytes, ep=ep, h=setup.model.hidden_size, e=setup.training.act_bytes)
-                             + 0 * like if deepep else 0 * like)
+                             if deepep else 0)
     return out
 
 
@@ -335,11 +336,17 @@ def _lora_states(ev, setup: Setup, c, *, stage: Stage, psi, n_d) -> tuple[dict, 
     return out, dict(psi=P_a, n_d=n_d, zero=zero), W_shard
 
 
-def _held(holds, compute, like):
+def _held(ev, holds, compute):
     """A term only some stages hold: computed (and explained) only where it is held."""
     if is_array(holds):
-        return compute() * holds
-    return compute() if holds else 0 * like
+        return untraced(ev)(held_bytes, x=compute(), holds=holds)
+    return compute() if holds else 0
+
+
+@formula("aux/held", "x where the stage holds the term, else 0", Cite("fitplan", "formulas.md#peak"))
+def held_bytes(*, x, holds):
+    """x on the candidates whose stage holds the term (the search's arrays), 0 elsewhere."""
+    return x * holds
 
 
 HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
@@ -478,7 +485,7 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
         # third of the screening's time when each rank recomputed them
         if not comms:
             comms.update((key, parts[key]) for key in COMMUNICATOR_TERMS)
-        t = TL.peak_bytes(parts, phi=setup.training.fragmentation)
+        t = TL.peak_bytes(parts, phi=setup.training.fragmentation, ev=ev)
         out = t if out is None else maximum(out, t)
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)

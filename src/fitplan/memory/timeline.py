@@ -26,7 +26,9 @@ for the one configuration a report explains.
 from dataclasses import dataclass
 
 from fitplan.arith import is_array, maximum, total
+from fitplan.explain import RAW, formula
 from fitplan.memory import runtime as RT
+from fitplan.sources import Cite
 
 STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
 ALWAYS = STATE_KEYS + ("runtime/cuda_context", "runtime/blas_workspace", "runtime/nccl", "runtime/deepep", "runtime/grad_buckets",
@@ -94,19 +96,43 @@ def moments(parts: dict, *, phi) -> dict:
     return out
 
 
-def peak_bytes(parts: dict, *, phi):
+def peak_bytes(parts: dict, *, phi, ev=RAW):
     """The step's peak on this rank: the largest moment's bytes (the search's path). The same sums
     as `moments`, shared between the moments: each moment's transient bytes D (all but ALWAYS) and
-    the allocator's share of them."""
-    train = total(parts[k] for k in TRAIN + STORED)
-    loss = total((train, parts["runtime/logits_grad"], parts[FSDP_LOSS]))
-    layer = total((train, -parts[OUTPUT_ONE], *(parts[k] for k in LAYER)))
+    the allocator's share of them. ev: RAW, or the search's Memo, which keeps the stored
+    activations' sums (no ZeRO stage changes them) from one group to the next."""
+    stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
+    train = tuple(parts[k] for k in TRAIN)
+    loss = total((ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), *train,
+                  parts[FSDP_LOSS]))
+    layer = total((ev(minus_bytes, a=stored, b=parts[OUTPUT_ONE]), *train,
+                   *(parts[k] for k in LAYER)))
     step = parts["runtime/optimizer_step"]
     streams = parts[STREAMS]
     worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
                             layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
                     step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
     return total((*(parts[k] for k in ALWAYS), worst))
+
+
+_KW = dict(zip(STORED, ("layers", "in_flight", "embedding", "output")))
+
+
+@formula("aux/stored", "sum of the stored activations (activations/layers, pipeline_in_flight, embedding, output)",
+         Cite("fitplan", "formulas.md#peak"))
+def stored_bytes(*, layers, in_flight, embedding, output):
+    return total((layers, in_flight, embedding, output))
+
+
+@formula("aux/sum", "a + b", Cite("fitplan", "formulas.md#peak"))
+def plus_bytes(*, a, b):
+    return a + b
+
+
+@formula("aux/difference", "a - b  (the stored activations less one micro-batch's output)",
+         Cite("fitplan", "formulas.md#peak"))
+def minus_bytes(*, a, b):
+    return a - b
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.tra
 sharding reduces within shard groups and all-reduces each shard across them.
 """
 from fitplan.arith import ceil_div, is_array, maximum, minimum
-from fitplan.explain import RAW
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
