@@ -115,11 +115,13 @@ class _Grid:
         """(rows, view): the screening's view of the degree triples with a legal candidate, every
         micro-batch, virtual-stage and ep value of each (rows: their positions in this grid, in
         the view's C order). The view's axes broadcast instead of repeating: tp, pp, dp, cp are
-        (D, 1, 1, 1), micro_batch (1, M, 1, 1), virtual_stages (1, 1, V, 1), ep (1, 1, 1, E), each
-        candidate rank's Stage (D, 1, V, 1), and `stacked` holds them on a leading axis, (K, D, 1,
-        V, 1), for the memory model to take every rank in one pass. A term then
-        costs what its own axes cost: the parameters are per (degrees, virtual stages), the
-        per-layer activations per (degrees, micro-batch); only the sums span the box. The
+        (D, 1, 1, 1, 1), micro_batch (1, M, 1, 1, 1), virtual_stages (1, 1, V, 1, 1), ep (1, 1, 1,
+        E, 1), each candidate rank's Stage (D, 1, V, 1, 1), and `stacked` holds them on a leading
+        axis, (K, D, 1, V, 1, 1), for the memory model to take every rank in one pass; the last
+        axis is left for the ZeRO stages (the search screens them at once: `zero` an array of
+        them). A term then costs what its own axes cost: the parameters are per (degrees, virtual
+        stages), the states per (degrees, virtual stages, ZeRO stage), the per-layer activations
+        per (degrees, micro-batch); only the sums span the box. The
         legality rules separate along these axes (every rule reads degrees, or pp with v, or
         one axis), so the box wastes only its illegal virtual stages, which the caller drops."""
         d, m, v, e = self.shape
@@ -127,13 +129,13 @@ class _Grid:
         degrees = np.flatnonzero(legal.reshape(d, per).any(axis=1))
         rows = (degrees[:, None] * per + np.arange(per)).ravel()
         first = degrees * per
-        col = lambda a: a[first].astype(np.float64).reshape(-1, 1, 1, 1)
+        col = lambda a: a[first].astype(np.float64).reshape(-1, 1, 1, 1, 1)
         along = lambda a, step, n, axis: a[:n * step:step].astype(np.float64).reshape(
-            tuple(n if i == axis else 1 for i in range(4)))
+            tuple(n if i == axis else 1 for i in range(5)))
         stages = stacked = None
         if self.stages is not None:   # each field per (pp, v): the first micro-batch's and ep's rows
             at = (first[:, None] + np.arange(v)[None, :] * e).ravel()
-            shaped = lambda x: None if x is None else x[at].astype(np.float64).reshape(-1, 1, v, 1)
+            shaped = lambda x: None if x is None else x[at].astype(np.float64).reshape(-1, 1, v, 1, 1)
             stages = tuple(Stage(*(shaped(getattr(st, name)) for name in Stage.__slots__)) for st in self.stages)
             stacked = Stage(*(None if getattr(stages[0], name) is None else
                               np.stack([getattr(st, name) for st in stages]) for name in Stage.__slots__))
@@ -459,6 +461,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         # per SP setting: the memory and the time models' memos, the communicators' terms, the pacing rank per recompute
         screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
     considered = 0
+    zeros = np.array([int(z) for z in space.zero], dtype=np.float64)   # the screening's ZeRO axis
+    screens: dict = {}   # (offload, sp) -> the busiest totals and host bytes of every ZeRO stage, for one recompute
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
             if members:
@@ -483,11 +487,16 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         idx = rows[keep]
         if len(idx) == 0:
             continue
-        view = replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload)
-        with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped here
-            totals, host = busiest_totals(setup, view, memo, comms)
-        memo.sweep()
-        flat = lambda a: np.broadcast_to(a, _box_shape(taken)).ravel()
+        shape = _box_shape(taken)
+        if screens.get((offload, sp), (None,))[0] != rc:   # the groups run recompute-major: one screen per (offload, sp)
+            with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped below
+                screens[offload, sp] = (rc, busiest_totals(setup, replace(
+                    taken, zero=zeros, sequence_parallel=sp, recompute=rc, offload=offload), memo, comms))
+            memo.sweep()
+        totals, host = screens[offload, sp][1]
+        at = space.zero.index(zero)
+        flat = lambda a, z=None: (np.broadcast_to(a, shape + (len(zeros),))[..., at] if z is None
+                                  else np.broadcast_to(a, shape + (1,))).ravel()
         totals, host = flat(totals)[keep], host if np.ndim(host) == 0 else flat(host)[keep]
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
@@ -502,12 +511,13 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
             if timed:   # on the box too, so the terms no mode changes are computed once per SP setting
+                view = replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload)
                 with np.errstate(all="ignore"):
                     if rc not in pacing:   # the slowest rank depends on the recompute mode alone
                         pacing[rc] = pacing_rank(setup, view)
                     timing = step_time(timing_memo, setup, view, stage_index=pacing[rc])
                 timing_memo.sweep()
-                on_fits = lambda a: flat(a)[keep][fits]
+                on_fits = lambda a: flat(a, zero)[keep][fits]
                 steps.append(on_fits(timing["time/step"]))
                 if rank == "cost":
                     hours.append(gpu_hours_to_train(RAW, tokens=tokens, num_gpus=num_gpus,

@@ -86,9 +86,10 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                                        gpu_bytes=paged if is_array(paged) else int(paged), what="states/optimizer (paged)")
             out["states/optimizer"] = resident
     keep = kept_gathered(c)
-    if zero == 3 and (is_array(keep) or keep):
-        out["runtime/gathered_weights"] = ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
-            gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep)
+    z3 = zero == 3   # a bool, or the search's array over the ZeRO stages
+    if (is_array(z3) or z3) and (is_array(keep) or keep):
+        out["runtime/gathered_weights"] = select(z3, ev(FT.gathered_frozen_bytes, W_shard=frozen, keep=keep) if lora else ev(
+            gathered_weights_bytes, psi=psi, psi_e=experts.get("psi_e", 0), w=recipe.weights_bytes, keep=keep), 0)
     else:
         out["runtime/gathered_weights"] = 0
     if recipe.compute != "bf16" and training.fp8_weight_cache:
@@ -102,7 +103,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         out["runtime/fp8_weight_cache"] = ev(
             fp8_weight_cache_bytes, c8=fp8_cache_factor(compute=recipe.compute, weights_bytes=recipe.weights_bytes,
                                                         architecture=setup.cluster.gpu.architecture),
-            zero3=int(zero == 3), psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
+            zero3=1 * z3, psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
     else:
         out["runtime/fp8_weight_cache"] = 0
     sh, sp = Shapes.of(setup), c.sequence_parallel
@@ -172,16 +173,17 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     out = {"runtime/cuda_context": ev(RT.cuda_context_bytes, X_ctx=cluster.cuda_context_bytes),
            "runtime/blas_workspace": ev(RT.blas_workspace_bytes, W_blas=cluster.gpu.blas_workspace_bytes),
            **(_communicators(ev, setup, c) if comms is None else comms),
-           "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=int(zero),
+           "runtime/grad_buckets": ev(RT.grad_buckets_bytes, psi=psi_t + psi_e, g=recipe.grads_bytes, zero=zero,
                                       view=training.grad_bucket_view, bucket=training.grad_bucket_bytes)}
     piped = pipelined(c)
-    if zero >= 2 and (is_array(piped) or piped):
-        out["runtime/accumulated_grads"] = ev(accumulated_grads_bytes, psi=psi_t, psi_e=psi_e, g=recipe.grads_bytes,
-                                              n_d=n_d, n_ed=n_ed, pipelined=piped)
+    z2 = zero >= 2
+    if (is_array(z2) or z2) and (is_array(piped) or piped):
+        out["runtime/accumulated_grads"] = select(z2, ev(accumulated_grads_bytes, psi=psi_t, psi_e=psi_e,
+                                                         g=recipe.grads_bytes, n_d=n_d, n_ed=n_ed, pipelined=piped), 0)
     else:
         out["runtime/accumulated_grads"] = 0
     zero3 = zero == 3
-    if zero3:
+    if is_array(zero3) or zero3:
         w_kw = dict(S=P.layer_sharded_params(model), R=P.layer_replicated_params(model), Vh=P.embedding_params(model),
                     P_pos=P.position_params(model), N_f=P.norm_params(model), head=P.head_params(model),
                     tied=model.tied_embeddings, t=tp, p=pp)
@@ -199,9 +201,10 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
             ev, w=recipe.weights_bytes, P_layer=unit, P_head=head)
         fsdp = dict(units, w=recipe.weights_bytes, g=recipe.grads_bytes, k=training.fsdp_prefetch,
                     keep=kept_gathered(c), acc=piped)
-        out["runtime/fsdp_buffers"] = ev(RT.fsdp_buffers_bytes, **fsdp)
-        out[TL.FSDP_LOSS] = ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp, moment="loss")
-        out[TL.FSDP_FORWARD] = RT.fsdp_buffers_bytes(**fsdp, moment="forward")
+        out["runtime/fsdp_buffers"] = select(zero3, ev(RT.fsdp_buffers_bytes, **fsdp), 0)
+        out[TL.FSDP_LOSS] = select(zero3, ev(RT.fsdp_buffers_bytes, key="runtime/fsdp_buffers_loss", **fsdp,
+                                             moment="loss"), 0)
+        out[TL.FSDP_FORWARD] = select(zero3, RT.fsdp_buffers_bytes(**fsdp, moment="forward"), 0)
     else:
         out["runtime/fsdp_buffers"] = out[TL.FSDP_FORWARD] = out[TL.FSDP_LOSS] = 0
     grads_kw = {k: layer[k] for k in ("s", "b", "h", "a", "q", "kv", "f", "n", "e", "t", "c", "sp")}
@@ -230,7 +233,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
         A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=c.sequence_parallel,
         n_mb=1 + model.mtp_depth, **loss_kept(setup, b=b, t=tp, c=cp)))   # as activations/output counts one micro-batch
     out["runtime/p2p"] = ev(RT.p2p_bytes, e=sh.e, s=sh.s, b=b, h=sh.h, t=tp, c=cp, sp=c.sequence_parallel, pp=pp)
-    n_opt = n_d if zero >= 1 else 1
+    n_opt = select(zero >= 1, n_d, 1)
     psi_opt = ceil_div(psi_t, n_opt) + ceil_div(psi_e, select(zero >= 1, n_ed, 1))
     # foreach's scratch is shaped like Adam's second moment; 8-bit and one-moment optimizers keep none
     v = recipe.moments[1][1] if len(recipe.moments) == 2 and recipe.moments[1][1] >= 2 else 0
@@ -239,7 +242,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
     else:
         out["runtime/optimizer_step"] = ev(RT.optimizer_step_bytes, psi_opt=psi_opt, v=v, g=recipe.grads_bytes,
                                            m=recipe.master_bytes, impl=training.optimizer_impl)
-    out[TL.STREAMS] = 1 + 2 * int(zero3)   # the compute stream; FSDP2's all-gather and reduce-scatter streams
+    out[TL.STREAMS] = 1 + 2 * zero3   # the compute stream; FSDP2's all-gather and reduce-scatter streams
     return out
 
 

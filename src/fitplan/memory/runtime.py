@@ -153,11 +153,7 @@ def grad_buckets_bytes(*, psi, g, zero, view, bucket):
     else a second copy of every gradient (PyTorch DDP's default). ZeRO-2: the unsharded grads of
     the bucket being reduce-scattered and of the one filling. ZeRO-3: counted in fsdp_buffers."""
     full = ceil_div(g * psi, 1)
-    if zero >= 3:
-        return 0 * full
-    if zero == 2:
-        return 2 * minimum(bucket, full)
-    return 0 * full if view else full
+    return select(zero >= 3, 0, select(zero == 2, 2 * minimum(bucket, full), 0 if view else full))
 
 
 def _fsdp_text(*, keep, moment="layer", acc=0, **_):

@@ -10,7 +10,7 @@ Each component is its bytes times psi, or times psi/N_d from the ZeRO stage SHAR
 names on (baseline DP shards nothing). Sharded buffers are padded to equal shards, hence
 ceil.
 """
-from fitplan.arith import ceil_div
+from fitplan.arith import ceil_div, select
 from fitplan.explain import formula
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ZeroStage
@@ -23,8 +23,8 @@ SHARDED_FROM = {"states/weights": ZeroStage.OS_G_P, "states/grads": ZeroStage.OS
                 "states/master": ZeroStage.OS, "states/optimizer": ZeroStage.OS}
 
 
-def is_sharded(key: str, zero) -> bool:
-    """Whether ZeRO stage `zero` shards state component `key` over N_d."""
+def is_sharded(key: str, zero):
+    """Whether ZeRO stage `zero` shards state component `key` over N_d (elementwise on an array of stages)."""
     return zero >= SHARDED_FROM[key]
 
 
@@ -45,10 +45,9 @@ def _text(symbol: str, key: str):
 def _state(key, psi, per_param, n_d, zero, psi_e, n_ed):
     """Dense parameters shard over N_d = dp x cp; routed-expert parameters psi_e over the
     expert-data-parallel group N_ed = tp x dp x cp / ep (Megatron-LM's expert grid with
-    expert tensor parallel 1)."""
-    if is_sharded(key, zero):
-        return ceil_div(psi * per_param, n_d) + ceil_div(psi_e * per_param, n_ed)
-    return ceil_div(psi * per_param, 1) + ceil_div(psi_e * per_param, 1)
+    expert tensor parallel 1). zero: a stage, or the search's array of them."""
+    sharded = is_sharded(key, zero)
+    return ceil_div(psi * per_param, select(sharded, n_d, 1)) + ceil_div(psi_e * per_param, select(sharded, n_ed, 1))
 
 
 @formula("states/weights", _text("w", "states/weights"), ZERO_SEC5)

@@ -98,24 +98,31 @@ def moments(parts: dict, *, phi) -> dict:
 
 def peak_bytes(parts: dict, *, phi, ev=RAW):
     """The step's peak on this rank: the largest moment's bytes (the search's path). The same sums
-    as `moments`, shared between the moments: each moment's transient bytes D (all but ALWAYS) and
-    the allocator's share of them. ev: RAW, or the search's Memo, which keeps the stored
-    activations' sums (no ZeRO stage changes them) from one group to the next."""
+    as `moments`, grouped by what changes them: the stored activations with the loss's logit
+    gradients, or with a layer's backward buffers (no ZeRO stage changes these: with the search's
+    Memo as ev they are computed once per recompute mode, not once per ZeRO stage), and the ZeRO
+    stage's states and buffers, added last. The allocator's share (runtime/allocator) is each
+    moment's; at phi = 0 it is the streams' pages alone, the same at every moment, so it is added
+    once, after the largest moment is taken."""
     stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
-    train = tuple(parts[k] for k in TRAIN)
-    loss = total((ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), *train,
-                  parts[FSDP_LOSS]))
-    layer = total((ev(minus_bytes, a=stored, b=parts[OUTPUT_ONE]), *train,
-                   *(parts[k] for k in LAYER)))
+    train = total(parts[k] for k in TRAIN)
+    loss = ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]) + total((train, parts[FSDP_LOSS]))
+    layer = ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
+               **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}) + total(
+        (train, parts["runtime/fsdp_buffers"]))
     step = parts["runtime/optimizer_step"]
     streams = parts[STREAMS]
+    always = total(parts[k] for k in ALWAYS)
+    if not is_array(phi) and phi == 0:
+        return total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) + maximum(maximum(loss, layer), step)
     worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
                             layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
                     step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
-    return total((*(parts[k] for k in ALWAYS), worst))
+    return always + worst
 
 
-_KW = dict(zip(STORED, ("layers", "in_flight", "embedding", "output")))
+_KW = {**dict(zip(STORED, ("layers", "in_flight", "embedding", "output"))),
+       **dict(zip(LAYER, ("workspace", "backward", "moe", "p2p", "fsdp", "dequant")))}
 
 
 @formula("aux/stored", "sum of the stored activations (activations/layers, pipeline_in_flight, embedding, output)",
@@ -124,15 +131,15 @@ def stored_bytes(*, layers, in_flight, embedding, output):
     return total((layers, in_flight, embedding, output))
 
 
+@formula("aux/layer_base", "stored - output_one + workspace + backward + moe + p2p + dequant  (a layer's backward "
+                           "but for the ZeRO stage's buffers)", Cite("fitplan", "formulas.md#peak"))
+def layer_base_bytes(*, stored, output_one, workspace, backward, moe, p2p, dequant):
+    return total((stored, workspace, backward, moe, p2p, dequant)) - output_one
+
+
 @formula("aux/sum", "a + b", Cite("fitplan", "formulas.md#peak"))
 def plus_bytes(*, a, b):
     return a + b
-
-
-@formula("aux/difference", "a - b  (the stored activations less one micro-batch's output)",
-         Cite("fitplan", "formulas.md#peak"))
-def minus_bytes(*, a, b):
-    return a - b
 
 
 @dataclass(frozen=True, slots=True)
