@@ -462,7 +462,8 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
     considered = 0
     zeros = np.array([int(z) for z in space.zero], dtype=np.float64)   # the screening's ZeRO axis
-    screens: dict = {}   # (offload, sp) -> the busiest totals and host bytes of every ZeRO stage, for one recompute
+    # (offload, sp) -> [recompute, (busiest totals, host bytes), step times or None], every ZeRO stage at once
+    screens: dict = {}
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
             if members:
@@ -488,15 +489,15 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if len(idx) == 0:
             continue
         shape = _box_shape(taken)
+        every_zero = replace(taken, zero=zeros, sequence_parallel=sp, recompute=rc, offload=offload)
         if screens.get((offload, sp), (None,))[0] != rc:   # the groups run recompute-major: one screen per (offload, sp)
             with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped below
-                screens[offload, sp] = (rc, busiest_totals(setup, replace(
-                    taken, zero=zeros, sequence_parallel=sp, recompute=rc, offload=offload), memo, comms))
+                screens[offload, sp] = [rc, busiest_totals(setup, every_zero, memo, comms), None]
             memo.sweep()
-        totals, host = screens[offload, sp][1]
+        screen = screens[offload, sp]
+        totals, host = screen[1]
         at = space.zero.index(zero)
-        flat = lambda a, z=None: (np.broadcast_to(a, shape + (len(zeros),))[..., at] if z is None
-                                  else np.broadcast_to(a, shape + (1,))).ravel()
+        flat = lambda a: np.broadcast_to(a, shape + (len(zeros),))[..., at].ravel()
         totals, host = flat(totals)[keep], host if np.ndim(host) == 0 else flat(host)[keep]
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
@@ -510,14 +511,15 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
-            if timed:   # on the box too, so the terms no mode changes are computed once per SP setting
-                view = replace(taken, zero=zero, sequence_parallel=sp, recompute=rc, offload=offload)
-                with np.errstate(all="ignore"):
-                    if rc not in pacing:   # the slowest rank depends on the recompute mode alone
-                        pacing[rc] = pacing_rank(setup, view)
-                    timing = step_time(timing_memo, setup, view, stage_index=pacing[rc])
-                timing_memo.sweep()
-                on_fits = lambda a: flat(a, zero)[keep][fits]
+            if timed:   # on the screen's box, every ZeRO stage at once, the terms no mode changes once per SP
+                if screen[2] is None:
+                    with np.errstate(all="ignore"):
+                        if rc not in pacing:   # the slowest rank depends on the recompute mode alone
+                            pacing[rc] = pacing_rank(setup, every_zero)
+                        screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing[rc])
+                    timing_memo.sweep()
+                timing = screen[2]
+                on_fits = lambda a: flat(a)[keep][fits]
                 steps.append(on_fits(timing["time/step"]))
                 if rank == "cost":
                     hours.append(gpu_hours_to_train(RAW, tokens=tokens, num_gpus=num_gpus,

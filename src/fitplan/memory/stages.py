@@ -4,7 +4,7 @@ parameters and experts (scaled to the published count), the ZeRO shard group, an
 the busiest. Ints for one configuration, arrays over the search's candidates."""
 from dataclasses import dataclass
 
-from fitplan.arith import maximum, minimum, select
+from fitplan.arith import is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, formula
@@ -171,7 +171,10 @@ def candidate_stages(model: ModelSpec, c) -> list:
     cached = getattr(c, "stages", None)
     if cached is not None:
         return list(cached)
-    return [stage_at(RAW, model, c, i) for i in candidate_ranks(model, c)]
+    ranks = candidate_ranks(model, c)
+    if not is_array(c.pp):   # one configuration: each distinct rank once (small pp repeats them)
+        ranks = sorted(set(ranks))
+    return [stage_at(RAW, model, c, i) for i in ranks]
 
 
 def end_stages(model: ModelSpec, c) -> list:

@@ -10,7 +10,7 @@ from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
 from fitplan.memory.shapes import Setup
 from fitplan.memory.stages import end_stages, stage_expert_psi, stage_psi
-from fitplan.specs.parallel import overlaps_param_gather
+from fitplan.specs.parallel import ZeroStage, overlaps_param_gather
 from fitplan.timing import comm as CM
 from fitplan.timing import traffic as T
 from fitplan.timing.axes import AxisTime, collective
@@ -27,7 +27,15 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     but for the last bucket; ZeRO-1/2 gather the updated weights after the optimizer step, or
     during the next forward (--overlap-param-gather). ZeRO-3 gathers and reduce-scatters one
     layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
-    Returns the axis and the seconds exposed after the optimizer step."""
+    Returns the axis and the seconds exposed after the optimizer step. c.zero may be the
+    search's array of ZeRO stages (its box's last axis, fitplan.search._Grid.box): each stage is
+    timed on its own and the results lie side by side on that axis."""
+    if is_array(c.zero):
+        from dataclasses import fields, replace
+        per = [dp_time(ev, setup, replace(c, zero=ZeroStage(int(z))), m=m, L=L, place=place, T_f=T_f, T_b=T_b,
+                       lay=lay, bucket_bytes=bucket_bytes, e2e=e2e) for z in c.zero]
+        return (AxisTime(*(_on_zero_axis([getattr(axis, f.name) for axis, _ in per]) for f in fields(AxisTime))),
+                _on_zero_axis([after for _, after in per]))
     model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
     stages = end_stages(model, c)
     held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
@@ -91,6 +99,14 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
                              bucket_bytes=bucket_bytes, zero=zero, layers=held)
     exposed, after, busy, layer_busy, layer_exposed = out
     return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
+
+
+def _on_zero_axis(values: list):
+    """One value per ZeRO stage (scalars, or arrays whose last axis has length 1) as one array
+    with the stages on its last axis."""
+    import numpy as np
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values), (1,))
+    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in values], axis=-1)
 
 
 def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):

@@ -6,7 +6,7 @@ bytes, and a recompute reruns the forward's for what it did not store.
 """
 from dataclasses import dataclass
 
-from fitplan.arith import maximum
+from fitplan.arith import maximum, select
 from fitplan.counts import flops as F
 from fitplan.counts import params as P
 from fitplan.explain import RAW, SECONDS, formula
@@ -141,11 +141,11 @@ def optimizer_time(ev, setup: Setup, c, *, like):
     model, recipe = setup.model, setup.training.recipe
     stages = end_stages(model, c)
     psi = maximum(*(stage_psi(RAW, model, c, stage=st) for st in stages))
-    n = (c.shard_degree + 0 * c.dp if c.shard_degree is not None else c.dp * c.cp) if c.zero >= 1 else 1
+    n = select(c.zero >= 1, c.shard_degree + 0 * c.dp if c.shard_degree is not None else c.dp * c.cp, 1)
     experts = {}
     if model.moe is not None:
         n_ed = maximum(c.tp * c.dp * c.cp // c.ep, 1)
         experts = dict(psi_e=maximum(*(stage_expert_psi(RAW, model, c, stage=st) for st in stages)),
-                       n_e=n_ed if c.zero >= 1 else 1)
+                       n_e=select(c.zero >= 1, n_ed, 1))
     return ev(C.optimizer_step_s, psi=psi, g=recipe.grads_bytes, K=recipe.optimizer_bytes, w=recipe.weights_bytes,
               m_b=recipe.master_bytes, master=recipe.master_bytes > 0, n=n, W=W, **experts)

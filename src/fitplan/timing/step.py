@@ -139,10 +139,10 @@ def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
         main, extra = HY.kind_counts(model.layer_pattern), HY.kind_counts(model.mtp_pattern or "")
         kinds = {kind: main[kind] + model.mtp_depth * extra[kind] for kind in main}
         L_all = model.num_layers + model.mtp_depth * len(model.mtp_pattern or "")
+    last_layers = lambda: ST.stage_layers.fn(L=model.num_layers, p=c.pp, v=c.virtual_stages, i=c.pp - 1,
+                                             first=c.first_stage_layers, last=c.last_stage_layers)
     whole = step_flops(ev, setup, "flops/step", B=B, L=L_all, recompute=c.recompute, mtp=model.mtp_depth, kinds=kinds,
-                       frac=recomputed_share_of(RAW, c, ST.stage_layers.fn(L=model.num_layers, p=c.pp, v=c.virtual_stages,
-                                                                          i=c.pp - 1, first=c.first_stage_layers,
-                                                                          last=c.last_stage_layers)),
+                       frac=recomputed_share_of(RAW, c, last_layers),
                        n_dense=None if model.moe is None or model.hybrid else model.moe.first_dense_layers)
     model_f = whole["model"] if "model" in whole else ev(F.model_flops, key="flops/model_step",
                                                           F_forward=whole["forward"])

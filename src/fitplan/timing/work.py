@@ -135,10 +135,11 @@ def recomputed_share(*, N, l):
 
 
 def recomputed_share_of(ev, c, l):
-    """The share of a stage's layers full recompute reruns: all, or --recompute-method block's N."""
+    """The share of a stage's layers full recompute reruns: all, or --recompute-method block's N.
+    l: the stage's layers, or a function giving them (called only for block recompute)."""
     if c.recompute != Recompute.FULL or c.recompute_num_layers is None or str(c.recompute_method) != "block":
         return 1
-    return ev(recomputed_share, N=c.recompute_num_layers, l=l)
+    return ev(recomputed_share, N=c.recompute_num_layers, l=l() if callable(l) else l)
 
 
 def pacing_rank(setup: Setup, c):
