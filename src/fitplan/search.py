@@ -1,11 +1,15 @@
 """Search: enumerate -> reject with reasons -> evaluate -> rank, over NumPy arrays.
 
 The candidates are every combination of the SearchSpace whose degrees multiply to the
-GPU count. Discrete modes (ZeRO stage, sequence parallel, recompute) split the space into
-groups; inside a group the numeric axes (tp, pp, cp, micro-batch, virtual stages) are
-arrays, and the same formula functions that explain one configuration evaluate them all
-at once (fitplan.memory.breakdown.stage_memory with the RAW evaluator). What the search
-returns is re-evaluated exactly, one configuration at a time, before it is shown.
+GPU count. Sequence parallel, recompute and offload split the space into screens; inside a
+screen the numeric axes (the degree triples, micro-batch, virtual stages, ep) and the ZeRO
+stages are broadcast axes of one box (_Grid.box), the candidate ranks a leading axis of
+its Stage, and the same formula functions that explain one configuration evaluate them all
+at once (fitplan.memory.breakdown.busiest_totals, fitplan.timing.step.step_time, with a
+Memo per SP setting that keeps what no recompute mode changes). Each (ZeRO, SP, recompute)
+group then reads its slice of the screen, in the order the rank and the reject counts
+expect. What the search returns is re-evaluated exactly, one configuration at a time,
+before it is shown.
 """
 from dataclasses import dataclass, replace
 from itertools import product
@@ -452,9 +456,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     for sp in space.sequence_parallel:
         per_group: dict = {}
         legal_by_sp[sp] = (_legal(setup, replace(base, sequence_parallel=sp), space, per_group), per_group)
-        # the candidates legal with this SP setting, taken once: every group with it screens these rows
-        # (ZeRO's single-rank ones dropped after), so the groups share their arrays and the Memo
-        # computes the terms no ZeRO stage or recompute mode changes once
+        # the candidates legal with this SP setting, boxed once: every screen with it evaluates this box
+        # (the rows each group keeps are picked after), so the screens share their arrays and the Memo
+        # computes the terms no recompute mode changes once
         rows, view = base.box(legal_by_sp[sp][0])
         if timed:
             view = replace(view, ends=tuple(end_stages(setup.model, view)))

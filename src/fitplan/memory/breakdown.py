@@ -44,8 +44,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
                  comms: dict | None = None) -> dict:
     """Bytes per term on one GPU of a pipeline stage: `stage`, or the first (first=True) or
     last (first=False) one. c: a ParallelConfig, or the search's grid (the same attribute
-    names; its degrees, micro-batch and virtual stages are arrays, its zero,
-    sequence_parallel, recompute and the SETTINGS scalars). comms: the communicators' terms
+    names; its degrees, micro-batch, virtual stages and ZeRO stages are broadcast arrays,
+    its sequence_parallel, recompute and the SETTINGS scalars). comms: the communicators' terms
     (_communicators) of c already computed for another stage; no stage changes them."""
     from fitplan.specs.parallel import Schedule
     model, training, recipe = setup.model, setup.training, setup.training.recipe
