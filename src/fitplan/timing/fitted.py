@@ -3,15 +3,6 @@ and the cross-validated residuals the error band is built from (fitplan.timing.u
 Generated; tests/unit/test_calibration.py checks it equals a fresh fit on bench/calibration/."""
 
 
-
-
-
-
-
-
-
-
-
 VALUES = {
     'clock_ampere': 0.9524,
     'clock_hopper': 0.8769,
