@@ -198,7 +198,7 @@ def write_doc(rows, summary, constants, band) -> None:
 
 
 def write(values: dict, band: dict) -> None:
-    lines = [FITTED.read_text().split("\nVALUES")[0], "", "VALUES = {"]
+    lines = [FITTED.read_text().split("\nVALUES")[0].rstrip("\n"), "", "", "VALUES = {"]   # the docstring, kept once
     lines += [f"    {name!r}: {float(f'{values[name]:.4g}')!r}," for name in CAL.NAMES]
     lines += ["}", "", "BAND = {", f"    \"runs\": {band['runs']}, \"alpha\": {band['alpha']!r}, "
               f"\"q_low\": {round(band['q_low'], 4)!r}, \"q_high\": {round(band['q_high'], 4)!r},", "    \"support\": {"]

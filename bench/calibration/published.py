@@ -10,6 +10,7 @@ fitplan cannot state stays in the set with the reason, and counts as a miss.
     runs()          the stated rows resolved as fitplan.calibrate.runs.Run, with their published step time
 """
 import math
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
@@ -254,7 +255,9 @@ def _bridge(row):
         flags += ["--moe-dispatcher", "alltoall"]
     if other.get("moe_a2a_overlap") == "True":
         flags += ["--overlap-moe-expert-parallel-comm"]
-    if "mtp_num_layers" in other and model == "deepseek-v3":
+    if "mtp_num_layers" in other and model == "deepseek-v3" and "--mtp-depth" not in extra:
+        # the row's own "w/o MTP" wins over the configuration read at the tag (its FLOPs per token are the
+        # model's without MTP: the FLOP convention in megatron_bridge.toml)
         flags += ["--mtp-depth", other["mtp_num_layers"]]
     if model in HYBRID:
         _hybrid_bridge(model, flags, other, assumed)
@@ -270,10 +273,44 @@ def _bridge(row):
     if cfg.get("cpu_offloading"):
         assumed.append("activation offloading of some layers (cpu_offloading_num_layers) not modelled")
     if "pipeline_model_parallel_layout" in other:
-        assumed.append("the configuration's pipeline layout planned as an even split")
+        pins = _layout_pins(other["pipeline_model_parallel_layout"], _int(row.get("pp")), _int(row.get("vp")))
+        if pins is None:
+            assumed.append("the configuration's pipeline layout planned as an even split")
+        else:
+            flags += ["--first-stage-layers", pins[0], "--last-stage-layers", pins[1]]
     if other.get("fp8_dot_product_attention") == "True":
         assumed.append("fp8 attention planned as bf16")
     return flags, ("step_s", _step_from_tokens(row)), assumed
+
+
+def _layout_chunks(text: str) -> list:
+    """Megatron-Core's pipeline_model_parallel_layout (megatron/core/transformer/pipeline_parallel_layer_layout.py
+    PipelineParallelLayerLayout.from_str): "Et*4|(t*4|)*14tmL" (E embedding, t a decoder layer, m an MTP layer, L the
+    loss; x*n and (...)*n repeat; | ends a virtual chunk), or the list of lists the recipes pass. Decoder layers
+    per model chunk, chunk 0 first."""
+    if text.startswith("["):
+        return [chunk.count("'decoder'") for chunk in re.findall(r"\[([^\[\]]*)\]", text)]
+    text = text.replace(",", "").replace(" ", "")
+    while "(" in text:
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [chunk.count("t") for chunk in text.split("|")]
+
+
+def _layout_pins(text: str, pp: int, vp: int):
+    """A layout's decoder layers on the first and the last pipeline stage (each the sum of its chunks i + k*pp),
+    when the layout has the pp*vp chunks the row runs and its middle stages hold what fitplan's pinned split gives
+    them (fitplan.counts.stages.stage_layers: the rest spread evenly, extras on the later stages); else None."""
+    from fitplan.counts import stages as ST
+    chunks = _layout_chunks(text)
+    if pp < 2 or len(chunks) != pp * max(vp, 1):
+        return None
+    stages = [sum(chunks[i::pp]) for i in range(pp)]
+    L = sum(stages)
+    if any(ST.stage_layers.fn(L=L, p=pp, v=max(vp, 1), i=i, first=stages[0], last=stages[-1]) != n
+           for i, n in enumerate(stages)):
+        return None
+    return stages[0], stages[-1]
 
 
 def _mtp_depths() -> dict:

@@ -89,6 +89,9 @@ SOURCES = {
     "nccl-tests": Source("nccl-tests bus bandwidths, as published", "NVIDIA; Bekman", 2026,
                          "stas00/ml-engineering network/README.md @744d01e; NVIDIA/nccl-tests#212, #267; "
                          "NVIDIA/nccl#812"),
+    "megatron-gb200": Source("Optimizing DeepSeek-V3 Training Performance on NVIDIA GB200 NVL72", "Yao et al. "
+                             "(NVIDIA)", 2025, "NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/"
+                             "deepseek-v3-gb200-optimization.md and images/image6.png (HybridEP) @eb0783b6"),
     "megatron-overlap": Source("Megatron-Core communication overlap", "NVIDIA", 2026,
                                "megatron/core/distributed/distributed_data_parallel_config.py (overlap_grad_reduce, "
                                "overlap_param_gather: False); megatron/core/model_parallel_config.py "
@@ -164,7 +167,7 @@ def short_name(key: str) -> str:
             "pope": "Pope et al.", "awq": "AWQ", "vllm": "vLLM", "vllm-memory": "vLLM", "sglang": "SGLang",
             "transformer-engine": "Transformer Engine", "nccl": "NCCL", "nccl-tests": "nccl-tests", "deepep": "DeepEP",
             "torchtune": "torchtune", "bnb-code": "bitsandbytes", "liger": "Liger-Kernel",
-            "megatron-overlap": "Megatron-Core",
+            "megatron-overlap": "Megatron-Core", "megatron-gb200": "Megatron-LM (GB200 DeepSeek-V3 guide)",
             "zero-offload": "ZeRO-Offload",
             "zero-infinity": "ZeRO-Infinity", "deepnvme": "DeepNVMe", "torch-offload": "PyTorch save_on_cpu",
             "lora": "LoRA", "qlora": "QLoRA", "fsdp-qlora": "FSDP-QLoRA", "llm-int8": "LLM.int8()", "pcie": "PCIe",

@@ -193,6 +193,21 @@ def test_fp8_linears_run_at_the_fp8_curve_and_pay_their_casts():
     assert fp8["time/forward_microbatch"] < bf16["time/forward_microbatch"]
 
 
+def test_mxfp8_grouped_gemms_run_at_the_measured_grouped_rate():
+    """Megatron-LM's GB200 guide (@eb0783b6): the MXFP8 grouped GEMM reaches 2,672 TFLOP/s at K=7168, N=2048;
+    the constant's 3,311 TFLOP/s is gb200's fp8 curve at that shape (8 experts x 4,096 tokens), so the local
+    experts' ceiling is 2672/3311 of the fp8 one on Blackwell dies, and only under MXFP8."""
+    g = presets.gpu("gb200")
+    curve = G.gemm_efficiency(**G.GROUPED_MXFP8_SHAPE, eff_max=g.efficiency_fp8, peak=g.peak_fp8_flops_per_s,
+                              t0=g.gemm_overhead_s, W=g.gemm_bandwidth_bytes_per_s, e_in=1) * g.peak_fp8_flops_per_s
+    assert curve == pytest.approx(G.GROUPED_MXFP8_CURVE_FLOPS_PER_S, rel=1e-3)
+    assert G.GROUPED_MXFP8_SCALE == pytest.approx(2672 / 3311)
+    r = G.rates(RAW, g, h=7168, compute="mxfp8")
+    assert r["grouped"].eff_max == pytest.approx(r["linear"].eff_max * 2672 / 3311)
+    assert "grouped" not in G.rates(RAW, g, h=7168, compute="fp8")
+    assert "grouped" not in G.rates(RAW, presets.gpu("h100-80gb"), h=7168, compute="fp8")
+
+
 def test_a_gpu_without_fp8_refuses_an_fp8_recipe():
     from fitplan.errors import SpecError
     with pytest.raises(SpecError, match="no fp8 peak"):

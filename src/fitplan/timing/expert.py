@@ -85,7 +85,12 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
         route = setup.model.moe.route_nodes
         D = ev(remote_nodes, N=nodes, k=sh.moe.k, **({} if route is None else {"M": route}))
         # DeepEP's kernels reach the links' large-message bus bandwidth (deepseek-ai/DeepEP README: 153-158 of
-        # H800's ~160 GB/s NVLink, 43-58 GB/s RDMA per 50 GB/s NIC): no collective efficiency applies
+        # H800's ~160 GB/s NVLink, 43-58 GB/s RDMA per 50 GB/s NIC): no collective efficiency applies. HybridEP (the
+        # flex dispatcher's backend in Megatron-Bridge's Blackwell configurations) measures the same: 714.66 GB/s
+        # dispatch, 657.72 combine on GB200 at EP 36 (B_in: 0.76 x 900 = 684), 368.9 and 368.87 on one DGX H100
+        # (0.82 x 450 = 369) (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/images/image6.png
+        # @eb0783b6). Its 400 and 190 GB/s for DeepEP at EP 32 on GB200 are DeepEP's through a community patch,
+        # before HybridEP: not what those runs use (docs/calibration.md, the biases)
         tiers = CM.tiers(setup.cluster.gpu)
         secs = ev(deepep_s, key="comm/ep_s", count=n_ep, S=S_ep, k=sh.moe.k, n=c.ep, N=nodes, D=D,
                   B_in=tiers["B_in"], B_net=tiers["B_net"], alpha=select(intra, tiers["a_in"], tiers["a_net"]),

@@ -216,7 +216,35 @@ def rates(ev, gpu, *, h, compute: str, clock=1.0) -> dict:
     low_max = gpu.efficiency if gpu.efficiency_fp8 is None else gpu.efficiency_fp8
     low = Rate(ev(C.gemm_ceiling, key="ratio/gemm_ceiling_fp8", eff_max=low_max, h=h, h0=gpu.efficiency_h0,
                   clock=clock), C.peak_flops_per_s(gpu, compute), LOW_PRECISION_BYTES[compute])
-    return {"bf16": bf16, "linear": low}
+    out = {"bf16": bf16, "linear": low}
+    if compute == "mxfp8" and gpu.architecture in GROUPED_MXFP8_ARCHITECTURES:
+        out["grouped"] = Rate(ev(grouped_mxfp8_ceiling, key="ratio/gemm_ceiling_grouped", eff_max=low.eff_max,
+                                 scale=GROUPED_MXFP8_SCALE), low.peak, low.e_in)
+    return out
+
+
+# Megatron-Core's MXFP8 grouped GEMM (--moe-grouped-gemm: one cuBLAS GEMM per local expert over several streams)
+# reaches 2,672 TFLOP/s on GB200 at K = 7,168, N = 2,048 with L2 flushed (NVIDIA/Megatron-LM
+# docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md, Sec. 1 item 3, @eb0783b6).
+# The page gives no M or group count: taken as its own baseline's (DeepSeek-V3 at EP 32, micro-batch 1, 4,096
+# tokens: 8 local experts of 4,096 tokens each), where gb200's fp8 curve (fitplan.presets.gpus CURVES: 0.677 of
+# 5 PFLOP/s, t0 6.38 us, W 5.75 TB/s) gives 3,311 TFLOP/s. Their ratio scales the ceiling of the local experts'
+# grouped GEMMs under MXFP8 on every Blackwell die (GB200's the only measurement; tests/unit check the ratio).
+GROUPED_MXFP8_FLOPS_PER_S = 2672e12
+GROUPED_MXFP8_SHAPE = dict(g=8, m=4096, n=2048, k=7168)
+GROUPED_MXFP8_CURVE_FLOPS_PER_S = 3311e12
+GROUPED_MXFP8_SCALE = GROUPED_MXFP8_FLOPS_PER_S / GROUPED_MXFP8_CURVE_FLOPS_PER_S
+GROUPED_MXFP8_ARCHITECTURES = ("blackwell", "blackwell-ultra")
+
+
+GROUPED = Cite("megatron-gb200", "Sec. 1 item 3: MXFP8 grouped GEMM, 2,672 TFLOP/s at K=7168, N=2048 on GB200")
+
+
+@formula("ratio/gemm_ceiling_grouped", "eff_max*scale", GROUPED, RATIO,
+         ("the local experts' MXFP8 grouped GEMMs on Blackwell at the measured grouped rate over what the fp8 curve "
+          "gives its shape (8 experts x 4,096 tokens assumed: the page's EP 32 DeepSeek-V3 baseline)",))
+def grouped_mxfp8_ceiling(*, eff_max, scale):
+    return eff_max * scale
 
 
 # A causal mask: a flash kernel skips the blocks above the diagonal, about half the s^2 FLOPs the attention
@@ -236,13 +264,15 @@ def operand_bandwidth(gpu):
     return gpu.gemm_bandwidth_bytes_per_s if gpu.gemm_bandwidth_bytes_per_s is not None else gpu.hbm_bytes_per_s
 
 
-def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = ""):
-    """Sum F and sum T over GEMMs, each T = F/(peak*eff) at the GEMM's own efficiency."""
+def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = "", grouped: Rate = None):
+    """Sum F and sum T over GEMMs, each T = F/(peak*eff) at the GEMM's own efficiency; grouped: the rate of
+    the local experts' grouped GEMMs where it differs from the other linears'."""
     F_sum = T_sum = 0
     W = operand_bandwidth(gpu)
     for gm in gemms:
+        rt = grouped if grouped is not None and gm.name.startswith("experts_") else rate
         eff = ev(gemm_efficiency, key=f"ratio/gemm/{prefix}{gm.name}", m=gm.m, n=gm.n, k=gm.k, g=gm.g,
-                 eff_max=rate.eff_max, peak=rate.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rate.e_in)
+                 eff_max=rt.eff_max, peak=rt.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rt.e_in)
         F_sum = F_sum + gm.flops
         T_sum = T_sum + gm.flops / (rate.peak * eff)
     return F_sum, T_sum
@@ -263,7 +293,8 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
         used = sorted(set(model.layer_pattern) | set(model.mtp_pattern or ""), key="M*-E".index)
         gemm_kinds = [block_gemms(model, k, T=T, t=c.tp, ep=c.ep, rho=1 if sh.moe is None else sh.moe.rho)
                       for k in used]
-        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=f"{k}/") for g, k in zip(gemm_kinds, used)]
+        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=f"{k}/", grouped=r.get("grouped"))
+                for g, k in zip(gemm_kinds, used)]
         weights = [kinds[k] for k in used]
         F_lin, T_lin = E.mix_kinds(weights, L, [x[0] for x in sums]), E.mix_kinds(weights, L, [x[1] for x in sums])
         if "M" in used and model.mamba.version.value == "mamba2":
@@ -275,8 +306,8 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
         gemm_kinds = [linear_gemms(model, T=T, t=c.tp)]
         if n_dense is not None:
             gemm_kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
-        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix) for g, prefix in zip(gemm_kinds,
-                                                                                             ("", "moe/"))]
+        sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix, grouped=r.get("grouped"))
+                for g, prefix in zip(gemm_kinds, ("", "moe/"))]
         F_lin, T_lin = (sums[0] if n_dense is None else
                         (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
         casts = None
