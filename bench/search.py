@@ -14,6 +14,11 @@ Run: python bench/search.py  (prints tables; nothing is asserted)
          folder, in paired runs: REV and this checkout alternate, in ABBA order, so load that comes
          and goes falls on both; each ratio is the median over the pairs of this checkout's figure
          over REV's, for the searches' candidates/s and the commands' CPU seconds)
+     python bench/search.py --compare REV --instructions  (instead of times: the instructions each
+         search and each command executes, counted by valgrind's callgrind on both trees; the same
+         count whatever else the machine runs, so the ratio needs no pairing. A search's count is
+         (three searches - one) / 2 in one process, without the interpreter's start and imports;
+         a command's is the whole process, imports and bytecode compilation included)
 """
 import argparse
 import json
@@ -156,6 +161,36 @@ def paired(rev_tree: Path, pairs: int, command_pairs: int) -> None:
     print("  CPU ratio: after/before CPU seconds (user + system), the median over the pairs; below 1 is faster")
 
 
+def instructions(argv, cwd: Path, src: Path) -> int:
+    """Instructions (callgrind's Ir) a Python process executes: argv after the interpreter."""
+    import re
+    import shutil
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind)")
+    python = os.path.realpath(sys.executable)   # the interpreter itself, not a launcher script
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, *argv], cwd=cwd,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}).stderr
+    return int(re.search(r"Collected : (\d+)", out).group(1))
+
+
+def counted(rev_tree: Path) -> None:
+    """Each search's and command's instructions on REV's tree and this one, and their ratio."""
+    me = str(Path(__file__).resolve())
+    print(f"{'search':<22} {'before M instr':>15} {'after M instr':>14} {'ratio':>6}")
+    for model, n in CASES:
+        got = []
+        for tree in (rev_tree, ROOT):
+            run = lambda k: instructions([me, "--src", str(tree / "src"), "--count", model, str(n), str(k)], tree,
+                                         tree / "src")
+            got.append((run(3) - run(1)) / 2)
+        print(f"{model + ' ' + str(n):<22} {got[0] / 1e6:>15,.0f} {got[1] / 1e6:>14,.0f} {got[1] / got[0]:>5.2f}x")
+    print(f"{'command':<38} {'before M instr':>15} {'after M instr':>14} {'ratio':>6}")
+    for name, argv in [("interpreter start", ["-c", "pass"])] + COMMANDS:
+        got = [instructions(argv, tree, tree / "src") for tree in (rev_tree, ROOT)]
+        print(f"{name:<38} {got[0] / 1e6:>15,.0f} {got[1] / 1e6:>14,.0f} {got[1] / got[0]:>5.2f}x")
+    print("  ratio: after/before instructions; below 1 is fewer")
+
+
 def table() -> None:
     print(f"{'model':<15} {'GPUs':>6} {'candidates':>11} {'fit':>8} {'wall s':>8} {'noise range s':>15} "
           f"{'CPU s':>7} {'cand/s':>12} {'peak MiB':>9} {'vs scalar':>10}")
@@ -185,9 +220,28 @@ def main() -> None:
     parser.add_argument("--command-pairs", type=int, default=7, help="paired command runs with --compare (default 7)")
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--rates", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --compare: count instructions (valgrind) instead of timing")
+    parser.add_argument("--count", nargs=3, help=argparse.SUPPRESS)   # MODEL N K: run K searches, for --instructions
     args = parser.parse_args()
     if args.rates:
         print(json.dumps(rates()))
+        return
+    if args.count:
+        model, n, k = args.count[0], int(args.count[1]), int(args.count[2])
+        setup, space = setup_for(model, n), full_space(n)
+        for _ in range(k):
+            search(setup, space, top=5)
+        return
+    if args.instructions:
+        if not args.compare:
+            parser.error("--instructions needs --compare REV")
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "archive", args.compare], cwd=ROOT, capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            print(f"Instructions, {args.compare} (before) and this checkout (after)")
+            counted(Path(tmp))
         return
     table()
     if args.compare:
