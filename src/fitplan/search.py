@@ -434,9 +434,6 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     (fitplan.memory.breakdown.busiest_totals on ints); each one's explanation and step time are
     evaluated when first read (Evaluated)."""
     from fitplan.timing.compute import peak_flops_per_s
-    from fitplan.timing.step import step_time
-    from fitplan.timing.work import pacing_rank
-    from fitplan.timing.to_train import gpu_hours_to_train
     if rank == "cost" and setup.cluster.gpu_hour_price is None:
         raise SpecError("--rank cost: give --gpu-hour-price, the price of one GPU-hour (e.g. --gpu-hour-price 2.50), "
                         "and --train-tokens for the run's total")
@@ -516,6 +513,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
             if timed:   # on the screen's box, every ZeRO stage at once, the terms no mode changes once per SP
+                from fitplan.timing.step import step_time   # the time model is loaded only when something fits
+                from fitplan.timing.to_train import gpu_hours_to_train
+                from fitplan.timing.work import pacing_rank
                 if screen[2] is None:
                     with np.errstate(all="ignore"):
                         if rc not in pacing:   # the slowest rank depends on the recompute mode alone

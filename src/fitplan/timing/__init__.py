@@ -15,10 +15,19 @@ offload.py        host-link traffic and the CPU optimizer step under offload
 step.py           the assembler: step_time (RAW or Trace), the parts and the rates
 breakdown.py      evaluate_step (one configuration, explained) and per_layer
 to_train.py       days, GPU-hours, cost and energy to train
-"""
-from fitplan.timing.breakdown import AxisComm, StageLayers, StepBreakdown, evaluate_step, per_layer
-from fitplan.timing.step import step_time
-from fitplan.timing.traffic import DDP_BUCKET_BYTES
 
-__all__ = ["AxisComm", "DDP_BUCKET_BYTES", "StageLayers", "StepBreakdown", "evaluate_step", "per_layer",
-           "step_time"]
+The names below are importable from here, each loaded when first asked for (PEP 562), so a
+caller that needs one module (compute's peak rates, calibration's constants) does not load
+the whole time model.
+"""
+_EXPORTS = {"AxisComm": "breakdown", "StageLayers": "breakdown", "StepBreakdown": "breakdown",
+            "evaluate_step": "breakdown", "per_layer": "breakdown", "step_time": "step",
+            "DDP_BUCKET_BYTES": "traffic"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+        return getattr(importlib.import_module(f"fitplan.timing.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'fitplan.timing' has no attribute {name!r}")
