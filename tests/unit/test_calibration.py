@@ -101,16 +101,31 @@ def test_a_part_rated_above_its_generation_sustains_the_base_parts_rate():
 
 def test_host_overhead_is_a_floor_under_each_pass():
     """m = 4 micro-batches of L = 32 layers, omega = 0.1 ms per layer pass: a 2 ms forward waits for the host's
-    3.2 ms (1.2 ms per micro-batch), a 10 ms backward does not; 2 MoE layers add 2 x 3 passes x 1 ms each
-    (forward, backward and the backward's input-gradient pass: k_b + 1 = 2 without full recompute... plus one)."""
-    t = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=0, omega=1e-4, sigma_moe=1e-3)
+    3.2 ms (1.2 ms per micro-batch), a 10 ms backward does not; 2 MoE layers of 8 local experts add, per forward
+    (the only pass that reads the token counts on the host), 2 x 8 x 0.1 ms; full recompute reruns the forward."""
+    t = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=0, E_local=8, omega=1e-4, sigma_moe=1e-4)
     assert t == pytest.approx(4 * 1.2e-3)
-    t_moe = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=2, omega=1e-4, sigma_moe=1e-3)
-    assert t_moe - t == pytest.approx(4 * 2 * 2 * 1e-3)     # k_b + 1 = 2 passes without full recompute
+    t_moe = OV.host_overhead_s(m=4, T_f=2e-3, T_b=10e-3, L=32, L_moe=2, E_local=8, omega=1e-4, sigma_moe=1e-4)
+    assert t_moe - t == pytest.approx(4 * 2 * 8 * 1e-4)     # one forward per micro-batch without full recompute
     from fitplan.specs.parallel import Recompute
-    full = OV.host_overhead_s(m=4, T_f=2e-3, T_b=5e-3, L=32, L_moe=2, omega=1e-4, sigma_moe=1e-3,
-                              recompute=Recompute.FULL)     # backward floor 2 x 3.2 ms; 3 passes per MoE layer
-    assert full == pytest.approx(4 * ((3.2e-3 - 2e-3) + (6.4e-3 - 5e-3) + 3 * 2 * 1e-3))
+    full = OV.host_overhead_s(m=4, T_f=2e-3, T_b=5e-3, L=32, L_moe=2, E_local=8, omega=1e-4, sigma_moe=1e-4,
+                              recompute=Recompute.FULL)     # backward floor 2 x 3.2 ms; the forward twice
+    assert full == pytest.approx(4 * ((3.2e-3 - 2e-3) + (6.4e-3 - 5e-3) + 2 * 2 * 8 * 1e-4))
+
+
+def test_drop_and_pad_reads_no_token_counts_on_the_host():
+    """Megatron-Core's drop-and-pad dispatch knows every count on the host (a capacity factor): no MoE sync term;
+    the dropless layer's grows with the local experts, num_experts/ep."""
+    from fitplan.explain import RAW
+    from fitplan.timing.step import step_time
+    setup = make_setup("mixtral-8x7b", 16)
+    host = lambda s, c, k=None: step_time(RAW, s, c, k=k)["time/host_overhead"]
+    ep2, ep8 = ParallelConfig(dp=8, tp=1, pp=2, ep=2), ParallelConfig(dp=8, tp=1, pp=2, ep=8)
+    no_sync = lambda c: host(setup, c, replace(CAL.of_setup(setup), moe_sync_s=0.0))
+    dropless2, dropless8 = host(setup, ep2) - no_sync(ep2), host(setup, ep8) - no_sync(ep8)
+    assert dropless2 > 0 and dropless2 == pytest.approx(4 * dropless8)    # 4 local experts against 1
+    padded = replace(setup, model=replace(setup.model, moe=replace(setup.model.moe, capacity_factor=1.0)))
+    assert host(padded, ep2) == pytest.approx(no_sync(ep2))
 
 
 def test_the_straggler_term_is_the_expected_maximum():

@@ -61,7 +61,8 @@ class EndToEndSpec:
     layer_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
                                             file_only="fitted: seconds of host time per layer pass")
     moe_sync_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
-                                               file_only="fitted: seconds of host sync per dropless MoE layer pass")
+                                               file_only="fitted: seconds of host sync per local expert per dropless "
+                                                         "MoE layer forward")
     collective_overhead: float | None = declared("number", default=None, lo=0, hi=0.1, omitted="the shipped fit's",
                                                  file_only="fitted: seconds of framework time per collective")
     comm_efficiency: float | None = declared("number", default=None, lo=0.01, hi=1, omitted="the shipped fit's",

@@ -53,8 +53,9 @@ CONSTANTS = (
     Constant("layer_overhead", "s", "host time to launch one layer pass's kernels (Python, the framework, the CUDA "
              "driver); a pass takes at least this, the GPU idling when its own work is shorter; none under CUDA "
              "graphs", "fitplan.timing.overheads", 300e-6, 1.0),
-    Constant("moe_sync_overhead", "s", "time a dropless MoE layer pass loses reading its token counts on the host "
-             "(the stream drains, then the rest is launched); none under CUDA graphs",
+    Constant("moe_sync_overhead", "s", "time a dropless MoE layer's forward loses per local expert after reading "
+             "its token counts on the host (the stream drains, then the host launches the local experts' GEMMs "
+             "while the GPU waits); none under CUDA graphs or drop-and-pad",
              "fitplan.timing.overheads", 300e-6, 1.0),
     Constant("collective_overhead", "s", "framework time per collective issued on top of NCCL's own (stream "
              "synchronisation, bucketing, launch)", "fitplan.timing.axes.collective", 10e-6, 1.0),
@@ -127,7 +128,7 @@ class EndToEnd:
     moe_traffic: object        # HBM bytes per routed-copy byte of an MoE layer's token handling
     sm_sharing: object         # compute seconds lost per second of overlapped communication
     layer_overhead_s: object   # host time to launch one layer pass
-    moe_sync_s: object         # a dropless MoE layer pass's host synchronisation
+    moe_sync_s: object         # a dropless MoE layer forward's host sync, per local expert
     collective_overhead_s: object
     comm_efficiency: object    # achieved fraction of the modelled collective and send bandwidth
     a2a_efficiency: object     # the MoE all-to-alls', on top of comm_efficiency

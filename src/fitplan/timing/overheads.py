@@ -5,7 +5,8 @@ Each is one end-to-end constant of fitplan.timing.calibration times a quantity t
   overlap slowdown   sigma * (communication hidden behind compute)      collectives take SMs and HBM
                                                                         bandwidth from the GEMMs they overlap
   host overhead      m * (max(0, L*omega - T_pass) per pass              launches per layer pass the GPU waits
-                       + passes * L_moe * sigma_moe)                    for; a dropless MoE layer's host sync
+                       + forwards * L_moe * E_local * sigma_moe)        for; a dropless MoE layer's host sync,
+                                                                        then its local experts' GEMMs launched
   stragglers         cv * sqrt(2 ln N) * (the rest of the step)         the expected maximum of N GPUs'
                                                                         times, each cv above or below the mean
 """
@@ -27,20 +28,34 @@ def overlap_slowdown_s(*, sigma, hidden):
 
 
 def _host_text(**_):
-    return ("m*(max(0, L*omega - T_f) + max(0, k_b*L*omega - T_b) + k*L_moe*sigma_moe), k_b = 2 with full recompute "
-            "else 1, k = k_b + 1")
+    return ("m*(max(0, L*omega - T_f) + max(0, k_b*L*omega - T_b) + k_b*L_moe*E_local*sigma_moe), k_b = 2 with full "
+            "recompute else 1")
 
 
+# Where a dropless MoE layer reads its token counts on the host, in Megatron-Core
+# (NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py@d98e8a64): the all-to-all dispatcher's
+# preprocess marks a stream synchronisation before the expert-parallel all-to-all (its split sizes must be host
+# integers) or before returning (tokens_per_expert); HybridEP's dispatch without a static budget
+# (moe_expert_rank_capacity_factor unset: num_permuted_tokens None) "sizes buffers dynamically (CPU sync in
+# dispatch)"; and the experts' grouped GEMM takes its splits as a host list (moe/experts.py@d98e8a64:
+# tokens_per_expert.tolist(), Transformer Engine's GroupedLinear m_splits: List[int],
+# transformer_engine/pytorch/module/grouped_linear.py@3ea13561, one GEMM, weight cast and quantisation per
+# local expert). Only the forward reads them: the backward reuses the saved host splits (ctx.m_splits). After the
+# read the stream has drained and the host launches the local experts' GEMMs one by one while the GPU waits, so
+# the time lost grows with the experts a rank holds, num_experts/ep. Drop-and-pad (a capacity factor with
+# moe_pad_expert_input_to_capacity, what fitplan's --capacity-factor exports) knows every count on the host
+# (torch.full of the capacity): no read. CUDA graphs of the whole iteration capture a sync-free layer: none.
 @formula("time/host_overhead", _host_text, CAL, SECONDS,
          ("the host launches each layer pass's kernels in omega; the GPU waits only where its own work is shorter "
           "(the CPU runs ahead otherwise): forward and backward each take at least L*omega",
-          "a dropless MoE layer reads its token counts on the host once per pass (sigma_moe): the queue drains and "
-          "restarts, serially",
+          "a dropless MoE layer's forward (and its recompute) reads its token counts on the host: the queue drains, "
+          "then the host launches its E_local local experts' GEMMs while the GPU waits, sigma_moe per local expert; "
+          "L_moe = 0 under drop-and-pad (a capacity factor)",
           "CUDA graphs launch a whole iteration at once: no host time"))
-def host_overhead_s(*, m, T_f, T_b, L, L_moe, omega, sigma_moe, recompute=None):
+def host_overhead_s(*, m, T_f, T_b, L, L_moe, E_local, omega, sigma_moe, recompute=None):
     k_b = 2 if recompute == Recompute.FULL else 1
     return m * (maximum(0 * T_f, L * omega - T_f) + maximum(0 * T_b, k_b * L * omega - T_b)
-                + (k_b + 1) * L_moe * sigma_moe)
+                + k_b * L_moe * E_local * sigma_moe)
 
 
 def _sqrt_2ln(N):

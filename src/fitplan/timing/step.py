@@ -86,7 +86,11 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     axes["cp"] = cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
                          eff=rates.core, e2e=k)
     axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k)
-    host = ev(OV.host_overhead_s, m=m, T_f=T_f, T_b=T_b, L=L_pairs, L_moe=0 if n_dense is None else L - n_dense,
+    # a dropless MoE layer's host read of its token counts (fitplan.timing.overheads): none under drop-and-pad
+    dropless = model.moe is not None and model.moe.capacity_factor is None
+    host = ev(OV.host_overhead_s, m=m, T_f=T_f, T_b=T_b, L=L_pairs,
+              L_moe=0 if n_dense is None or not dropless else L - n_dense,
+              E_local=0 if model.moe is None else model.moe.num_experts / c.ep,
               omega=k.layer_overhead_s, sigma_moe=k.moe_sync_s, recompute=c.recompute)
     fraction, bubble = bubble_time(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + host + axes["tp"].exposed_s
                                    + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
