@@ -26,7 +26,7 @@ from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, Offload, Parall
 from fitplan.units import fmt_count
 # Settings every candidate shares: the user's value (with --suggest) or the default.
 
-# A space larger than this takes more than a few seconds (about 5-10 M candidates/s on one core,
+# A space larger than this takes more than a few seconds (about 7-19 M candidates/s on one core,
 # bench/search.py) and a few hundred MiB; it is refused with the levers that narrow it.
 MAX_CANDIDATES = 20_000_000
 
