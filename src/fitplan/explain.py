@@ -65,14 +65,14 @@ def RAW(f: Formula, /, *, key: str | None = None, **kw):
 
 
 class Memo:
-    """Evaluator for the search's groups: RAW, each formula computed once per distinct set of
-    inputs. The groups (ZeRO stage, recompute) of one SP setting share their grid's arrays, so a
-    term no mode changes (the embedding's and the logits' activations, the stage's parameters, a
-    layer's backward) is computed for the first group and reused by the rest. Inputs that are not
+    """Evaluator for the search's screens: RAW, each formula computed once per distinct set of
+    inputs. The screens (recompute modes, offload tiers) of one SP setting share their box's
+    arrays, so a term no mode changes (the embedding's and the logits' activations, the stage's
+    parameters, a layer's backward) is computed for the first screen and reused by the rest. Inputs that are not
     plain numbers or strings are told apart by identity: each is held here with the result, so an
     id is never reused while its entry lives, and formulas never change their inputs in place.
-    `sweep` between groups keeps only the entries the last group used, so the memo holds about
-    one group's terms, as RAW's caller does."""
+    `sweep` between screens keeps only the entries the last screen used, so the memo holds about
+    one screen's terms, as RAW's caller does."""
     __slots__ = ("_seen", "_used")
     _PLAIN = frozenset((int, float, bool, str, type(None)))
 

@@ -148,18 +148,9 @@ class _Grid:
                        ep=along(self.ep, 1, e, 3), stages=stages, stacked=stacked)
         return rows, view
 
-    def take(self, idx: np.ndarray) -> "_Grid":
-        """The candidates at idx, numeric axes as float64 (the screening pass's dtype)."""
-        f = lambda a: a[idx].astype(np.float64)
-        g = lambda x: f(x) if isinstance(x, np.ndarray) else x
-        stages = None if self.stages is None else tuple(
-            Stage(*(g(getattr(st, name)) for name in Stage.__slots__)) for st in self.stages)
-        return replace(self, tp=f(self.tp), pp=f(self.pp), dp=f(self.dp), cp=f(self.cp),
-                       micro_batch=f(self.micro_batch), virtual_stages=f(self.virtual_stages), ep=f(self.ep),
-                       stages=stages)
-
 
 def _box_shape(view: _Grid) -> tuple:
+    """A box view's (degree triples, micro-batches, virtual stages, ep): its rows' C-order shape."""
     return (len(view.tp), view.micro_batch.shape[1], view.virtual_stages.shape[2], view.ep.shape[3])
 
 

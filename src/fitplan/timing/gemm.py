@@ -274,7 +274,7 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = "", grouped: 
         eff = ev(gemm_efficiency, key=f"ratio/gemm/{prefix}{gm.name}", m=gm.m, n=gm.n, k=gm.k, g=gm.g,
                  eff_max=rt.eff_max, peak=rt.peak, t0=gpu.gemm_overhead_s, W=W, e_in=rt.e_in)
         F_sum = F_sum + gm.flops
-        T_sum = T_sum + gm.flops / (rate.peak * eff)
+        T_sum = T_sum + gm.flops / (rt.peak * eff)
     return F_sum, T_sum
 
 
