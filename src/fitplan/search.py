@@ -103,7 +103,7 @@ class _Grid:
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     offload: Offload = Offload.NONE
     stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages), row-aligned
-    shape: tuple = ()   # the enumeration's (degree triples, micro-batches, virtual stages, ep): rows in C order
+    shape: tuple = ()   # (degree triples, micro-batches, virtual stages, ep): the rows' C-order shape
     stacked: Stage | None = None   # a box view's candidate ranks as one Stage, on a leading axis (busiest_totals)
     ends: tuple | None = None      # a box view's first and last ranks' Stage (fitplan.memory.stages.end_stages)
 
@@ -145,13 +145,8 @@ class _Grid:
                               np.stack([getattr(st, name) for st in stages]) for name in Stage.__slots__))
         view = replace(self, tp=col(self.tp), pp=col(self.pp), dp=col(self.dp), cp=col(self.cp),
                        micro_batch=along(self.micro_batch, v * e, m, 1), virtual_stages=along(self.virtual_stages, e, v, 2),
-                       ep=along(self.ep, 1, e, 3), stages=stages, stacked=stacked)
+                       ep=along(self.ep, 1, e, 3), stages=stages, stacked=stacked, shape=(len(degrees), m, v, e))
         return rows, view
-
-
-def _box_shape(view: _Grid) -> tuple:
-    """A box view's (degree triples, micro-batches, virtual stages, ep): its rows' C-order shape."""
-    return (len(view.tp), view.micro_batch.shape[1], view.virtual_stages.shape[2], view.ep.shape[3])
 
 
 def _stage_table(model, space: SearchSpace, pps, vs, rows) -> tuple:
@@ -480,7 +475,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         idx = rows[keep]
         if len(idx) == 0:
             continue
-        shape = _box_shape(taken)
+        shape = taken.shape
         every_zero = replace(taken, zero=zeros, sequence_parallel=sp, recompute=rc, offload=offload)
         if screens.get((offload, sp), (None,))[0] != rc:   # the groups run recompute-major: one screen per (offload, sp)
             with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped below

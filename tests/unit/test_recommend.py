@@ -137,3 +137,18 @@ def test_a_config_json_decides_its_dropout(folder, dropout):
     setup = resolve(Request(command="plan", values={"hf_config": str(root / "examples" / "hf" / folder),
                                                     "gpus": 8, "seq_len": 1024})).setup
     assert (setup.training.attention_kernel, setup.training.dropout) == ("flash", dropout)
+
+
+@pytest.mark.parametrize("preset, gpus", [("gpt3-350m", 8), ("mixtral-8x7b", 16)])
+def test_the_screened_step_is_the_exact_step(preset, gpus):
+    """The search times every ZeRO stage of a screen at once (fitplan.timing.data_parallel.dp_time
+    over the box's ZeRO axis) and ranks by those float64 times; each ranked layout's screened step,
+    printed to 4 significant digits in its rank reason, equals evaluate_step's exact one to that
+    rounding (relative 5e-4). Both presets' fitting layouts span several ZeRO stages."""
+    setup = setup_of(preset=preset, gpus=gpus, gpu="a100-80gb")
+    opts = resolve(Request(command="plan", values={"preset": preset, "gpus": gpus})).search
+    result = search(setup, space_for(setup, 1, opts, {}), top=60, rank="throughput", recommend=True)
+    assert len({int(s.config.zero) for s in result.suggestions}) >= 2
+    for s in result.suggestions:
+        screened = float(s.rank_reason.split("step ~")[1].split(" s")[0])
+        assert screened == pytest.approx(evaluate_step(setup, s.config).step_time_s, rel=5e-4)

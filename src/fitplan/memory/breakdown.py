@@ -493,9 +493,10 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)
             host = x if host is None else maximum(host, x)
-    if stacked:
+    if stacked:   # the busiest of the stacked ranks
         out = out.max(axis=0)
-        host = None if host is None else host.max(axis=0) if is_array(host) and host.ndim == out.ndim + 1 else host
+        if is_array(host) and host.ndim > out.ndim:
+            host = host.max(axis=0)
     if host is None:
         return out, 0
     cluster = setup.cluster

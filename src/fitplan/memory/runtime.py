@@ -347,8 +347,6 @@ def allocator_bytes(*, phi, D, streams):
     """The caching allocator holds more than the live tensors: at most a page of each pool per
     stream at the top of its expandable segment, and phi of the moment's transient bytes when
     segments do not expand (freed blocks too small for the next request)."""
-    if type(phi) in (int, float) and phi == 0:   # expandable segments: no arithmetic on D (the search's largest arrays)
-        return streams * PAGE_BYTES
     frag = ceil_div(phi * D, 1)
     return (frag if is_array(frag) else int(frag)) + streams * PAGE_BYTES
 
