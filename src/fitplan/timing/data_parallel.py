@@ -28,12 +28,12 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     during the next forward (--overlap-param-gather). ZeRO-3 gathers and reduce-scatters one
     layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
     Returns the axis and the seconds exposed after the optimizer step. c.zero may be the
-    search's array of ZeRO stages (its box's last axis, fitplan.search._Grid.box): each stage is
+    search's array of ZeRO stages (its box's first axis, fitplan.search._Grid.box): each stage is
     timed on its own and the results lie side by side on that axis."""
     if is_array(c.zero):
         from dataclasses import fields, replace
         per = [dp_time(ev, setup, replace(c, zero=ZeroStage(int(z))), m=m, L=L, place=place, T_f=T_f, T_b=T_b,
-                       lay=lay, bucket_bytes=bucket_bytes, e2e=e2e) for z in c.zero]
+                       lay=lay, bucket_bytes=bucket_bytes, e2e=e2e) for z in c.zero.ravel()]
         return (AxisTime(*(_on_zero_axis([getattr(axis, f.name) for axis, _ in per]) for f in fields(AxisTime))),
                 _on_zero_axis([after for _, after in per]))
     model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
@@ -102,11 +102,11 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
 
 
 def _on_zero_axis(values: list):
-    """One value per ZeRO stage (scalars, or arrays whose last axis has length 1) as one array
-    with the stages on its last axis."""
+    """One value per ZeRO stage (scalars, or arrays of the search's box, whose ZeRO axis, the fifth
+    from the last, has length 1: fitplan.search._Grid.box) as one array with the stages on that axis."""
     import numpy as np
-    shape = np.broadcast_shapes(*(np.shape(v) for v in values), (1,))
-    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in values], axis=-1)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values), (1, 1, 1, 1, 1))
+    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in values], axis=-5)
 
 
 def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
