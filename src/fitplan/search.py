@@ -374,23 +374,26 @@ def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, tota
 
 
 def _rank_keys(grid: _Grid, idx: np.ndarray, totals: np.ndarray, requested_mb: int) -> np.ndarray:
-    """One row per fitting candidate; lexicographic order = RANK_ORDER."""
+    """RANK_ORDER's columns, one row each (most significant first), one column per fitting
+    candidate: each key column contiguous, as _packed reads them."""
     key = rank_key(cp=grid.cp[idx], recompute_level=grid.recompute.level, zero=int(grid.zero), tp=grid.tp[idx],
                    pp=grid.pp[idx], v=grid.virtual_stages[idx], mb=grid.micro_batch[idx], requested_mb=requested_mb,
                    sp=int(grid.sequence_parallel), total=totals, ep=grid.ep[idx], offload_level=grid.offload.level)
-    return np.stack([np.broadcast_to(np.asarray(k, dtype=np.float64), totals.shape) for k in key]).T
+    out = np.empty((len(key), len(totals)))
+    for j, k in enumerate(key):   # a row's assignment broadcasts the scalar keys
+        out[j] = k
+    return out
 
 
 def _packed(keys: np.ndarray) -> list:
-    """The rank keys (one row per candidate, RANK_ORDER's columns) as fewer columns in the same
+    """The rank keys (RANK_ORDER's columns, one row each: _rank_keys) as fewer columns in the same
     lexicographic order, most significant first: consecutive whole-number columns packed into
     one int64 each in mixed radix (each column less its least value, times the product of the
     ranges after it; a new word before the product passes 2^62), the last column (the per-GPU
     total) as it is. np.lexsort's time grows with its columns: 17 of them took ~20 ms on the
     31,000 fits of a GPT-3 search, three take a few."""
     words, word, span = [], None, 1
-    for j in range(keys.shape[1] - 1):
-        column = keys[:, j]
+    for column in keys[:-1]:
         low = column.min()
         width = int(column.max() - low) + 1
         if word is not None and span * width >= 2**62:
@@ -399,7 +402,7 @@ def _packed(keys: np.ndarray) -> list:
         digit = (column - low).astype(np.int64)
         word = digit if word is None else word * width + digit
         span *= width
-    return [*words, word, keys[:, -1]]
+    return [*words, word, keys[-1]]
 
 
 THROUGHPUT_ORDER = ("estimated step time, shortest first (fitplan.timing.step); ties broken by least disturbance")
@@ -524,7 +527,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     fit = sum(len(i) for _, i in members)
     picks: dict = {}
     if fit:
-        allkeys = np.concatenate(keys)                        # the RANK_ORDER key, one row per candidate
+        allkeys = np.concatenate(keys, axis=1)                # the RANK_ORDER key, one column per candidate
         step_s = np.concatenate(steps) if timed else None     # estimated step seconds, when timed
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
