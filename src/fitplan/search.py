@@ -531,7 +531,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         step_s = np.concatenate(steps) if timed else None     # estimated step seconds, when timed
         group_of = np.repeat(np.arange(len(members)), [len(i) for _, i in members])
         index_of = np.concatenate([i for _, i in members])
-        exact = _exact(setup, members, group_of, index_of, margin_limit)
+        exact = _exact(setup, members, group_of, index_of, margin_limit, allkeys[-1])
         packed = _packed(allkeys)                             # the same order in two or three columns
         by_disturbance = np.lexsort(packed[::-1])
         by_time = np.lexsort([*packed[::-1], step_s]) if timed else by_disturbance
@@ -584,26 +584,39 @@ def _has_time(setup: Setup) -> bool:
         return False
 
 
-def _exact(setup, members, group_of, index_of, margin_limit):
-    """Candidate position -> (its Evaluated, whether it fits, whether it fits with margin), checked
-    exactly on ints once however many orders ask: busiest_totals on one configuration is the
-    peak and host bytes evaluate gives (tests/unit/test_search.py), without the explanation."""
+# How far a screened peak may lie from a limit and still be taken as screened. The screen runs the exact path's
+# formulas on float64: whole numbers below 2^53 add and multiply exactly, a ceil or floor of a quotient of two
+# of them is exact (fitplan.arith.ceil_div), and the rest (a fractional factor such as the fragmentation's)
+# rounds by parts in 10^16, bytes at most on these totals: a MiB is a thousand times that.
+SCREEN_TOLERANCE_BYTES = 2**20
+
+
+def _exact(setup, members, group_of, index_of, margin_limit, screened):
+    """Candidate position -> (its Evaluated, whether it fits, whether it fits with margin), once
+    however many orders ask. screened: each candidate's screened peak; one within
+    SCREEN_TOLERANCE_BYTES of the usable or the margin limit (or any, where a host limit applies:
+    the screen's host bytes are not kept) is checked exactly on ints, busiest_totals on one
+    configuration being the peak and host bytes evaluate gives (tests/unit/test_search.py)."""
     cache: dict = {}
     usable, host_limit = setup.cluster.usable_bytes, setup.cluster.host_memory_bytes
 
     def get(pos):
         if pos not in cache:
             config = _config(members[group_of[pos]][0], index_of[pos])
-            peak, host = busiest_totals(setup, config)
-            fits = peak <= usable and (host_limit is None or host <= host_limit)
+            peak = screened[pos]
+            if host_limit is None and min(abs(peak - usable), abs(peak - margin_limit)) > SCREEN_TOLERANCE_BYTES:
+                fits = peak <= usable
+            else:
+                peak, host = busiest_totals(setup, config)
+                fits = peak <= usable and (host_limit is None or host <= host_limit)
             cache[pos] = (Evaluated(setup, config), fits, fits and peak <= margin_limit)   # analysis.risk's margin
         return cache[pos]
     return get
 
 
 def _take(exact, order, count: int, space: SearchSpace, lead, *, scan: int | None = None, safe: bool = False) -> list:
-    """The first `count` candidates in `order` that fit exactly (float screening can misjudge one
-    within a byte of the limit), with margin where `safe`, looking at no more than `scan` of them.
+    """The first `count` candidates in `order` that fit (exactly where the float screening is
+    near a limit: _exact), with margin where `safe`, looking at no more than `scan` of them.
     `lead`: a candidate position -> the words its rank reason starts with (its step time or cost),
     or None."""
     out = []

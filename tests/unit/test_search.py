@@ -127,3 +127,34 @@ def test_the_exact_check_is_evaluate_without_the_explanation(name, gpus, host):
         b = evaluate(setup, config)
         assert busiest_totals(setup, config) == (b.per_gpu_bytes, b.host_per_node_bytes), config
         assert fits(setup, config) is b.fits
+
+
+@pytest.mark.parametrize("name,gpus,extra", [("gpt3-175b", 32, {}), ("llama3.1-405b", 1024, {}),
+                                             ("mixtral-8x7b", 16, {}), ("deepseek-v3", 2048, {}),
+                                             ("llama3.1-8b", 8, {"fragmentation": 0.15})])
+def test_the_screened_peak_is_the_exact_peak(monkeypatch, name, gpus, extra):
+    """The float64 screen's peak of every candidate the search looks at (the ranked, minimum viable,
+    recommended and scanned ones) equals the exact path's ints to within a byte, far inside
+    SCREEN_TOLERANCE_BYTES (1 MiB), the distance from a limit beyond which _exact takes the screen
+    as it is. The fragmentation case multiplies by 0.15, a factor floats round."""
+    from dataclasses import replace
+    import fitplan.search as S
+    from fitplan.memory.breakdown import busiest_totals
+    setup = make_setup(name, gpus)
+    if extra:
+        setup = replace(setup, training=replace(setup.training, **extra))
+    seen, exact = [], S._exact
+
+    def spy(setup, members, group_of, index_of, margin_limit, screened):
+        get = exact(setup, members, group_of, index_of, margin_limit, screened)
+
+        def checked(pos):
+            config = S._config(members[group_of[pos]][0], index_of[pos])
+            seen.append((float(screened[pos]), busiest_totals(setup, config)[0], config))
+            return get(pos)
+        return checked
+    monkeypatch.setattr(S, "_exact", spy)
+    search(setup, default_space(gpus), top=5, recommend=True)
+    assert len(seen) >= 5
+    for got, want, config in seen:
+        assert abs(got - want) <= 1, (got, want, config)
