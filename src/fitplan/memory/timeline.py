@@ -103,18 +103,21 @@ def peak_bytes(parts: dict, *, phi, ev=RAW):
     Memo as ev they are computed once per recompute mode, not once per ZeRO stage), and the ZeRO
     stage's states and buffers, added last. The allocator's share (runtime/allocator) is each
     moment's; at phi = 0 it is the streams' pages alone, the same at every moment, so it is added
-    once, after the largest moment is taken."""
+    with the always-held terms to each moment's ZeRO-stage terms."""
     stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
     train = total(parts[k] for k in TRAIN)
-    loss = ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]) + total((train, parts[FSDP_LOSS]))
-    layer = ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
-               **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}) + total(
-        (train, parts["runtime/fsdp_buffers"]))
     step = parts["runtime/optimizer_step"]
     streams = parts[STREAMS]
     always = total(parts[k] for k in ALWAYS)
+    # at phi = 0 what every moment holds joins the loss's and the layer's ZeRO terms before they meet the
+    # activations: on the search's box those terms have no micro-batch axis, so one sum spanning the box fewer
+    base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if not is_array(phi) and phi == 0 else 0
+    loss = ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]) + total((train, parts[FSDP_LOSS], base))
+    layer = ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
+               **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}) + total(
+        (train, parts["runtime/fsdp_buffers"], base))
     if not is_array(phi) and phi == 0:
-        return total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) + maximum(maximum(loss, layer), step)
+        return maximum(maximum(loss, layer), step + base)
     worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
                             layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
                     step + RT.allocator_bytes(phi=phi, D=step, streams=streams))
