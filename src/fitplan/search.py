@@ -102,7 +102,8 @@ class _Grid:
     recompute: Recompute = Recompute.NONE
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     offload: Offload = Offload.NONE
-    stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages), row-aligned
+    stages: tuple | None = None   # the candidate ranks' Stage (fitplan.memory.stages.candidate_stages) per (pp, v)
+    pair: np.ndarray | None = None   # each row's (pp, virtual stages) pair: its position in the stages' arrays
     shape: tuple = ()   # (degree triples, micro-batches, virtual stages, ep): the rows' C-order shape
     stacked: Stage | None = None   # a box view's candidate ranks as one Stage, on a leading axis (busiest_totals)
     ends: tuple | None = None      # a box view's first and last ranks' Stage (fitplan.memory.stages.end_stages)
@@ -144,29 +145,29 @@ class _Grid:
         stages = stacked = None
         if self.stages is not None:   # each field per (pp, v): the first micro-batch's and ep's rows
             at = (first[None, :] + np.arange(v)[:, None] * e).ravel()
-            shaped = lambda x: None if x is None else x[at].astype(np.float64).reshape(1, 1, v, 1, -1)
+            shaped = lambda x: None if x is None else x[self.pair[at]].astype(np.float64).reshape(1, 1, v, 1, -1)
             stages = tuple(Stage(*(shaped(getattr(st, name)) for name in Stage.__slots__)) for st in self.stages)
             stacked = Stage(*(None if getattr(stages[0], name) is None else
                               np.stack([getattr(st, name) for st in stages]) for name in Stage.__slots__))
         view = replace(self, tp=col(self.tp), pp=col(self.pp), dp=col(self.dp), cp=col(self.cp),
                        micro_batch=along(self.micro_batch, v * e, m, 1), virtual_stages=along(self.virtual_stages, e, v, 2),
-                       ep=along(self.ep, 1, e, 3), stages=stages, stacked=stacked, shape=(len(degrees), m, v, e))
+                       ep=along(self.ep, 1, e, 3), stages=stages, pair=None, stacked=stacked,
+                       shape=(len(degrees), m, v, e))
         return rows, view
 
 
-def _stage_table(model, space: SearchSpace, pps, vs, rows) -> tuple:
-    """The candidate ranks' Stages for every (pp, virtual stages) pair, computed at once on int64
-    arrays over the pairs (the split's arithmetic is exact on them) and spread over the grid's
-    rows (rows: each row's pair index)."""
+def _stage_table(model, space: SearchSpace, pps, vs) -> tuple:
+    """The candidate ranks' Stages for every (pp, virtual stages) pair, pp-major, computed at once on
+    int64 arrays over the pairs (the split's arithmetic is exact on them); the grid's rows find theirs
+    through _Grid.pair."""
     from types import SimpleNamespace
     settings = {name: getattr(space.settings, name) for name in SETTINGS}
     pp, v = (a.ravel() for a in np.meshgrid(pps, vs, indexing="ij"))
     slots = candidate_stages(model, SimpleNamespace(pp=pp, virtual_stages=v, **settings))
-    as_rows = lambda x: np.broadcast_to(np.asarray(x), pp.shape).astype(np.int64)
-    per_slot = [Stage(*(None if getattr(st, name) is None else as_rows(getattr(st, name)) for name in Stage.__slots__))
+    as_pairs = lambda x: np.broadcast_to(np.asarray(x), pp.shape).astype(np.int64)
+    per_slot = [Stage(*(None if getattr(st, name) is None else as_pairs(getattr(st, name)) for name in Stage.__slots__))
                 for st in slots]
-    return tuple(Stage(*(None if getattr(st, name) is None else getattr(st, name)[rows] for name in Stage.__slots__))
-                 for st in (per_slot[k] for k in _undominated(per_slot)))
+    return tuple(per_slot[k] for k in _undominated(per_slot))
 
 
 def _undominated(slots) -> list:
@@ -197,12 +198,12 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     i, j, k, x = (a.ravel() for a in np.meshgrid(np.arange(len(deg)), np.arange(len(mb)), np.arange(len(vs)),
                                                   np.arange(len(eps)), indexing="ij"))
     tp, pp, cp = deg[i, 0], deg[i, 1], deg[i, 2]
-    stages = None
+    stages = pair = None
     if model is not None:
         pps = np.array(sorted(set(deg[:, 1].tolist())), dtype=np.int64)   # np.unique would import numpy.ma
-        stages = _stage_table(model, space, pps, vs, np.searchsorted(pps, pp) * len(vs) + k)
+        stages, pair = _stage_table(model, space, pps, vs), np.searchsorted(pps, pp) * len(vs) + k
     return _Grid(tp=tp, pp=pp, dp=num_gpus // (tp * pp * cp), cp=cp, micro_batch=mb[j], virtual_stages=vs[k],
-                 ep=eps[x], settings=space.settings, stages=stages, shape=(len(deg), len(mb), len(vs), len(eps)))
+                 ep=eps[x], settings=space.settings, stages=stages, pair=pair, shape=(len(deg), len(mb), len(vs), len(eps)))
 
 
 class Evaluated:
@@ -503,7 +504,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             fits = fits & ~over
         low = int(np.argmin(totals))
         if closest is None or totals[low] < closest[0]:
-            closest = (totals[low], _config(grid, idx[low]))
+            closest = (totals[low], grid, idx[low])   # its ParallelConfig built once, at the end
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
@@ -565,7 +566,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     ranked = picks.pop("ranked", [])
     return SearchResult(num_gpus=num_gpus, space=space, considered=considered,
                         rejected_by_reason=dict(sorted(rejected.items())), fit=fit, suggestions=tuple(ranked),
-                        least=None if closest is None or not explain else Evaluated(setup, closest[1]),
+                        least=None if closest is None or not explain else Evaluated(setup, _config(*closest[1:])),
                         rank_order={"throughput": THROUGHPUT_ORDER, "cost": COST_ORDER}.get(rank, RANK_ORDER), **picks)
 
 
