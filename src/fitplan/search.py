@@ -355,16 +355,25 @@ def _product(values) -> int:
 
 
 def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.ndarray:
-    """Boolean mask of legal candidates; each illegal one is counted under the first rule it breaks."""
-    ok = np.ones(len(grid), dtype=bool)
+    """Boolean mask of legal candidates; each illegal one is counted under the first rule it breaks.
+    The rules run on the grid's axes as broadcast arrays (the degree triples, micro-batches,
+    virtual stages and ep values, each alone on its axis: the grid's C order), so a rule costs
+    what its own axes cost; only the masks span every candidate."""
+    full = grid.shape if len(grid) else (0,)
+    if len(full) == 4:
+        own = lambda a, axis: a.reshape(full)[tuple(slice(None) if i == axis else slice(0, 1) for i in range(4))]
+        grid = replace(grid, tp=own(grid.tp, 0), pp=own(grid.pp, 0), dp=own(grid.dp, 0), cp=own(grid.cp, 0),
+                       micro_batch=own(grid.micro_batch, 1), virtual_stages=own(grid.virtual_stages, 2),
+                       ep=own(grid.ep, 3))
+    ok = np.ones(full, dtype=bool)
     for rule in compat.RULES:
-        passed = np.broadcast_to(rule.ok(setup.model, setup.training, setup.cluster, grid,
-                                         space.allow_cross_node_tp), ok.shape)
+        passed = np.asarray(rule.ok(setup.model, setup.training, setup.cluster, grid, space.allow_cross_node_tp),
+                            dtype=bool)
         newly = ok & ~passed
         if newly.any():
             rejected[rule.id] = rejected.get(rule.id, 0) + int(newly.sum())
         ok &= passed
-    return ok
+    return ok.ravel()
 
 
 def rank_key(*, cp, recompute_level, zero, tp, pp, v, mb, requested_mb, sp, total, ep=1, offload_level=0):
