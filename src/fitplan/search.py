@@ -640,15 +640,14 @@ class _Order:
     def __iter__(self):
         first, n, done = self.keys[0], 64, 0
         while True:
-            if n < len(first) and (cut := np.partition(first, n)[n]) == cut:   # a NaN cut: sort everything
-                head = np.flatnonzero(first <= cut)
-            else:
-                head = np.arange(len(first))
+            cut = np.partition(first, n)[n] if n < len(first) else np.nan
+            whole = cut != cut   # every position: all asked for, or a NaN cut (NaN keys sort last)
+            head = np.arange(len(first)) if whole else np.flatnonzero(first <= cut)
             head = head[np.lexsort([k[head] for k in self.keys[::-1]])]
             if self.where is not None:
                 head = head[self.where[head]]
             yield from head[done:].tolist()
-            if n >= len(first):
+            if whole:
                 return
             done, n = len(head), n * 16
 
