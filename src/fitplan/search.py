@@ -359,8 +359,8 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
     The rules run on the grid's axes as broadcast arrays (the degree triples, micro-batches,
     virtual stages and ep values, each alone on its axis: the grid's C order), so a rule costs
     what its own axes cost; only the masks span every candidate."""
-    full = grid.shape if len(grid) else (0,)
-    if len(full) == 4:
+    full = grid.shape or (len(grid),)   # no shape: the empty grid of a GPU count no degree triple divides
+    if grid.shape:
         own = lambda a, axis: a.reshape(full)[tuple(slice(None) if i == axis else slice(0, 1) for i in range(4))]
         grid = replace(grid, tp=own(grid.tp, 0), pp=own(grid.pp, 0), dp=own(grid.dp, 0), cp=own(grid.cp, 0),
                        micro_batch=own(grid.micro_batch, 1), virtual_stages=own(grid.virtual_stages, 2),

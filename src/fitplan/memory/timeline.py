@@ -111,12 +111,13 @@ def peak_bytes(parts: dict, *, phi, ev=RAW):
     always = total(parts[k] for k in ALWAYS)
     # at phi = 0 what every moment holds joins the loss's and the layer's ZeRO terms before they meet the
     # activations: on the search's box those terms have no micro-batch axis, so one sum spanning the box fewer
-    base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if not is_array(phi) and phi == 0 else 0
+    no_fragmentation = not is_array(phi) and phi == 0
+    base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if no_fragmentation else 0
     loss = ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]) + total((train, parts[FSDP_LOSS], base))
     layer = ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
                **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}) + total(
         (train, parts["runtime/fsdp_buffers"], base))
-    if not is_array(phi) and phi == 0:
+    if no_fragmentation:
         return maximum(maximum(loss, layer), step + base)
     worst = maximum(maximum(loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams),
                             layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams)),
