@@ -134,6 +134,8 @@ class _Grid:
         us in this order). The legality rules separate along these axes (every rule reads degrees,
         or pp with v, or one axis), so the box wastes only its illegal virtual stages, which the
         caller drops."""
+        if not self.shape:   # the empty grid (no degree triple divides the GPU count): nothing to screen
+            return np.zeros(0, dtype=np.int64), self
         d, m, v, e = self.shape
         per = m * v * e
         degrees = np.flatnonzero(legal.reshape(d, per).any(axis=1))
@@ -461,7 +463,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         # (the rows each group keeps are picked after), so the screens share their arrays and the Memo
         # computes the terms no recompute mode changes once
         rows, view = base.box(legal_by_sp[sp][0])
-        if timed:
+        if timed and len(rows):
             view = replace(view, ends=tuple(end_stages(setup.model, view)))
         # per SP setting: the memory and the time models' memos, the communicators' terms, the pacing rank per recompute
         screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})

@@ -91,6 +91,16 @@ def test_fixed_axis_restricts_space():
     assert all(s["pp"] == 1 for s in json.loads(out.getvalue())["suggestions"])
 
 
+def test_a_fixed_degree_that_divides_no_layout_is_an_empty_search():
+    """--tp 3 on 8 GPUs: no degree triple divides the GPU count, so the grid is empty; the search
+    answers (0 candidates, nothing fits, exit 1) instead of failing on the empty box."""
+    out = io.StringIO()
+    assert main(["plan", "--preset", "llama3.1-8b", "--gpus", "8", "--suggest", "--tp", "3", "--json"], out=out) == 1
+    answer = json.loads(out.getvalue())
+    assert answer["candidates"]["considered"] == 0 and answer["candidates"]["fit"] == 0
+    assert answer["feasible"] is False and answer["suggestions"] == []
+
+
 def _legal_configs(setup, step=7):
     """Every step-th legal configuration of a small space: all ZeRO stages, recompute modes, sp, v,
     and each offload where the cluster names host memory."""
