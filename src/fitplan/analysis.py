@@ -4,7 +4,6 @@ answer, the largest buffer its total leaves out.
 
 Pure: returns dataclasses; fitplan.report renders them.
 """
-from dataclasses import dataclass
 
 from fitplan.counts import params as P
 from fitplan.explain import Term, formula
@@ -13,6 +12,7 @@ from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.parts import label
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs.parallel import ParallelConfig, Recompute, ZeroStage
 
@@ -28,7 +28,7 @@ def attention_factor(*, a, s, h, e, D, M):
     return A.attention_core_bytes(s=s, b=1, a=a, e=e, M=M, D=D, kernel="eager") / (s * h)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class BlockingTerm:
     name: str          # "replicated bf16 weights + grads"
     bytes: int
@@ -36,14 +36,14 @@ class BlockingTerm:
     alone_exceeds: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Strategy:
     name: str
     breakdown: Breakdown
     blocking: BlockingTerm | None   # None when it fits
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SeedAnswer:
     setup: Setup
     num_params: int
@@ -160,7 +160,7 @@ BAND_RULE = ("band: the peak without the allocator's fragmentation and with half
              "(GMLake's average); likely_oom only when even its low end is over usable memory")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Risk:
     level: str           # FITS_WITH_MARGIN, TIGHT or LIKELY_OOM
     rule: str            # RISK_RULE

@@ -13,7 +13,7 @@ parses, prints or opens a file.
   chosen    the configuration to export: the one given, or the search's recommended (or
             minimum viable) layout
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fitplan.analysis import SeedAnswer, seed_answer
 from fitplan.counts.params import num_params
@@ -21,6 +21,7 @@ from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, gpu_state_floor, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.memory.breakdown import fits as config_fits
+from fitplan.record import record
 from fitplan.request import SearchOptions
 from fitplan.specs import ClusterSpec, TrainingSpec, compat
 from fitplan.specs.declare import field_bounds
@@ -32,14 +33,14 @@ MAX_GPUS = int(field_bounds(ClusterSpec, "num_gpus")[1])   # the declared range 
 MAX_SWEEP_POINTS = 64
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SearchAnswer:
     result: object            # fitplan.search.SearchResult
     bound: LowerBound
     smallest: dict | None     # when nothing fits: {"general", "power_of_two", "searched_up_to"}
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PlanAnswer:
     """One of: the seed report, one configuration's breakdown, or a search."""
     setup: Setup
@@ -135,7 +136,7 @@ def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed:
     return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SweepPoint:
     x: int
     per_gpu_bytes: int | None     # the least any legal configuration needs; None: nothing is legal
@@ -145,7 +146,7 @@ class SweepPoint:
         return self.per_gpu_bytes is not None and self.per_gpu_bytes <= usable_bytes
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SweepAnswer:
     setup: Setup
     over: str                     # "gpus", "seq-len" or "micro-batch"

@@ -13,12 +13,13 @@ one to use and why; and what to watch on the real run. Pure: returns dataclasses
 fitplan.memory.breakdown.evaluate and fitplan.timing.breakdown.evaluate_step; fitplan.report
 words them.
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fitplan import presets
 from fitplan.counts import flops as F
 from fitplan.memory.breakdown import STATE_PARTS, Breakdown, Setup, Shapes, evaluate
 from fitplan.parts import ACTIVATIONS, part_keys
+from fitplan.record import record
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, ParallelConfig
 from fitplan.timing import compute as C
@@ -27,7 +28,7 @@ from fitplan.timing.breakdown import StepBreakdown, evaluate_step
 STORED = [k for k in part_keys(ACTIVATIONS) if k != "activations/recompute_workspace"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Layout:
     name: str
     config: ParallelConfig | None
@@ -43,14 +44,14 @@ class Layout:
         return self.memory is not None and self.memory.fits
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Cost:
     """A layout's largest cost besides compute."""
     kind: str          # an axis ("tp", "cp", "pp", "dp": its exposed traffic), "bubble" or "recompute"
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Reason:
     """Why a layout is or is not the one to use. verdict: "preferred", "cannot_build" (its
     Layout.problem says why), "does_not_fit" (even with full recompute) or "slower" (it fits;
@@ -65,7 +66,7 @@ class Reason:
     mostly_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Metric:
     """A quantity to watch on the real run, with its expected value."""
     key: str       # "forward", "backward", "receive_wait", "bubble" or "stage_gap"
@@ -73,7 +74,7 @@ class Metric:
     unit: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Comparison:
     layouts: tuple[Layout, ...]
     preferred: Layout | None

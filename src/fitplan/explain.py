@@ -9,12 +9,13 @@ assembly serves both.
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fitplan.record import record
 from fitplan.sources import Cite
 
 BYTES, COUNT, FLOPS, SECONDS, RATIO = "bytes", "count", "flops", "s", "ratio"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Term:
     key: str                     # slash path, e.g. "states/weights"
     value: int | float
@@ -25,7 +26,7 @@ class Term:
     assumes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Formula:
     fn: Callable
     key: str

@@ -5,13 +5,13 @@ fitplan.memory.breakdown.PARTS and fitplan.timing.step.PARTS are this table's ke
 its order: the order rows appear in tables and segments stack in charts. States are blues
 and activations warm colours, so the two groups read as blocks in a stacked bar. Pure data.
 """
-from dataclasses import dataclass
+from fitplan.record import record
 
 STATES, ACTIVATIONS, RUNTIME, RESERVE, TIME = "states", "activations", "runtime", "reserve", "time"
 HOST, NVME = "host", "nvme"   # per GPU, held off the GPU under offload (fitplan.memory.offload)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Part:
     key: str        # slash path, as in a Term: "states/weights", "time/bubble"
     label: str

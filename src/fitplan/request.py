@@ -8,9 +8,10 @@ classes below, declared the same way. fitplan.resolve turns a Request into specs
 fitplan.service answers it; the front ends only parse and print.
 """
 import functools
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, field, fields, replace
 
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs.serving import KV_PRECISIONS, SERVERS, WEIGHT_PRECISIONS
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from fitplan.specs.declare import Flagged, declared, flagged, num_text, out_of_range
@@ -22,7 +23,7 @@ RANKS = ("disturbance", "throughput", "cost")
 TORCHTITAN_VERSIONS = ("0.2", "0.3", "main")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class ModelSource:
     """Where the model comes from: at most one of these (flags and spec-file tables add to it);
     and a GPU spec file, the GPU's source beside the model's."""
@@ -37,7 +38,7 @@ class ModelSource:
                                          "calibrate' writes); GPU flags still override its fields")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class SearchOptions:
     """How the search runs (plan --suggest, export and sweep without a configuration)."""
     rank: str = declared("choice", default="disturbance", choices=RANKS, flag="--rank", group="search",
@@ -52,7 +53,7 @@ class SearchOptions:
                         help="how many configurations to show")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class PlanOptions:
     suggest: bool = declared("bool", default=False, flag="--suggest", group="search", example=True,
                              help="search every legal configuration and rank those that fit")
@@ -65,7 +66,7 @@ class PlanOptions:
                                               "(the recommended layout with --suggest)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class SweepOptions:
     over: str = declared("choice", default="gpus", choices=("gpus", "seq-len", "micro-batch"), flag="--over",
                          group="sweep", example="seq-len",
@@ -77,7 +78,7 @@ class SweepOptions:
     plot: str | None = declared("str", default=None, flag="--plot", group="output", api=False, help="write a PNG here")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class ExportOptions:
     format: str = declared("choice", choices=EXPORT_FORMATS, flag="--format", group="export",
                            example="deepspeed", help="the framework whose configuration is written")
@@ -93,13 +94,13 @@ class ExportOptions:
                                             "(0.3.x, the current release: a Python config) or main")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class CompareOptions:
     format: str = declared("choice", default="text", choices=FORMATS, flag="--format", group="output", api=False,
                            help="text, markdown or json")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class InferOptions:
     """What is served (fitplan infer): the batch, the context, and the precisions."""
     batch: int = declared("int", default=1, flag="--batch", group="serving", lo=1, hi=2**20, example=8,
@@ -137,7 +138,7 @@ class InferOptions:
                            help="text, markdown or json")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class CalibrateOptions:
     """What `fitplan calibrate` measures, and the GPU spec file it writes (fitplan.calibrate)."""
     output: str = declared("str", flag="--output", group="calibrate", api=False,
@@ -199,7 +200,7 @@ def api_flags(command: str) -> dict[str, Flagged]:
     return {f.key: f for f in command_flags(command) if f.decl.api}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Request:
     """One question: the command, the values given (request key -> plain value), and a
     pasted Hugging Face config.json (the web page's; the CLI names a file instead)."""

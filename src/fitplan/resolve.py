@@ -9,13 +9,14 @@ shape dropping the published count).
 
 This module reads the files a request names, so it sits outside the pure core.
 """
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 from fitplan import presets
 from fitplan.errors import SpecError
 from fitplan.memory.breakdown import Setup
 from fitplan.presets.frameworks import FRAMEWORKS
 from fitplan.presets.recipes import DEFAULT_RECIPE
+from fitplan.record import record
 from fitplan.request import InferOptions, ModelSource, Request, SearchOptions, checked, command_flags, options
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.model import MambaSpec, MlaSpec, Mlp, MoeSpec, Norm, Position, QkNorm
@@ -27,7 +28,7 @@ DEFAULT_GPU = "h100-80gb"
 AXES = ("tp", "pp", "cp", "ep", "virtual_stages", "zero", "recompute", "sequence_parallel", "offload")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Resolved:
     """The specs a request names: the setup, the requested micro-batch, the configuration
     fields given (field -> typed value), and the search's options."""
@@ -467,7 +468,7 @@ def fixed_axes(resolved: Resolved) -> dict:
     return {axis: c[axis] for axis in AXES + SETTINGS if axis in c}
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ServingRequest:
     """What `fitplan infer` asks: the model, the GPUs, the instance's degrees and what is
     served; `assumed` names each default taken instead of a given value."""

@@ -11,7 +11,7 @@ group then reads its slice of the screen, in the order the rank and the reject c
 expect. What the search returns is re-evaluated exactly, one configuration at a time,
 before it is shown.
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import islice, product
 
 import numpy as np
@@ -21,6 +21,7 @@ from fitplan.analysis import margin_limit_bytes
 from fitplan.explain import RAW, Memo
 from fitplan.memory.breakdown import Breakdown, Setup, busiest_totals, evaluate
 from fitplan.memory.stages import Stage, candidate_stages, end_stages
+from fitplan.record import record
 from fitplan.specs import compat
 from fitplan.specs.parallel import SEARCHED_RECOMPUTE, SETTINGS, Offload, ParallelConfig, Recompute, ZeroStage
 from fitplan.units import fmt_count
@@ -41,7 +42,7 @@ RANK_ORDER = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class SearchSpace:
     tp: tuple[int, ...]
     pp: tuple[int, ...]
@@ -84,7 +85,7 @@ def default_space(num_gpus: int, *, micro_batch: int = 1, max_cp: int = 8, max_v
                        requested_micro_batch=micro_batch, allow_cross_node_tp=allow_cross_node_tp, ep=eps)
 
 
-@dataclass(frozen=True)
+@record
 class _Grid:
     """Candidates with ParallelConfig's attribute names: the numeric axes as arrays (int64
     when enumerated, float64 views of a group's legal ones for evaluation, see `take`), the
@@ -242,7 +243,7 @@ class Evaluated:
         return self._largest[0]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Suggestion:
     config: ParallelConfig
     exact: Evaluated
@@ -257,7 +258,7 @@ class Suggestion:
         return self.exact.step
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SearchResult:
     num_gpus: int
     space: SearchSpace

@@ -30,11 +30,11 @@ state slots (r = mamba_full_memory_ratio), the rest to the KV cache of the atten
 admits at most a third of the slots as running requests.
 Pure: no printing, files or torch.
 """
-from dataclasses import dataclass
 
 from fitplan.arith import ceil_div
 from fitplan.errors import SpecError
 from fitplan.explain import COUNT, RATIO, RAW, Term, Trace, formula
+from fitplan.record import record
 from fitplan.serving import CONV_STATE_BYTES, SSM_STATE_BYTES, mamba_state_kw, mamba_state_layer_bytes
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
@@ -278,7 +278,7 @@ def sglang_hybrid_max_batch(*, tokens, s, running):
     return min(tokens // s, running)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class HybridLayout:
     """A hybrid model as the servers cache it on each pipeline stage's GPUs."""
     attention_layers: int              # L_a, the whole model
@@ -331,7 +331,7 @@ def hybrid_layout(model: ModelSpec, tp: int, pp: int, kv_bytes: int) -> HybridLa
 
 # ---------------------------------------------------------------- the answer
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ServerSettings:
     """What the user set; None: the server's default."""
     name: str
@@ -341,7 +341,7 @@ class ServerSettings:
     max_num_seqs: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ServerAnswer:
     name: str
     stage: str                      # the pipeline stage with the fewest blocks: it sets the pool for all

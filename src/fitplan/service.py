@@ -6,16 +6,16 @@ as its body), its exit code the CLI's: 0 fits (or the export was written), 1 the
 ran and nothing asked about fits (or the framework cannot express the plan). Bad input
 raises SpecError (the CLI's exit 2, the API's 400).
 """
-from dataclasses import dataclass
 
 from fitplan import answers
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.report.render import render_markdown, render_text
 from fitplan.request import ExportOptions, PlanOptions, Request, SweepOptions, options
 from fitplan.resolve import Resolved, config_of, explicit_config, fixed_axes, resolve
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Reply:
     exit_code: int
     text: str                        # stdout of the CLI, the body of the API

@@ -12,12 +12,13 @@ fitplan.memory.stages.stage_psi): vocabulary-parallel embedding and head, replic
 norms, L/p layers per stage; routed experts are spread over the stage's t GPUs (expert
 parallel over the tensor-parallel group; slicing each expert by t holds the same bytes).
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fitplan.arith import ceil_div, minimum
 from fitplan.errors import SpecError
 from fitplan.explain import BYTES, COUNT, RAW, SECONDS, Term, Trace, formula
 from fitplan.memory.breakdown import stage_at, stage_expert_psi, stage_psi
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig
 from fitplan.specs.model import Position
@@ -189,7 +190,7 @@ def decode_step_s(*, W_read, KV_gpu, B):
 
 # ---------------------------------------------------------------- the answer
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ServingAnswer:
     model: ModelSpec
     cluster: ClusterSpec

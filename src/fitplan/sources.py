@@ -1,8 +1,8 @@
 """Where every formula and figure comes from. Code cites a short key; reports print the rest."""
-from dataclasses import dataclass
+from fitplan.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Source:
     title: str
     authors: str
@@ -141,7 +141,7 @@ SOURCES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Cite:
     key: str
     where: str  # "Table 2", "Sec. 5", "Eq. 2"

@@ -7,12 +7,13 @@ so large GEMMs count most); eff_max per dtype (bf16, fp8), t0 and W are shared. 
 (t0 set by weighted least squares at each point) picks the start of a Nelder-Mead simplex.
 """
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from fitplan.record import record
 
-@dataclass(frozen=True)
+
+@record
 class Points:
     """Measured GEMMs as arrays: FLOPs, seconds, bytes moved, whether fp8, the dense peak of
     their dtype, and a source label per row."""
@@ -36,7 +37,7 @@ class Points:
                       tuple(s for s, keep in zip(self.src, mask) if keep))
 
 
-@dataclass(frozen=True)
+@record
 class Curve:
     eff_bf16: float | None
     eff_fp8: float | None

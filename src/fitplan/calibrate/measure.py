@@ -14,13 +14,14 @@ all-gather).
 """
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from fitplan.record import record
 
-@dataclass(frozen=True)
+
+@record
 class GemmTime:
     name: str
     g: int
@@ -35,7 +36,7 @@ class GemmTime:
         return 2.0 * self.g * self.m * self.n * self.k
 
 
-@dataclass(frozen=True)
+@record
 class CollectiveTime:
     op: str
     group: str          # "node" (the ranks of one node) or "world"

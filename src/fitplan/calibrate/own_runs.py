@@ -14,13 +14,14 @@ output is the GPU's [gpu] table with an [gpu.end_to_end] table of the fitted val
 residuals' 10th and 90th percentiles, which `--gpu-spec` applies (and the error band reads). No GPU is needed.
 """
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from fitplan.calibrate import runs as R
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs.cluster import EndToEndSpec
 from fitplan.timing import calibration as CAL
 
@@ -34,7 +35,7 @@ SPEC_FIELD = {"attention_scale": "attention_scale", "elementwise_scale": "elemen
 PRIOR_SCALE = 30.0   # one's own runs decide: the shipped fit's prior sd x 30 holds only what they leave open
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     runs: tuple
     free: tuple

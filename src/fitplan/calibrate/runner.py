@@ -13,7 +13,7 @@ import datetime
 import json
 import os
 import platform
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,7 @@ import torch.distributed as dist
 from fitplan.calibrate import fit
 from fitplan.calibrate import measure as M
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.request import CalibrateOptions, Request, options
 from fitplan.timing import gemm as G
 
@@ -28,7 +29,7 @@ WARMUP = 2
 LATENCY_BYTES = 8
 
 
-@dataclass(frozen=True)
+@record
 class Calibration:
     gpu: object                 # the GpuSpec written
     base: str                   # the base GPU's name

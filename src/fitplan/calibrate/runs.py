@@ -13,18 +13,19 @@ error to quote, and what the band (fitplan.timing.uncertainty) is built from.
 NumPy only; used by bench/fidelity.py (the published set) and `fitplan calibrate --runs` (one's own runs).
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from fitplan.explain import RAW
+from fitplan.record import record
 from fitplan.timing import calibration as CAL
 from fitplan.timing.step import step_time
 
 DELTA = 1e-4           # ln-space step of the finite differences
 
 
-@dataclass(frozen=True)
+@record
 class Run:
     """One measured run, resolved: its name, the flags that state it, the setup and configuration they give,
     the measured step time, the group it is left out with, and its support tags (GPU architecture,
@@ -53,7 +54,7 @@ def predict(runs, values: dict) -> np.ndarray:
     return np.array([np.broadcast_to(o, (width,)) for o in out])
 
 
-@dataclass(frozen=True)
+@record
 class Fit:
     values: dict              # every constant: fitted, or the prior/start where not free
     free: tuple               # the names fitted
@@ -136,7 +137,7 @@ def gradient(runs, values: dict, *, free=None, prior_values=None, prior_scale=1.
     return dict(zip(free, g))
 
 
-@dataclass(frozen=True)
+@record
 class CrossValidation:
     residuals: np.ndarray     # ln(predicted/measured) per run, from the fit without its group
     fits: dict                # group -> Fit on the other groups

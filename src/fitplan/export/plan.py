@@ -6,17 +6,18 @@ the framework, the same content parsed, and notes on what the plan assumes that 
 framework does differently) or Unsupported (every reason the framework cannot express
 the plan). It never returns a config that means something other than the plan.
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 from fitplan.counts import stages as ST
 from fitplan.errors import SpecError, one_line
+from fitplan.record import record
 from fitplan.specs import ModelSpec, ParallelConfig, TrainingSpec, compat
 from fitplan.specs.parallel import Schedule
 from fitplan.specs._check import positive_int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Plan:
     model: ModelSpec
     training: TrainingSpec
@@ -87,7 +88,7 @@ def make_plan(*, model: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                 picked=picked)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Exported:
     format: str
     filename: str        # a conventional name for the file
@@ -100,7 +101,7 @@ class Exported:
         return True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Unsupported:
     format: str
     reasons: tuple[str, ...]

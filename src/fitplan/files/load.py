@@ -20,7 +20,7 @@ This module and files/hf.py are the only places that read spec files; they sit o
 """
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass
+from dataclasses import MISSING
 import difflib
 from enum import Enum
 from pathlib import Path
@@ -28,6 +28,7 @@ from pathlib import Path
 from fitplan import toml_text
 from fitplan.errors import SpecError
 from fitplan.files import parse_json, parse_toml, read_small_text
+from fitplan.record import record
 from fitplan.specs.cluster import ClusterSpec, GpuSpec
 from fitplan.specs.declare import default_of, enum_value, file_key, spec_fields
 from fitplan.specs.model import ModelSpec
@@ -38,7 +39,7 @@ from fitplan.units import (GB, GiB, KB, KiB, MB, MiB, TB, TiB, count_text, parse
 TABLES = ("model", "training", "recipe", "gpu", "cluster")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class SpecFile:
     """Whatever tables one file holds; absent ones are None."""
     model: ModelSpec | None = None

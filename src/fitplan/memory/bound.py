@@ -11,11 +11,11 @@ The busiest GPU holds at least the average, so it needs
   (B*psi + e*s*b_min*h*L) / N  <=  usable bytes per GPU,
 which no ZeRO stage, tp, pp, cp, sequence parallel or recompute mode can beat.
 """
-from dataclasses import dataclass
 
 from fitplan.arith import ceil_div
 from fitplan.explain import COUNT, formula
 from fitplan.memory.states import unsharded_state_bytes
+from fitplan.record import record
 from fitplan.sources import Cite
 
 BOUND = Cite("fitplan", "formulas.md#lower-bound (ZeRO Sec. 5 + Korthikanti Table 2)")
@@ -40,7 +40,7 @@ def min_gpus(*, total, U):
     return max(ceil_div(total, U), 1)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class LowerBound:
     total_bytes: int
     per_gpu_bytes: int

@@ -10,7 +10,7 @@ the pipeline ranks (stages), the weight and gradient copies beyond the sharded s
 stage's stored activations and partial recompute (stage_activations), hybrid models' layers by kind
 (hybrid_memory). Setup, Shapes and the stage functions are still importable from here.
 """
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
@@ -31,6 +31,7 @@ from fitplan.memory.stage_activations import in_flight_bytes, partial_full, stag
 from fitplan.memory.stages import (Stage, candidate_ranks, candidate_stages, hybrid_layer_kw, shard_group, stage_at,
                                    stage_expert_psi, stage_psi)
 from fitplan.parts import ACTIVATIONS, RUNTIME, STATES, part_keys
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Offload, Recompute
@@ -355,7 +356,7 @@ def held_bytes(*, x, holds):
 HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Breakdown:
     """The busiest GPU of one configuration, term by term, with the Terms that explain it.
     parts: each term's bytes (the allocator's at the peak); peak: the step's largest moment and

@@ -1,15 +1,16 @@
 """What the memory model reads of a setup: the model, the cluster and the training spec together
 (Setup), and the shapes every per-layer formula takes from them (Shapes, MoeShapes: hidden size,
 heads, sequence, bytes per element, the experts' routing). Pure: no printing, files or torch."""
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from fitplan.counts import params as P
 from fitplan.errors import SpecError
 from fitplan.memory import finetune as FT
+from fitplan.record import record
 from fitplan.specs import ClusterSpec, ModelSpec, TrainingSpec
 from fitplan.specs.model import Position
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Setup:
     """The scalar half of a question: what is trained, how, and on which GPUs. `assumed` names
     each default the request took instead of a value the user gave (the reports print them);
@@ -29,7 +30,7 @@ class Setup:
             raise SpecError(problem)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class MoeShapes:
     """The MoE-layer symbols of fitplan.memory.activations: top-k, rho (capacity factor, or
     the dropless load imbalance), expert and shared-expert widths, experts."""
@@ -46,7 +47,7 @@ class MoeShapes:
                     **({} if self.w is None else {"w": self.w}))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Shapes:
     """The per-layer activation symbols of fitplan.memory.activations, from the specs; moe
     is None for a dense model."""

@@ -2,17 +2,17 @@
 under DualPipe), its dense and hybrid layer kinds, whether it holds the embedding and the head, its
 parameters and experts (scaled to the published count), the ZeRO shard group, and which ranks can be
 the busiest. Ints for one configuration, arrays over the search's candidates."""
-from dataclasses import dataclass
 
 from fitplan.arith import is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, formula
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
 from fitplan.specs.model import LAYER_KINDS
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Stage:
     """One pipeline rank as the memory and time models see it: its index, its layers (both
     stages' under DualPipe), how many of them are dense (MoE models; None for dense models),

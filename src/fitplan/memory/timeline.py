@@ -23,11 +23,11 @@ bytes add the caching allocator's share (runtime/allocator). `moments` is that c
 (ints or the search's arrays); `timeline` lays out every forward and backward of the schedule
 for the one configuration a report explains.
 """
-from dataclasses import dataclass
 
 from fitplan.arith import is_array, maximum, total
 from fitplan.explain import RAW, formula
 from fitplan.memory import runtime as RT
+from fitplan.record import record
 from fitplan.sources import Cite
 
 STATE_KEYS = ("states/weights", "states/grads", "states/master", "states/optimizer")
@@ -146,7 +146,7 @@ def plus_bytes(*, a, b):
     return a + b
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Peak:
     bytes: int
     moment: str          # LOSS_MOMENT, LAYER_MOMENT or STEP_MOMENT
@@ -179,7 +179,7 @@ def group_of(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Event:
     phase: str           # "forward of micro-batch 3", "backward of micro-batch 1 (loss)", "optimizer step"
     bytes: int

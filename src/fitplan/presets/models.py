@@ -1,10 +1,10 @@
 """Model presets with the training setup their source states. Shapes are cited."""
-from dataclasses import dataclass
 
+from fitplan.record import record
 from fitplan.specs.model import MambaSpec, MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position, QkNorm
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class ModelPreset:
     """A model with the training setup its source states. global_batch None: not published
     (fitplan.resolve then takes its stated default). attention_kernel and dropout are how

@@ -3,20 +3,22 @@
 Text tables size their columns from their content (deterministic: no terminal sniffing),
 so golden files are stable.
 """
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from fitplan.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Heading:
     text: str
 
 
-@dataclass(frozen=True)
+@record
 class Lines:
     lines: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Table:
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -24,7 +26,7 @@ class Table:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Bullets:
     title: str
     items: tuple[str, ...] = field(default_factory=tuple)

@@ -1,7 +1,7 @@
 """The hardware: one GPU type, how many, how they are grouped into nodes and linked."""
-from dataclasses import dataclass
 
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs._check import positive_int, positive_number
 from fitplan.specs.declare import check_ranges, declared
 
@@ -10,7 +10,7 @@ from fitplan.specs.declare import check_ranges, declared
 CPU_ADAM_PARAMS_PER_S = 1e9 / 0.22
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class LinkSpec:
     """One link tier: per-GPU bandwidth (bytes/s, one direction), the per-hop latency (s) of
     NCCL's ring/Simple protocol over it, and the fraction of the bandwidth a large collective's
@@ -43,7 +43,7 @@ class LinkSpec:
         check_ranges(self, "link")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class EndToEndSpec:
     """End-to-end constants fitted on one's own measured runs (`fitplan calibrate --runs`): each set one
     replaces the shipped fit's (fitplan.timing.calibration) for this GPU; `runs` and the residual spread
@@ -92,7 +92,7 @@ class EndToEndSpec:
         return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class GpuSpec:
     """One accelerator. Peak rates are dense (no sparsity). A GEMM of FLOPs F and operand bytes
     B takes F/(efficiency*peak) + gemm_overhead + B/gemm_bandwidth (fitplan.timing.gemm; fp8
@@ -207,7 +207,7 @@ class GpuSpec:
         check_ranges(self, "gpu")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class ClusterSpec:
     gpu: GpuSpec = declared("gpu", table=GpuSpec, flag="--gpu", group="cluster", example="a100-80gb",
                             help="GPU preset (default: the model preset's, else h100-80gb)")

@@ -5,22 +5,22 @@ same attribute names) with the same code.
 A broken rule is a Violation, a value: the search counts them by rule, the CLI turns one
 for a configuration the user typed into a SpecError.
 """
-from dataclasses import dataclass
 from typing import Callable
 
 from fitplan.arith import logical_not, select
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs.parallel import Recompute, Schedule
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Rule:
     id: str
     ok: Callable         # (model, training, cluster, c, allow_cross_node_tp) -> bool or bool array
     message: Callable    # (model, training, cluster, c) -> str, for one scalar config
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Violation:
     rule: str
     message: str

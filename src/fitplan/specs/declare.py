@@ -16,8 +16,10 @@ A flag's request key, the name the JSON API uses, is the flag without its dashes
 '-' turned into '_' (--kv-heads -> kv_heads). A field without a flag says why (`file_only`).
 """
 import functools
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, field, fields
 from enum import Enum
+
+from fitplan.record import record
 
 # How a value is read (from a spec file, a flag or a JSON request) and written back.
 KINDS = ("int", "number", "str", "bool", "enum", "choice", "size", "rate", "seconds", "power", "count", "table",
@@ -27,7 +29,7 @@ UNIT_KINDS = {"size": "B", "rate": "B/s", "seconds": "s", "power": "W"}
 # kind count: a whole number, or one with a decimal suffix ("15T" tokens; fitplan.units.parse_count)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Decl:
     kind: str
     help: str = ""
@@ -161,7 +163,7 @@ def request_key(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Flagged:
     """One flag: where its value lands (a path of field names from a root spec), its
     declaration and the flag as the CLI spells it (a nested table's prefix applied)."""

@@ -6,20 +6,20 @@ and for the configuration's settings (which communication overlaps). `--framewor
 them wherever no flag or spec-file key sets the field (fitplan.resolve), and each one applied is
 printed under `assumed` with the framework file it comes from.
 """
-from dataclasses import dataclass
 
+from fitplan.record import record
 from fitplan.specs.parallel import SETTINGS
 from fitplan.specs.training import TrainingSpec
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Default:
     """One default: the field's value, and where the framework sets it (repository path@commit, symbol)."""
     value: object
     source: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Framework:
     name: str
     description: str           # what it is, in a line

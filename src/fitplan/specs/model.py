@@ -1,8 +1,8 @@
 """The model: a decoder-only transformer described by its shapes."""
-from dataclasses import dataclass
 from enum import StrEnum
 
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs._check import positive_int
 from fitplan.specs.declare import check_ranges, declared
 
@@ -53,7 +53,7 @@ class SsmVersion(StrEnum):
     MAMBA1 = "mamba1"    # Mamba, the selective scan (Gu & Dao 2023): A per channel and state, x_proj and dt_proj (Jamba)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class MoeSpec:
     """Mixture-of-experts MLPs. The first `first_dense_layers` layers keep a dense MLP of
     ModelSpec.ffn_hidden_size (DeepSeek-V3: 3); every other layer routes each token to
@@ -114,7 +114,7 @@ class MoeSpec:
         check_ranges(self, "model.moe")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class MlaSpec:
     """Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through
     low-rank latents. In training (no weight absorption) the per-head Q, K, V are
@@ -139,7 +139,7 @@ class MlaSpec:
         check_ranges(self, "model.mla")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class MambaSpec:
     """The Mamba layers (M) of a hybrid model. Mamba-2 (state-spaces/mamba mamba_ssm/modules/
     mamba2.py, Megatron-LM megatron/core/ssm/mamba_mixer.py): num_heads heads of head_dim
@@ -202,7 +202,7 @@ class MambaSpec:
         return self.num_heads * self.head_dim
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class ModelSpec:
     """Shapes of a decoder-only transformer. Counts are derived in fitplan.counts.params."""
 

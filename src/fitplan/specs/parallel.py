@@ -1,8 +1,8 @@
 """How one training step is spread over ranks: degrees, ZeRO stage, recompute mode."""
-from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs._check import positive_int
 from fitplan.specs.declare import check_ranges, declared
 
@@ -92,7 +92,7 @@ class RecomputeMethod(StrEnum):
     BLOCK = "block"       # the first N layers of each stage recomputed, the rest stored whole
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class ParallelConfig:
     """Degrees, not rank lists. World size = tp * pp * dp * cp.
 

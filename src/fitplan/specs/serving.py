@@ -1,10 +1,10 @@
 """Serving's storage formats: the weight and KV-cache precisions `fitplan infer` takes, and the
 servers --server names (data only, so that the command line's choices are known without loading
 the serving model, fitplan.serving, or the servers' rules, fitplan.servers)."""
-from dataclasses import dataclass
+from fitplan.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class WeightFormat:
     """How a weight precision stores parameters: bits per weight, and per group of `group`
     weights `group_bits` of scale and zero point (group 1, 0 bits: no per-group data)."""

@@ -1,7 +1,7 @@
 """The training setup: sequence length, global batch, precision recipe."""
-from dataclasses import dataclass
 
 from fitplan.errors import SpecError
+from fitplan.record import record
 from fitplan.specs._check import positive_int
 from fitplan.specs.declare import check_ranges, declared
 
@@ -27,7 +27,7 @@ KERNEL_FAMILIES = ("fused", "compiled", "eager")
 BASE_PRECISIONS = ("bf16", "int8", "nf4")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Recipe:
     """Bytes per parameter of each model-state component.
 
@@ -74,7 +74,7 @@ def _non_negative(field: str, value) -> None:
         raise SpecError(f"{field} must be a number of bytes per parameter in 0..64, got {value!r}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class TrainingSpec:
     """What one training step processes and in which precision.
 

@@ -4,17 +4,17 @@ Each axis's traffic per step on the busiest GPU: the wire bytes, the seconds it 
 busy, and the part left on the critical path after what overlaps (fitplan.timing.traffic). Groups
 are placed on the rank grid (tp innermost, then cp, dp, pp; fitplan.timing.comm.rank_strides).
 """
-from dataclasses import dataclass
 
 from fitplan.arith import maximum, select
 from fitplan.memory.breakdown import Setup, Shapes
+from fitplan.record import record
 from fitplan.specs.parallel import Recompute
 from fitplan.timing import comm as CM
 from fitplan.timing import compute as C
 from fitplan.timing import traffic as T
 from fitplan.timing.passes import LayerTimes
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class AxisTime:
     """One parallel axis's traffic on the busiest GPU per step: the wire bytes it sends, the
     seconds of it left on the critical path, whether its group stays inside a node, and the

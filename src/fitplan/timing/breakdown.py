@@ -2,10 +2,10 @@
 
 Both run fitplan.timing.step.step_time, with a Trace for the explanation or RAW on each pipeline rank.
 """
-from dataclasses import dataclass
 
 from fitplan.explain import RAW, Term, Trace
 from fitplan.memory.breakdown import Setup, stage_at
+from fitplan.record import record
 from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Schedule
 from fitplan.timing import comm as CM
@@ -14,7 +14,7 @@ from fitplan.timing.step import AXES, PARTS, step_time
 from fitplan.timing.traffic import DDP_BUCKET_BYTES
 from fitplan.timing.work import pacing_rank
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class AxisComm:
     """One parallel axis's traffic on one GPU per step."""
     axis: str
@@ -32,7 +32,7 @@ class AxisComm:
             object.__setattr__(self, "name", self.axis)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class StepBreakdown:
     """The step time of one configuration, term by term, with the Terms that explain it."""
     config: ParallelConfig
@@ -83,7 +83,7 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, bucket_bytes: int = D
                          uncertainty=U.band(setup, float(out["time/step"])))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class StageLayers:
     """One pipeline rank's layer, one micro-batch (the stage's average layer): compute and each
     axis's traffic, busy on its link and exposed; and the stage's micro-batch and step totals."""

@@ -17,13 +17,14 @@ corrects them end to end.
 
 Pure: numbers and arithmetic; a field may be a NumPy array (the fit evaluates many values at once).
 """
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from fitplan.arith import maximum, minimum
+from fitplan.record import record
 from fitplan.timing import fitted
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Constant:
     """One fitted constant: its name, unit, what it is physically, where it acts, and its prior."""
     name: str
@@ -119,7 +120,7 @@ ELEMENTWISE_TRAFFIC = {"fused": 1.35, "compiled": 1.5, "eager": 4.0}
 POWER_EXPONENT = 1 / 3
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class EndToEnd:
     """The constants that apply to one setup, resolved: floats for a plan, NumPy arrays in the fit."""
     clock: object              # fraction of the boost clock compute-bound kernels sustain (power cap included)

@@ -24,10 +24,10 @@ Symbols: T tokens per GPU per micro-batch (b*s/c), h hidden size, q = a*d query 
 key/value width, f ffn size, E experts, k_r experts per token, rho the busiest rank's load,
 V vocabulary.
 """
-from dataclasses import dataclass
 
 from fitplan.arith import maximum
 from fitplan.explain import RATIO, SECONDS, formula
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs.training import LOW_PRECISION_BYTES
 from fitplan.timing import elementwise as E
@@ -59,7 +59,7 @@ def sustained_efficiency(*, F, T, peak):
     return F / (peak * T)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Gemm:
     """One GEMM of a layer on one GPU: g groups (heads, local experts) of (m x k)(k x n).
     Dimensions are ints for one configuration, arrays over the search's candidates."""
@@ -178,7 +178,7 @@ def head_gemms(model, *, T, t) -> tuple[Gemm, ...]:
 
 # ---------------------------------------------------------------- a stage's rates, for fitplan.timing.step
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Rate:
     """How one class of GEMMs runs: its ceiling (after the legacy h0 factor), its dense peak
     and its input element's bytes."""
@@ -187,7 +187,7 @@ class Rate:
     e_in: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class LayerRates:
     """What the step needs per micro-batch: the sustained efficiency (and peak) of the stage's
     linear GEMMs, attention core and output layer, and the memory-bound seconds per layer:

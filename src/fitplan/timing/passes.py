@@ -4,7 +4,6 @@ Each class of GEMM runs at its sustained efficiency (fitplan.timing.gemm.layer_r
 layer adds its memory-bound kernels; the backward moves BACKWARD_TRAFFIC times the forward's
 bytes, and a recompute reruns the forward's for what it did not store.
 """
-from dataclasses import dataclass
 
 from fitplan.arith import maximum, select
 from fitplan.counts import flops as F
@@ -12,6 +11,7 @@ from fitplan.counts import params as P
 from fitplan.explain import RAW, SECONDS, formula
 from fitplan.memory.breakdown import Setup, Shapes, stage_expert_psi, stage_psi
 from fitplan.memory.stages import end_stages
+from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.timing import compute as C
 from fitplan.timing import elementwise as E
@@ -34,7 +34,7 @@ def pass_s(*, F_lin, F_core, F_head, peak_lin, peak, eff_lin, eff_core, eff_head
             + F_head / (peak * eff_head)) / (t * c) + l * T_mem
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class LayerTimes:
     """One layer's compute for one micro-batch on the paced stage (the stage's average layer):
     forward, backward without recompute, the recompute, and the linear GEMMs of its attention

@@ -21,9 +21,9 @@ F_hw_token the step's hardware FLOPs per token (tests/unit/test_to_train.py chec
 Each formula is plain arithmetic, so it runs on one configuration's numbers (a Trace that
 explains it) and on NumPy arrays of candidates (RAW, the search's --rank cost).
 """
-from dataclasses import dataclass
 
 from fitplan.explain import SECONDS, Term, Trace, formula
+from fitplan.record import record
 from fitplan.sources import Cite
 
 HERE = Cite("fitplan", "formulas.md#time-cost-and-energy-to-train")
@@ -78,7 +78,7 @@ def gpu_hours_to_train(ev, *, tokens, num_gpus, tokens_per_s):
     return ev(gpu_hours, N=num_gpus, T=T)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToTrain:
     """One configuration's whole run. days and gpu_hours are None without a step time (the GPU
     has no peak rate for the recipe's precision), energy_mwh without a power figure, cost

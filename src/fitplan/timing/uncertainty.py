@@ -16,15 +16,15 @@ cross-validation). A GPU spec fitted on one's own runs (`fitplan calibrate --run
 residual percentiles and run count instead.
 """
 import math
-from dataclasses import dataclass
 
+from fitplan.record import record
 from fitplan.timing import fitted
 
 COVERAGE = 0.8
 N0 = 4   # runs of prior weight: the band widens by sqrt(1 + N0/(n + 1)) where n runs support the plan
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Band:
     low_s: float
     high_s: float

@@ -13,10 +13,10 @@ from the checkpoint's cache (reference_model.sac_saved_tensors).
 A DTensor is measured by its local shard.
 """
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
+from fitplan.record import record
 from fitplan.specs import ModelSpec, Recompute
 from fitplan.validate.reference_model import DEFAULT_DROPOUT, build, lm_loss, sac_saved_tensors
 
@@ -158,7 +158,7 @@ def add_sac_saved(recorder: SavedTensorRecorder, blocks) -> None:
             recorder.add(t, bucket=i)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SavedActivations:
     per_layer: tuple[int, ...]     # bytes saved by each block's forward
     outside: int                   # embedding, final norm, head, loss

@@ -10,12 +10,13 @@ layers backward, optimizer step), and each phase's highest count is kept.
 Imports torch: only fitplan.validate's runner and distributed workers use it.
 """
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from fitplan.record import record
 from fitplan.specs import ModelSpec, Recompute
 from fitplan.validate.reference_model import DEFAULT_DROPOUT, build, lm_loss
 
@@ -82,7 +83,7 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class StepMeasure:
     """Live tensor bytes beyond the model states (weights, grads, optimizer state), per phase."""
     states: int                  # bytes of the states the step starts with

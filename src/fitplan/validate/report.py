@@ -10,12 +10,14 @@ out. predicted = planner + sum(extras). Relations:
   "~="   within the row's stated tolerance: |measured/predicted - 1| <= tolerance
   "info" reported, not judged (e.g. a CUDA allocator peak, whose gap is what is reported)
 """
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from fitplan.record import record
 
 RELATIONS = ("==", ">=", "<=", "~=", "info")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Extra:
     """A term the reference stores (or runs) beyond the paper's formula: how much, why, and
     where it was measured or read."""
@@ -25,7 +27,7 @@ class Extra:
     cite: str = "docs/engines.md#activations-saved-for-backward"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class Row:
     section: str                       # "parameters", "activations ...", "distributed ...", "cuda ..."
     quantity: str
@@ -73,7 +75,7 @@ class Row:
         return True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(slots=True, kw_only=True)
 class ValidationReport:
     model: str
     seq_len: int
