@@ -73,7 +73,8 @@ class Memo:
     plain numbers or strings are told apart by identity: each is held here with the result, so an
     id is never reused while its entry lives, and formulas never change their inputs in place.
     `sweep` between screens keeps only the entries the last screen used, so the memo holds about
-    one screen's terms, as RAW's caller does."""
+    one screen's terms, as RAW's caller does. The formula is told apart by identity too (held the same
+    way): hashing a Formula hashed its fields, its Cite's among them, on every call."""
     __slots__ = ("_seen", "_used")
     _PLAIN = frozenset((int, float, bool, str, type(None)))
 
@@ -82,10 +83,10 @@ class Memo:
 
     def __call__(self, f: Formula, /, *, key: str | None = None, **kw):
         plain = self._PLAIN
-        k = (f, tuple(kw), tuple([(v, type(v)) if type(v) in plain else id(v) for v in kw.values()]))
+        k = (id(f), tuple(kw), tuple([(v, type(v)) if type(v) in plain else id(v) for v in kw.values()]))
         hit = self._used.get(k) or self._seen.get(k)
         if hit is None:
-            hit = (f.fn(**kw), kw)   # kw held: its ids stay unique while the entry lives
+            hit = (f.fn(**kw), kw, f)   # kw and f held: their ids stay unique while the entry lives
         self._used[k] = hit
         return hit[0]
 
