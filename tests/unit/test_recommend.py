@@ -152,3 +152,25 @@ def test_the_screened_step_is_the_exact_step(preset, gpus):
     for s in result.suggestions:
         screened = float(s.rank_reason.split("step ~")[1].split(" s")[0])
         assert screened == pytest.approx(evaluate_step(setup, s.config).step_time_s, rel=5e-4)
+
+
+@pytest.mark.parametrize("zeros", [(3, 1, 0, 2), (2, 3), (0,), (3,)])
+def test_the_zero_stages_are_timed_in_any_order(zeros):
+    """The search times the stages below 3 in one pass and ZeRO-3 in another, then puts them back in the
+    space's order on the box's ZeRO axis (fitplan.timing.data_parallel._per_zero_stage). With the stages
+    in any order or any subset, every ranked layout's screened step (its rank reason, 4 significant digits)
+    equals evaluate_step's exact one (relative 5e-4, that rounding), and the ranking is the one the
+    default order (0, 1, 2, 3) gives to the layouts of those stages."""
+    from dataclasses import replace as with_
+    from fitplan.specs import ZeroStage
+    setup = setup_of(preset="gpt3-350m", gpus=8, gpu="a100-80gb")
+    opts = resolve(Request(command="plan", values={"preset": "gpt3-350m", "gpus": 8})).search
+    space = space_for(setup, 1, opts, {})
+    shuffled = search(setup, with_(space, zero=tuple(ZeroStage(z) for z in zeros)), top=60, rank="throughput")
+    plain = search(setup, space, top=10_000, rank="throughput")   # every fit, so each stage's are all there
+    assert {int(s.config.zero) for s in shuffled.suggestions} == set(zeros)
+    for s in shuffled.suggestions:
+        screened = float(s.rank_reason.split("step ~")[1].split(" s")[0])
+        assert screened == pytest.approx(evaluate_step(setup, s.config).step_time_s, rel=5e-4)
+    same = [(s.config, s.rank_reason) for s in plain.suggestions if int(s.config.zero) in zeros]
+    assert [(s.config, s.rank_reason) for s in shuffled.suggestions] == same[:len(shuffled.suggestions)]

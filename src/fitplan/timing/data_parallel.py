@@ -4,7 +4,7 @@ ZeRO-0/1/2 reduce gradients in buckets and ZeRO-1/2 gather the updated weights a
 step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.traffic). Hybrid
 sharding reduces within shard groups and all-reduces each shard across them.
 """
-from fitplan.arith import ceil_div, is_array, maximum, minimum
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
@@ -28,15 +28,42 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     during the next forward (--overlap-param-gather). ZeRO-3 gathers and reduce-scatters one
     layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
     Returns the axis and the seconds exposed after the optimizer step. c.zero may be the
-    search's array of ZeRO stages (its box's first axis, fitplan.search._Grid.box): each stage is
-    timed on its own and the results lie side by side on that axis."""
+    search's array of ZeRO stages (its box's first axis, fitplan.search._Grid.box): the results lie
+    side by side on that axis (_per_zero_stage)."""
     if is_array(c.zero):
-        from dataclasses import fields, replace
-        per = [dp_time(ev, setup, replace(c, zero=ZeroStage(int(z))), m=m, L=L, place=place, T_f=T_f, T_b=T_b,
-                       lay=lay, bucket_bytes=bucket_bytes, e2e=e2e) for z in c.zero.ravel()]
-        return (AxisTime(*(_on_zero_axis([getattr(axis, f.name) for axis, _ in per]) for f in fields(AxisTime))),
-                _on_zero_axis([after for _, after in per]))
-    model, recipe, zero = setup.model, setup.training.recipe, int(c.zero)
+        return _per_zero_stage(ev, setup, c, m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
+                               bucket_bytes=bucket_bytes, e2e=e2e)
+    return _dp_time(ev, setup, c, zero=int(c.zero), m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
+                    bucket_bytes=bucket_bytes, e2e=e2e)
+
+
+def _per_zero_stage(ev, setup: Setup, c, **kw):
+    """dp_time over the search's array of ZeRO stages (the box's first axis, fitplan.search._Grid.box),
+    the results side by side on that axis: the stages below 3, whose gradients and gathers go in buckets,
+    in one pass with their zero an array on that axis (_bucketed_time selects each stage's collectives);
+    ZeRO-3, which gathers layer by layer, in a pass of its own."""
+    import numpy as np
+    from dataclasses import fields, replace
+    zeros = [int(z) for z in c.zero.ravel()]
+    bucketed = [z for z in zeros if z < 3]
+    pieces = []   # (stages, (AxisTime, seconds after the step)) in the order computed
+    if bucketed:
+        # c's zero, where a rule reads it (the gather overlap's default, LoRA's messages), is the first bucketed
+        # stage's: those rules say the same for every stage below 3
+        pieces.append((bucketed, _dp_time(ev, setup, replace(c, zero=ZeroStage(bucketed[0])),
+                                          zero=np.array(bucketed, dtype=np.float64).reshape(-1, 1, 1, 1, 1), **kw)))
+    if 3 in zeros:
+        pieces.append(([3], _dp_time(ev, setup, replace(c, zero=ZeroStage.OS_G_P), zero=3, **kw)))
+    order = [z for stages, _ in pieces for z in stages]
+    back = None if order == zeros else [order.index(z) for z in zeros]   # to the box's own order
+    joined = lambda values: _on_zero_axis([(len(stages), v) for (stages, _), v in zip(pieces, values)], back)
+    return (AxisTime(*(joined([getattr(axis, f.name) for _, (axis, _) in pieces]) for f in fields(AxisTime))),
+            joined([after for _, (_, after) in pieces]))
+
+
+def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
+    """dp_time of one ZeRO stage (an int), or of an array of stages below 3 (_per_zero_stage)."""
+    model, recipe = setup.model, setup.training.recipe
     stages = end_stages(model, c)
     held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
     psi = maximum(stage_psi(ev, model, c, stage=stages[0], key="params/stage_first"),
@@ -87,7 +114,7 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
             wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_rep, S=shard,
                              kind="all_reduce")
     og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
-    if zero == 3:
+    if not is_array(zero) and zero == 3:
         # --fsdp-prefetch 0: no layer's gather is issued before the layer needs it, so none hides behind compute
         # (FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with no modules); a deeper
         # prefetch cannot shorten a link-bound step, so depths >= 1 time alike (memory holds k gathered layers)
@@ -101,12 +128,16 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
 
 
-def _on_zero_axis(values: list):
-    """One value per ZeRO stage (scalars, or arrays of the search's box, whose ZeRO axis, the fifth
-    from the last, has length 1: fitplan.search._Grid.box) as one array with the stages on that axis."""
+def _on_zero_axis(pieces: list, back: list | None = None):
+    """(n, value) pieces, each value n ZeRO stages on the search box's ZeRO axis (the fifth from the last;
+    a value that does not depend on the stage has length 1 there, or is a scalar), as one array with the
+    pieces' stages side by side on that axis; back: the positions that put them in the box's order."""
     import numpy as np
-    shape = np.broadcast_shapes(*(np.shape(v) for v in values), (1, 1, 1, 1, 1))
-    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in values], axis=-5)
+    shapes = [np.shape(v) for _, v in pieces]
+    full = np.broadcast_shapes(*(s[:-5] + (1,) + s[-4:] if len(s) >= 5 else s for s in shapes), (1, 1, 1, 1, 1))
+    out = np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), full[:-5] + (n,) + full[-4:])
+                          for n, v in pieces], axis=-5)
+    return out if back is None else np.take(out, back, axis=-5)
 
 
 def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
@@ -114,24 +145,28 @@ def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, b
     ZeRO-2), and ZeRO-1/2's weight all-gather after the step."""
     red = ag = 0
     buckets_g = buckets_w = 1
+    stages = is_array(zero)   # the search's stages below 3 side by side (_per_zero_stage): each one's collectives
     for tag, Sg, Sw, n, k in groups:
         nb_g = maximum(ceil_div(Sg, bucket_bytes), 1)
-        red = red + collective(ev, f"comm/dp_{tag}grad_reduction_s", setup, count=nb_g,
-                                kind="all_reduce" if zero == 0 else "reduce_scatter", n=n, nodes=k, S=Sg / nb_g, e2e=e2e)
+        reduce = lambda kind: collective(ev, f"comm/dp_{tag}grad_reduction_s", setup, count=nb_g, kind=kind, n=n,
+                                         nodes=k, S=Sg / nb_g, e2e=e2e)
+        red = red + (select(zero == 0, reduce("all_reduce"), reduce("reduce_scatter")) if stages else
+                     reduce("all_reduce" if zero == 0 else "reduce_scatter"))
         buckets_g = maximum(buckets_g, nb_g)
-        if zero in (1, 2):
+        if stages or zero in (1, 2):
             nb_w = maximum(ceil_div(Sw, bucket_bytes), 1)
-            ag = ag + collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
-                                  S=Sw / nb_w, e2e=e2e)
-            buckets_w = maximum(buckets_w, nb_w)
-    reductions = (m - pipelined(c) * (m - 1)) if zero == 2 else 1   # pipelined: once per step
+            gather = collective(ev, f"comm/dp_{tag}param_ag_s", setup, count=nb_w, kind="all_gather", n=n, nodes=k,
+                                S=Sw / nb_w, e2e=e2e)
+            ag = ag + (select(zero >= 1, gather, 0) if stages else gather)
+            buckets_w = maximum(buckets_w, select(zero >= 1, nb_w, 1) if stages else nb_w)
+    reductions = select(zero == 2, m - pipelined(c) * (m - 1), 1)   # pipelined: once per step
     per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
                        overlap=og)
     rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
              overlap=og)
     exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=reductions * per_reduction + rep, T_window=0, T_tail=0)
     after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=buckets_w,
-               overlap=op and zero in (1, 2))
+               overlap=op and (stages or zero in (1, 2)))   # ZeRO-0's entries: ag = 0, nothing exposed
     busy = reductions * red + replica + ag
     per = maximum(layers, 1) * m   # spread over the stage's layers and the step's micro-batches
     return exposed, after, busy, busy / per, (exposed + after) / per
