@@ -405,7 +405,8 @@ class Breakdown:
 
 
 def _stage_peak(trace, setup: Setup, parts: dict) -> TL.Peak:
-    """The stage's peak, its allocator term recorded in the trace at the peak's moment."""
+    """The stage's peak, its allocator term recorded in the trace at the peak's moment (trace: a
+    Trace, or RAW to record nothing)."""
     phi = setup.training.fragmentation
     pk = TL.peak(parts, phi=phi)
     held = dict(pk.held)
@@ -418,19 +419,22 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
     (candidate_ranks: one of each composition, at its most micro-batches in flight) are
     evaluated, the largest peak wins (the lowest rank among equals). Host memory (offload) is
-    the most of any candidate rank's."""
+    the most of any candidate rank's. The ranks are compared untraced (RAW: the same ints) and
+    only the busiest one is evaluated again to record its explanation: a Trace costs about
+    twice RAW, and DeepSeek-V3's layouts have six to eight candidate ranks."""
     best, host, host_parts = None, (0, 0), {}
     for i in sorted(set(candidate_ranks(setup.model, config))):
-        trace = Trace()
-        st = stage_at(trace, setup.model, config, i)
-        parts = stage_memory(trace, setup, config, stage=st)
-        pk = _stage_peak(trace, setup, parts)
-        if best is None or pk.bytes > best[3].bytes:
-            best = (i, parts, trace, pk)
+        parts = stage_memory(RAW, setup, config, stage=stage_at(RAW, setup.model, config, i))
+        pk = _stage_peak(RAW, setup, parts)
+        if best is None or pk.bytes > best[1]:
+            best = (i, pk.bytes)
         if OF.host_total(parts) + OF.nvme_total(parts) > sum(host):
             host_parts = parts
         host = max(host[0], OF.host_total(parts)), max(host[1], OF.nvme_total(parts))
-    i, parts, trace, pk = best
+    i = best[0]
+    trace = Trace()
+    parts = stage_memory(trace, setup, config, stage=stage_at(trace, setup.model, config, i))
+    pk = _stage_peak(trace, setup, parts)
     p = config.pp
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     cluster = setup.cluster
