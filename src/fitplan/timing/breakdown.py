@@ -3,6 +3,9 @@
 Both run fitplan.timing.step.step_time, with a Trace for the explanation or RAW on each pipeline rank.
 """
 
+from dataclasses import field
+from typing import Callable
+
 from fitplan.explain import RAW, Term, Trace
 from fitplan.memory.breakdown import Setup, stage_at
 from fitplan.record import record
@@ -34,10 +37,9 @@ class AxisComm:
 
 @record(slots=True)
 class StepBreakdown:
-    """The step time of one configuration, term by term, with the Terms that explain it."""
+    """The step time of one configuration, term by term, with the Terms that explain it (`terms`)."""
     config: ParallelConfig
     parts: dict                  # PARTS key -> seconds; they add up to step_time_s
-    terms: tuple[Term, ...]      # every formula evaluated, in call order
     step_time_s: float
     tokens_per_s: float
     tflops_per_gpu: float        # achieved hardware TFLOP/s per GPU (1e12 FLOP/s), recompute included
@@ -49,6 +51,14 @@ class StepBreakdown:
     comm: dict                   # axis -> AxisComm, for AXES
     slowest_stage: int = 0       # the pipeline rank that paces the step (most FLOPs per micro-batch)
     uncertainty: object = None   # fitplan.timing.uncertainty.Band: the 80% band around step_time_s
+    explain: Callable[[], tuple] = field(default=tuple, compare=False, repr=False)   # the terms, computed when read
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        """Every formula evaluated, in call order. evaluate_step times the step untraced (the plans print
+        only its numbers) and records the Terms only when they are read (`fitplan compare`), by timing it
+        again with a Trace: the same code on the same ints gives the same values."""
+        return self.explain()
 
     @property
     def shares(self) -> dict:
@@ -61,9 +71,13 @@ class StepBreakdown:
 
 
 def evaluate_step(setup: Setup, config: ParallelConfig, *, bucket_bytes: int = DDP_BUCKET_BYTES) -> StepBreakdown:
-    """The step time of one configuration, with its explanation."""
-    trace = Trace()
-    out = step_time(trace, setup, config, bucket_bytes=bucket_bytes)
+    """The step time of one configuration, with its explanation (StepBreakdown.terms, recorded when read)."""
+    out = step_time(RAW, setup, config, bucket_bytes=bucket_bytes)
+
+    def explain() -> tuple:
+        trace = Trace()
+        step_time(trace, setup, config, bucket_bytes=bucket_bytes)
+        return tuple(trace.terms)
     exposed = {"tp": out["time/tp_exposed"], "ep": out["time/ep_exposed"], "cp": out["time/cp_exposed"],
                "pp": out["time/pp_exposed"], "dp": out["time/dp_exposed"] + out["time/dp_after_step"]}
     degree = {"tp": config.tp, "ep": config.ep, "cp": config.cp, "pp": config.pp, "dp": config.dp * config.cp}
@@ -73,7 +87,7 @@ def evaluate_step(setup: Setup, config: ParallelConfig, *, bucket_bytes: int = D
                            link=CM.link_name(bool(out[f"link/{axis}_intra"]), setup.cluster.gpu),
                            busy_s=float(out[f"comm/{axis}_busy_s"]), name=name.get(axis, axis),
                            nodes=int(round(float(out[f"link/{axis}_nodes"])))) for axis in AXES}
-    return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, terms=tuple(trace.terms),
+    return StepBreakdown(config=config, parts={k: out[k] for k in PARTS}, explain=explain,
                          step_time_s=out["time/step"], tokens_per_s=out["rate/tokens"],
                          tflops_per_gpu=out["rate/flops_per_gpu"] / 1e12, mfu=out["ratio/mfu"],
                          hfu=out["ratio/hfu"], mfu_causal=out["ratio/mfu_causal"],
