@@ -1,14 +1,15 @@
 """`record`: a frozen dataclass whose __eq__, __hash__ and __repr__ are shared functions.
 
 `dataclasses.dataclass(frozen=True)` writes six methods per class as source text and compiles
-each one with exec (CPython 3.11 Lib/dataclasses.py, _create_fn): about 1 ms a class, and
-the CLI imports some 75 of them, 60-70 ms of every command before any work. Here the
-dataclass machinery keeps what it must generate (__init__, and the frozen __setattr__ and
-__delattr__) and the comparison, hash and repr are closures over the class's field names,
-built without compiling anything: half the cost. They behave as the generated ones do:
-equal when the classes are the same and the compared fields are equal (else NotImplemented),
-the hash of the hashed fields' tuple, `Name(field=value, ...)` with the repr fields. A method
-the class defines itself is kept, as dataclass keeps it.
+each one with exec (CPython 3.11 Lib/dataclasses.py, _create_fn): about 0.8 ms a class, and
+a plan imports 73 of them, 61 ms of every command before any work. Here the dataclass
+machinery keeps what it must generate (__init__, and the frozen __setattr__ and __delattr__)
+and the comparison, hash and repr are closures over the class's field names, built without
+compiling anything: 38-41 ms for the same 73 (bench/results-2026-12-03.md, fourth session).
+They behave as the generated ones do: equal when the classes are the same and the compared
+fields are equal (else NotImplemented), the hash of the hashed fields' tuple, and
+`Name(field=value, ...)` with the repr fields. A method the class defines itself is kept, as
+dataclass keeps it.
 """
 from dataclasses import dataclass, fields
 from operator import attrgetter
