@@ -72,6 +72,17 @@ def test_parts_add_up_and_shares_sum_to_one(c):
     assert r.hfu >= r.mfu > 0
 
 
+@pytest.mark.parametrize("c", CONFIGS)
+def test_the_terms_recorded_when_read_are_the_untraced_step(c):
+    """evaluate_step times the step untraced and records its Terms only when .terms is read, by timing it again
+    with a Trace (fitplan.timing.breakdown): the recorded values are the ones the breakdown holds, exactly."""
+    r = evaluate_step(_setup(), ParallelConfig(zero=ZeroStage.OS, recompute=Recompute.SELECTIVE, **c))
+    term = {t.key: t.value for t in r.terms}
+    assert term["time/step"] == r.step_time_s and term["rate/tokens"] == r.tokens_per_s
+    assert term["pipeline/bubble_fraction"] == r.bubble_fraction and term["ratio/mfu"] == r.mfu
+    assert r.terms == r.terms and len(r.terms) > 50   # the same record each time it is read
+
+
 def test_single_gpu_step_is_compute_and_the_optimizer():
     """One GPU, no parallelism: nothing to communicate, no bubble; the step is m = 4 micro-batches
     of forward and backward (fitplan.timing.gemm's per-GEMM times: tests/unit/test_gemm.py) and

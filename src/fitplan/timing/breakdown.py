@@ -1,8 +1,8 @@
 """One configuration's step time, explained: StepBreakdown (evaluate_step) and the per-layer view (per_layer).
 
-Both run fitplan.timing.step.step_time, with a Trace for the explanation or RAW on each pipeline rank.
+Both run fitplan.timing.step.step_time: evaluate_step untraced, and again with a Trace when its terms are
+read; per_layer untraced on each pipeline rank.
 """
-
 from dataclasses import field
 from typing import Callable
 

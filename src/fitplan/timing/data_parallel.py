@@ -142,7 +142,8 @@ def _on_zero_axis(pieces: list, back: list | None = None):
 
 def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
     """ZeRO-0/1/2: gradient buckets per reduction (once per step, or per micro-batch under
-    ZeRO-2), and ZeRO-1/2's weight all-gather after the step."""
+    ZeRO-2), and ZeRO-1/2's weight all-gather after the step. zero: an int, or the search's
+    array of the stages below 3 on the box's ZeRO axis (_per_zero_stage)."""
     red = ag = 0
     buckets_g = buckets_w = 1
     stages = is_array(zero)   # the search's stages below 3 side by side (_per_zero_stage): each one's collectives
