@@ -1,17 +1,20 @@
-"""`record`: a frozen dataclass whose __eq__, __hash__ and __repr__ are shared functions.
+"""`record`: a frozen dataclass built with one compiled method instead of six.
 
 `dataclasses.dataclass(frozen=True)` writes six methods per class as source text and compiles
-each one with exec (CPython 3.11 Lib/dataclasses.py, _create_fn): about 0.8 ms a class, and
-a plan imports 73 of them, 61 ms of every command before any work. Here the dataclass
-machinery keeps what it must generate (__init__, and the frozen __setattr__ and __delattr__)
-and the comparison, hash and repr are closures over the class's field names, built without
-compiling anything: 38-41 ms for the same 73 (bench/results-2026-12-03.md, fourth session).
-They behave as the generated ones do: equal when the classes are the same and the compared
-fields are equal (else NotImplemented), the hash of the hashed fields' tuple, and
-`Name(field=value, ...)` with the repr fields. A method the class defines itself is kept, as
-dataclass keeps it.
+each one with exec (CPython 3.11 Lib/dataclasses.py, _create_fn), and a plan imports 72 such
+classes. Here dataclass collects the fields (field(), defaults, kw_only, slots, replace() and
+fields() as it does them) and generates nothing; record compiles only `__init__`, whose speed
+every instance pays, and builds the rest as closures over the field names:
+`__setattr__`/`__delattr__` raise FrozenInstanceError, `__eq__` compares the classes and the
+compared fields (else NotImplemented), `__hash__` hashes the hashed fields' tuple, `__repr__` is
+`Name(field=value, ...)` over the repr fields, and a slotted record pickles its fields' values
+as dataclass's frozen slotted classes do. Building the 72 classes a plan imports: 59-61 ms as
+dataclasses compiling three methods each, 23-29 ms compiling one (three runs each, the same
+harness: bench/results-2026-12-03.md, fifth session). A method the class defines itself is
+kept, as dataclass keeps it. What differs: a record's generated __doc__ is dataclass's less the
+annotations, and its __dataclass_params__ says frozen=False (record, not dataclass, freezes it).
 """
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
 from reprlib import recursive_repr
 
@@ -20,9 +23,31 @@ def record(cls=None, /, *, slots: bool = False, kw_only: bool = False):
     """As @dataclass(frozen=True, slots=..., kw_only=...), the same fields, init, replace() and
     FrozenInstanceError; see the module's docstring for what differs in how it is built."""
     def wrap(cls):
-        own = cls.__dict__
-        cls = dataclass(cls, frozen=True, eq=False, repr=False, slots=slots, kw_only=kw_only)
+        own = dict(cls.__dict__)
+        doc = cls.__doc__
+        cls.__doc__ = doc or "-"   # dataclass would take a signature of the __init__ it has not got yet
+        cls = dataclass(cls, init=False, eq=False, repr=False, slots=slots, kw_only=kw_only)
         every = fields(cls)
+        if "__init__" not in own:
+            cls.__init__, signature = _init(cls, every)
+            if not doc:
+                cls.__doc__ = cls.__name__ + signature
+        names = frozenset(f.name for f in every)
+
+        def __setattr__(self, name, value):
+            if type(self) is cls or name in names:
+                raise FrozenInstanceError(f"cannot assign to field {name!r}")
+            super(cls, self).__setattr__(name, value)
+
+        def __delattr__(self, name):
+            if type(self) is cls or name in names:
+                raise FrozenInstanceError(f"cannot delete field {name!r}")
+            super(cls, self).__delattr__(name)
+        cls.__setattr__, cls.__delattr__ = __setattr__, __delattr__
+        if slots and "__getstate__" not in own:   # pickling sets slots without the frozen __setattr__
+            state = _getter([f.name for f in every])
+            cls.__getstate__ = lambda self: state(self)
+            cls.__setstate__ = lambda self, state: [object.__setattr__(self, f.name, v) for f, v in zip(every, state)]
         values = _getter([f.name for f in every if f.compare])
         if "__eq__" not in own:
             def __eq__(self, other):
@@ -42,6 +67,43 @@ def record(cls=None, /, *, slots: bool = False, kw_only: bool = False):
             cls.__repr__ = __repr__
         return cls
     return wrap if cls is None else wrap(cls)
+
+
+def _init(cls, every) -> tuple:
+    """The class's __init__, compiled once (the one method whose speed matters: it runs per
+    instance), and its signature's text. As dataclass writes it: the init fields positional, then
+    keyword-only ones, each default a default or a factory's sentinel; fields outside init take
+    their default or factory; each is set past the frozen __setattr__; __post_init__ runs last."""
+    scope = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
+    params, keyword, lines, shown = [], [], [], [[], []]
+    for i, f in enumerate(every):
+        has_default = f.default is not MISSING or f.default_factory is not MISSING
+        if f.default_factory is not MISSING:
+            scope[f"_f{i}"] = f.default_factory
+            value = (f"_f{i}() if {f.name} is _FACTORY else {f.name}" if f.init else f"_f{i}()")
+            default = "_FACTORY"
+        else:
+            scope[f"_d{i}"] = f.default
+            value = f.name if f.init else f"_d{i}"
+            default = f"_d{i}"
+        if f.init:
+            param = f.name + (f"={default}" if has_default else "")
+            (keyword if f.kw_only else params).append(param)
+            text = f.name + ("" if not has_default else "=<factory>" if default == "_FACTORY" else f"={f.default!r}")
+            shown[f.kw_only].append(text)
+        elif not has_default:
+            continue
+        lines.append(f"  _set(self, {f.name!r}, {value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append("  self.__post_init__()")
+    signature = ", ".join(["self", *params, *(["*", *keyword] if keyword else [])])
+    exec(f"def __init__({signature}):\n" + ("\n".join(lines) or "  pass"), scope)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init, f"({', '.join([*shown[0], *(['*', *shown[1]] if shown[1] else [])])})"
+
+
+_FACTORY = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 
 
 def _getter(names: list):
