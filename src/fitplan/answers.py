@@ -223,17 +223,22 @@ def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOpti
     return SweepAnswer(setup, over, tuple(points))
 
 
-def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig) -> int | None:
+def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig, *, fits: bool | None = None) -> int | None:
     """The largest micro-batch this configuration fits with, every other setting kept, among
     those the global batch allows (dp x micro-batch divides it, and the pipeline rules on the
     micro-batches per step hold: fitplan.specs.compat); None if none fits. Memory grows with
     the micro-batch (activations and buffers scale with it), so the scan stops at the first
-    legal one past the configuration's that does not fit."""
+    legal one past the configuration's that does not fit. fits: whether the configuration
+    itself fits, where the caller knows it exactly (the search's Evaluated), else None: it is
+    then checked (fitplan.memory.breakdown.fits)."""
+    known = fits
     def legal(b: int) -> bool:
         return not compat.check(setup.model, setup.training, setup.cluster, replace(config, micro_batch=b),
                                 allow_cross_node_tp=True)
 
     def fits(b: int) -> bool:
+        if b == config.micro_batch and known is not None:
+            return known
         return config_fits(setup, replace(config, micro_batch=b))
 
     hi = int(field_bounds(ParallelConfig, "micro_batch")[1])

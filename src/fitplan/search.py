@@ -215,11 +215,12 @@ class Evaluated:
     (fitplan.timing.breakdown.evaluate_step; a SpecError where the GPU has no peak rate for the
     recipe's precision) and the largest micro-batch it fits with (fitplan.answers). A search
     makes one per configuration and every list that holds it (ranked, minimum viable,
-    recommended, alternatives) shares it, so a report evaluates what it prints, once."""
-    __slots__ = ("setup", "config", "_breakdown", "_step", "_largest")
+    recommended, alternatives) shares it, so a report evaluates what it prints, once. fits: whether
+    the configuration fits, where the search already knows it exactly (_exact), else None."""
+    __slots__ = ("setup", "config", "_breakdown", "_step", "_largest", "_fits")
 
-    def __init__(self, setup: Setup, config: ParallelConfig):
-        self.setup, self.config = setup, config
+    def __init__(self, setup: Setup, config: ParallelConfig, fits: bool | None = None):
+        self.setup, self.config, self._fits = setup, config, fits
         self._breakdown = self._step = self._largest = None
 
     @property
@@ -239,7 +240,8 @@ class Evaluated:
     def largest_micro_batch(self) -> int | None:
         if self._largest is None:
             from fitplan.answers import largest_fitting_micro_batch
-            self._largest = (largest_fitting_micro_batch(self.setup, self.config),)
+            known = self._fits if self._breakdown is None else self._breakdown.fits
+            self._largest = (largest_fitting_micro_batch(self.setup, self.config, fits=known),)
         return self._largest[0]
 
 
@@ -622,7 +624,7 @@ def _exact(setup, members, group_of, index_of, margin_limit, screened):
             else:
                 peak, host = busiest_totals(setup, config)
                 fits = peak <= usable and (host_limit is None or host <= host_limit)
-            cache[pos] = (Evaluated(setup, config), fits, fits and peak <= margin_limit)   # analysis.risk's margin
+            cache[pos] = (Evaluated(setup, config, fits), fits, fits and peak <= margin_limit)   # analysis.risk's margin
         return cache[pos]
     return get
 

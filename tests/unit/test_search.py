@@ -192,3 +192,18 @@ def test_the_lazy_order_is_lexsort():
     assert list(islice(_Order(keys, where=mask), 70)) == want[mask[want]][:70].tolist()
     all_nan = [np.full(100, np.nan), rng.random(100)]
     assert list(_Order(all_nan)) == np.lexsort(all_nan[::-1]).tolist()
+
+
+@pytest.mark.parametrize("name,gpus", [("gpt3-175b", 16), ("gpt3-175b", 32), ("llama3.1-70b", 64)])
+def test_the_largest_micro_batch_starts_from_what_the_search_knows(name, gpus):
+    """Each printed layout's largest micro-batch takes "the layout fits" from the search (its screen,
+    exact where it is near the limit: _exact) instead of checking it again; the answer is the one a
+    fresh check from scratch gives, for the ranked, minimum viable, recommended and alternative layouts."""
+    from fitplan.answers import largest_fitting_micro_batch
+    setup = make_setup(name, gpus)
+    r = search(setup, default_space(gpus), top=4, recommend=True)
+    shown = [*r.suggestions, r.minimum_viable, r.recommended, *r.alternatives]
+    assert len(shown) >= 4
+    for s in shown:
+        assert s.exact.largest_micro_batch == largest_fitting_micro_batch(setup, s.config)
+        assert s.exact.largest_micro_batch >= s.config.micro_batch   # each fits at its own micro-batch
