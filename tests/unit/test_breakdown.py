@@ -82,3 +82,27 @@ def test_vectorized_equals_scalar():
     grid = SimpleNamespace(**arrays, **SETTING_DEFAULTS, zero=CONFIG.zero, sequence_parallel=False, recompute=CONFIG.recompute)
     got = busiest_total(SETUP, grid)
     assert list(got) == [evaluate(SETUP, c).per_gpu_bytes for c in configs]
+
+
+def _layouts():
+    from fitplan.specs.parallel import Offload, ZeroStage
+    from tests.conftest import make_setup
+    big = make_setup("gpt3-175b", 64)
+    return [(SETUP, CONFIG), (SETUP, ParallelConfig(tp=1, pp=4, dp=1)),
+            (big, ParallelConfig(tp=8, pp=8, dp=1, sequence_parallel=True)),
+            (big, ParallelConfig(tp=4, pp=4, dp=4, zero=ZeroStage.OS_G_P, offload=Offload.OPTIMIZER))]
+
+
+def test_the_terms_recorded_when_read_are_the_untraced_breakdown():
+    """evaluate compares the candidate ranks untraced and records the busiest rank's Terms only when .terms is
+    read, by evaluating that rank again with a Trace (fitplan.memory.breakdown.evaluate): every term the peak's
+    moment holds is recorded with the value the breakdown holds, exactly, and so are the host bytes per node."""
+    for setup, config in _layouts():
+        b = evaluate(setup, config)
+        term = {t.key: t.value for t in b.terms}
+        held = [k for k in b.peak.held if k in term]
+        assert len(held) >= 10, config
+        assert {k: term[k] for k in held} == {k: b.peak.held[k] for k in held}, config
+        assert b.terms == b.terms   # the same record each time it is read
+        if config.offload.value != "none":
+            assert term["host/per_node"] == b.host_per_node_bytes > 0

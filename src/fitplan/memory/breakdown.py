@@ -11,6 +11,7 @@ stage's stored activations and partial recompute (stage_activations), hybrid mod
 (hybrid_memory). Setup, Shapes and the stage functions are still importable from here.
 """
 from dataclasses import field
+from typing import Callable
 
 from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
@@ -358,13 +359,13 @@ HOST_KEYS = OF.HOST_PARTS + OF.NVME_PARTS
 
 @record(slots=True)
 class Breakdown:
-    """The busiest GPU of one configuration, term by term, with the Terms that explain it.
+    """The busiest GPU of one configuration, term by term, with the Terms that explain it (`terms`).
     parts: each term's bytes (the allocator's at the peak); peak: the step's largest moment and
     what it holds (fitplan.memory.timeline); aux: what the timeline reads beside the parts."""
     config: ParallelConfig
     stage: str                 # "only" (pp = 1), "first", "last" or "stage i"
     parts: dict                # key -> bytes, in PARTS order
-    terms: tuple[Term, ...]    # every formula evaluated for that stage, in call order
+    explain: Callable[[], tuple] = field(compare=False, repr=False)   # the terms, computed when read
     usable_bytes: int
     reserve_bytes: int
     stage_index: int = 0                 # the busiest pipeline rank
@@ -376,6 +377,14 @@ class Breakdown:
     peak: TL.Peak | None = None
     aux: dict = field(default_factory=dict)
     capacity_bytes: int = 0
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        """Every formula evaluated for the busiest rank, in call order. evaluate compares the ranks
+        untraced and records the busiest one's Terms only when they are read (an explanation, the
+        seed's state formulas; a plan's suggestions print only the numbers), by evaluating it again
+        with a Trace: the same code on the same ints gives the same values."""
+        return self.explain()
 
     @property
     def state_bytes(self) -> int:
@@ -419,34 +428,42 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     """Exact integer breakdown of the busiest GPU, with its explanation: the candidate ranks
     (candidate_ranks: one of each composition, at its most micro-batches in flight) are
     evaluated, the largest peak wins (the lowest rank among equals). Host memory (offload) is
-    the most of any candidate rank's. The ranks are compared untraced (RAW: the same ints) and
-    only the busiest one is evaluated again to record its explanation: a Trace costs about
-    twice RAW, and DeepSeek-V3's layouts have six to eight candidate ranks."""
+    the most of any candidate rank's. Everything is evaluated untraced (RAW: the same ints); the
+    busiest rank's Terms are recorded when Breakdown.terms is read, by evaluating that rank again
+    with a Trace (a Trace costs about twice RAW, and DeepSeek-V3's layouts have six to eight
+    candidate ranks)."""
     best, host, host_parts = None, (0, 0), {}
     for i in sorted(set(candidate_ranks(setup.model, config))):
         parts = stage_memory(RAW, setup, config, stage=stage_at(RAW, setup.model, config, i))
         pk = _stage_peak(RAW, setup, parts)
-        if best is None or pk.bytes > best[1]:
-            best = (i, pk.bytes)
+        if best is None or pk.bytes > best[1].bytes:
+            best = (i, pk, parts)
         if OF.host_total(parts) + OF.nvme_total(parts) > sum(host):
             host_parts = parts
         host = max(host[0], OF.host_total(parts)), max(host[1], OF.nvme_total(parts))
-    i = best[0]
-    trace = Trace()
-    parts = stage_memory(trace, setup, config, stage=stage_at(trace, setup.model, config, i))
-    pk = _stage_peak(trace, setup, parts)
+    i, pk, parts = best
     p = config.pp
     stage = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else f"stage {i}"
     cluster = setup.cluster
-    per_node = [0, 0]
-    if config.offload is not Offload.NONE or setup.training.paged_optimizer:   # host bytes, each process on a node
-        per_node = [trace(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
-                    if x or key == "host/per_node" else 0
-                    for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
+
+    def host_per_node(ev) -> list:   # host bytes, each process on a node
+        if config.offload is Offload.NONE and not setup.training.paged_optimizer:
+            return [0, 0]
+        return [ev(OF.per_node_bytes, key=key, per_gpu=x, G=cluster.gpus_per_node, N=cluster.num_gpus)
+                if x or key == "host/per_node" else 0
+                for key, x in (("host/per_node", host[0]), ("nvme/per_node", host[1]))]
+
+    def explain() -> tuple:
+        trace = Trace()
+        traced = stage_memory(trace, setup, config, stage=stage_at(trace, setup.model, config, i))
+        _stage_peak(trace, setup, traced)
+        host_per_node(trace)
+        return tuple(trace.terms)
+    per_node = host_per_node(RAW)
     aux = {k: v for k, v in parts.items() if k.startswith("aux/")}
     held_at = TL.moments(parts, phi=setup.training.fragmentation).values()
     shown = {k: max(int(h[k]) for h in held_at if k in h) for k in PARTS}   # each term at its largest
-    return Breakdown(config=config, stage=stage, parts={k: shown[k] for k in PARTS}, terms=tuple(trace.terms),
+    return Breakdown(config=config, stage=stage, parts={k: shown[k] for k in PARTS}, explain=explain,
                      usable_bytes=cluster.usable_bytes, reserve_bytes=cluster.reserve_bytes,
                      stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
                                                           config.first_stage_layers, config.last_stage_layers),
