@@ -524,7 +524,6 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
             margins.append(totals[fits] <= margin_limit)
             if timed:   # on the screen's box, every ZeRO stage at once, the terms no mode changes once per SP
                 from fitplan.timing.step import step_time   # the time model is loaded only when something fits
-                from fitplan.timing.to_train import gpu_hours_to_train
                 from fitplan.timing.work import pacing_rank
                 if screen[2] is None:
                     with np.errstate(all="ignore"):
@@ -536,6 +535,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                 on_fits = lambda a: flat(a)[keep][fits]
                 steps.append(on_fits(timing["time/step"]))
                 if rank == "cost":
+                    from fitplan.timing.to_train import gpu_hours_to_train
                     hours.append(gpu_hours_to_train(RAW, tokens=tokens, num_gpus=num_gpus,
                                                     tokens_per_s=on_fits(timing["rate/tokens"])))
             members.append((grid, idx[fits]))

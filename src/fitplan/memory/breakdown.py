@@ -8,7 +8,7 @@ embedding, the most micro-batches in flight) and the last (the output layer and 
 The pieces it assembles live by idea beside it: the setup and its shapes (fitplan.memory.shapes),
 the pipeline ranks (stages), the weight and gradient copies beyond the sharded states (copies), a
 stage's stored activations and partial recompute (stage_activations), hybrid models' layers by kind
-(hybrid_memory). Setup, Shapes and the stage functions are still importable from here.
+(hybrid_memory, loaded for hybrid models only). Setup, Shapes and the stage functions are still importable from here.
 """
 from dataclasses import field
 from typing import Callable
@@ -26,7 +26,6 @@ from fitplan.memory import timeline as TL
 from fitplan.memory.copies import (accumulated_grads_bytes, fp8_cache_factor, fp8_weight_cache_bytes,
                                    gathered_weights_bytes, kept_gathered, optimizer_in_backward_grads_bytes,
                                    paged_resident_bytes, pipelined)
-from fitplan.memory.hybrid_memory import hybrid_activations, hybrid_fsdp_unit
 from fitplan.memory.shapes import Setup, Shapes
 from fitplan.memory.stage_activations import in_flight_bytes, partial_full, stage_layers_bytes
 from fitplan.memory.stages import (Stage, candidate_ranks, candidate_stages, hybrid_layer_kw, shard_group, stage_at,
@@ -119,6 +118,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
     l = stage.layers
     if model.hybrid:
+        from fitplan.memory.hybrid_memory import hybrid_activations   # hybrid models only
         a_stage, workspace, buffers, a_layer = hybrid_activations(ev, setup, c, stage=stage, layer=layer)
     elif moe is None:
         a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
@@ -191,6 +191,7 @@ def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: di
                     tied=model.tied_embeddings, t=tp, p=pp)
         head = ev(P.stage_params, key="params/fsdp_output_unit", l=0, emb=False, out=stage.head, **w_kw)
         if model.hybrid:
+            from fitplan.memory.hybrid_memory import hybrid_fsdp_unit
             unit = hybrid_fsdp_unit(ev, model, c, w_kw)
         else:
             unit = ev(P.stage_params, key="params/fsdp_layer_unit", l=1, emb=False, out=False, **w_kw)

@@ -5,7 +5,7 @@ breakdowns; no formula lives here.
 """
 from fitplan.analysis import FITS_WITH_MARGIN, LIKELY_OOM, risk
 from fitplan.errors import SpecError
-from fitplan.report.render import Table
+from fitplan.report.render import Lines, Table
 from fitplan.units import fmt_gb, fmt_gib
 
 
@@ -17,6 +17,23 @@ def steps(setup, suggestions):
         return [s.step if hasattr(s, "step") else evaluate_step(setup, s.config) for s in suggestions]
     except SpecError:
         return None
+
+
+def step_times(setup, items, draw) -> tuple[list | None, list]:
+    """The step time of each item (a suggestion or a breakdown) and the blocks `draw` makes of
+    them; or, when the GPU cannot run the recipe's precision (fp8 on an A100), None and one line
+    that says so, so that no report drops its time section silently."""
+    step_list = steps(setup, items)
+    if step_list is not None:
+        return step_list, draw(step_list)
+    from fitplan.errors import one_line
+    from fitplan.timing.breakdown import evaluate_step
+    try:
+        evaluate_step(setup, items[0].config)
+        why = "the time model declined this configuration"
+    except SpecError as error:
+        why = one_line(str(error))
+    return None, [Lines((f"not estimated: {why}",))]
 
 
 def legal_step(setup, config):

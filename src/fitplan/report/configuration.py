@@ -3,7 +3,8 @@ with each axis's exposed traffic, and the per-layer table of every pipeline stag
 from fitplan.memory.breakdown import PARTS
 from fitplan.memory.timeline import allocated_bytes, reserved_bytes
 from fitplan.parts import label
-from fitplan.report.header import header, host_table, term_inputs
+from fitplan.report.advice import step_times
+from fitplan.report.header import config_line, header, host_table, term_inputs
 from fitplan.report.render import Bullets, Heading, Lines, Table
 from fitplan.report.to_train import to_train_blocks
 from fitplan.units import fmt_gib
@@ -33,31 +34,6 @@ def _stage_list(layers) -> str:
         out.append(f"{layers[i]}" if j == i else f"{layers[i]} x {j - i + 1}")
         i = j + 1
     return ", ".join(out)
-
-
-def config_line(c) -> str:
-    return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp}{f' ep={c.ep}' if c.ep > 1 else ''} zero={int(c.zero)} "
-            f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
-            f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}"
-            + ("" if c.offload.value == "none" else f" offload={c.offload.value}"))
-
-
-def step_times(setup, items, draw) -> tuple[list | None, list]:
-    """The step time of each item (a suggestion or a breakdown) and the blocks `draw` makes of
-    them; or, when the GPU cannot run the recipe's precision (fp8 on an A100), None and one line
-    that says so, so that no report drops its time section silently."""
-    from fitplan.report.advice import steps
-    step_list = steps(setup, items)
-    if step_list is not None:
-        return step_list, draw(step_list)
-    from fitplan.errors import SpecError, one_line
-    from fitplan.timing.breakdown import evaluate_step
-    try:
-        evaluate_step(setup, items[0].config)
-        why = "the time model declined this configuration"
-    except SpecError as error:
-        why = one_line(str(error))
-    return None, [Lines((f"not estimated: {why}",))]
 
 
 def _step_blocks(st) -> list:

@@ -87,6 +87,13 @@ def host_table(setup, b) -> list:
             Table(("held off the GPU", "GiB"), rows, align="lr"), Lines(tuple(lines))]
 
 
+def config_line(c) -> str:
+    return (f"dp={c.dp} tp={c.tp} pp={c.pp} cp={c.cp}{f' ep={c.ep}' if c.ep > 1 else ''} zero={int(c.zero)} "
+            f"sequence_parallel={'on' if c.sequence_parallel else 'off'} recompute={c.recompute.value} "
+            f"micro_batch={c.micro_batch} virtual_stages={c.virtual_stages}"
+            + ("" if c.offload.value == "none" else f" offload={c.offload.value}"))
+
+
 def term_inputs(term) -> str:
     return ", ".join(f"{k}={v}" for k, v in term.inputs)
 

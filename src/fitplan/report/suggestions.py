@@ -1,10 +1,9 @@
 """The search's report (--suggest): the ranked layouts, the recommendation with its
 justification, and the proof when nothing fits."""
-from fitplan.report.configuration import config_line, step_times
-from fitplan.report.header import header
+from fitplan.report.advice import step_times
+from fitplan.report.header import config_line, header
 from fitplan.report.render import Heading, Lines, Table
 from fitplan.report.sentences import inequality
-from fitplan.report.to_train import to_train_line, to_train_table
 from fitplan.units import fmt_gib
 
 
@@ -50,7 +49,8 @@ def search(setup, r, bound, smallest) -> list:
                           "batch divides into")]
     step_list, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
     blocks += [Heading("Estimated step time of each"), *shown]
-    if setup.training.train_tokens is not None:
+    if setup.training.train_tokens is not None:   # the time-to-train lines are loaded only when asked for
+        from fitplan.report.to_train import to_train_table
         blocks += to_train_table(setup, [f"#{i}" for i in range(1, len(r.suggestions) + 1)],
                                  step_list or [None] * len(r.suggestions))
     return blocks + recommendation(setup, r)
@@ -94,7 +94,10 @@ def _memory_and_time(setup, s, steps) -> tuple[str, ...]:
     st = (steps(setup, [s]) or [None])[0]
     if st is None:
         return memory, "no step time: the GPU has no peak rate for this recipe's precision"
-    run = () if setup.training.train_tokens is None else (to_train_line(setup, st),)
+    run = ()
+    if setup.training.train_tokens is not None:
+        from fitplan.report.to_train import to_train_line
+        run = (to_train_line(setup, st),)
     from fitplan.report.advice import band_phrase
     return memory, (f"{st.step_time_s:,.3f} s per step{band_phrase(st)}, {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%} "
                     f"({st.mfu_causal:.1%} causal); {st.num_microbatches} micro-batches per step"), *run
