@@ -231,39 +231,38 @@ def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig, *, fits: b
     legal one past the configuration's that does not fit. fits: whether the configuration
     itself fits, where the caller knows it exactly (the search's Evaluated), else None: it is
     then checked (fitplan.memory.breakdown.fits)."""
-    known = fits
     def legal(b: int) -> bool:
         return not compat.check(setup.model, setup.training, setup.cluster, replace(config, micro_batch=b),
                                 allow_cross_node_tp=True)
 
-    def fits(b: int) -> bool:
-        if b == config.micro_batch and known is not None:
-            return known
+    def fits_at(b: int) -> bool:
+        if b == config.micro_batch and fits is not None:
+            return fits
         return config_fits(setup, replace(config, micro_batch=b))
 
     hi = int(field_bounds(ParallelConfig, "micro_batch")[1])
     b0 = config.micro_batch
     G = setup.training.global_batch
     if G is None:   # no batch to divide: double, then halve the gap (memory grows with b)
-        if not fits(b0):
-            return next((b for b in range(b0 - 1, 0, -1) if fits(b)), None)
+        if not fits_at(b0):
+            return next((b for b in range(b0 - 1, 0, -1) if fits_at(b)), None)
         lo, up = b0, b0 * 2
-        while up <= hi and fits(up):
+        while up <= hi and fits_at(up):
             lo, up = up, up * 2
         up = min(up, hi + 1)
         while up - lo > 1:
             mid = (lo + up) // 2
-            lo, up = (mid, up) if fits(mid) else (lo, mid)
+            lo, up = (mid, up) if fits_at(mid) else (lo, mid)
         return lo
     per_rank = G // config.dp if G % config.dp == 0 else 0   # sequences each data-parallel rank takes per step
     candidates = [b for b in range(1, min(per_rank, hi) + 1) if per_rank % b == 0]
-    if not fits(b0) or not legal(b0):
-        return next((b for b in reversed(candidates) if b < b0 and legal(b) and fits(b)), None)
+    if not fits_at(b0) or not legal(b0):
+        return next((b for b in reversed(candidates) if b < b0 and legal(b) and fits_at(b)), None)
     best = b0
     for b in candidates:
         if b <= b0 or not legal(b):
             continue
-        if not fits(b):
+        if not fits_at(b):
             break
         best = b
     return best

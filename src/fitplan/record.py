@@ -28,6 +28,7 @@ def record(cls=None, /, *, slots: bool = False, kw_only: bool = False):
         cls.__doc__ = doc or "-"   # dataclass would take a signature of the __init__ it has not got yet
         cls = dataclass(cls, init=False, eq=False, repr=False, slots=slots, kw_only=kw_only)
         every = fields(cls)
+        cls.__doc__ = doc
         if "__init__" not in own:
             cls.__init__, signature = _init(cls, every)
             if not doc:
@@ -46,8 +47,11 @@ def record(cls=None, /, *, slots: bool = False, kw_only: bool = False):
         cls.__setattr__, cls.__delattr__ = __setattr__, __delattr__
         if slots and "__getstate__" not in own:   # pickling sets slots without the frozen __setattr__
             state = _getter([f.name for f in every])
-            cls.__getstate__ = lambda self: state(self)
-            cls.__setstate__ = lambda self, state: [object.__setattr__(self, f.name, v) for f, v in zip(every, state)]
+
+            def __setstate__(self, values):
+                for f, v in zip(every, values):
+                    object.__setattr__(self, f.name, v)
+            cls.__getstate__, cls.__setstate__ = (lambda self: state(self)), __setstate__
         values = _getter([f.name for f in every if f.compare])
         if "__eq__" not in own:
             def __eq__(self, other):

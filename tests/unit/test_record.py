@@ -109,3 +109,14 @@ def test_the_specs_compare_and_hash_by_value():
     assert a == b and hash(a) == hash(b) and len({a: 1, b: 2}) == 1
     assert a != dataclasses.replace(a, tp=4)
     assert pickle.loads(pickle.dumps(a)) == a   # the web pool's workers send results pickled
+
+
+def test_a_record_with_its_own_init_keeps_it_and_its_docstring():
+    @record
+    class Own:
+        n: int
+
+        def __init__(self, text: str):
+            object.__setattr__(self, "n", len(text))
+    assert Own("abc").n == 3 and Own("abc") == Own("xyz")
+    assert Own.__doc__ is None or Own.__doc__.startswith("Own(")   # dataclass names it by the signature; never a placeholder
