@@ -52,7 +52,10 @@ def test_llama3_8b_matches_the_published_count():
 
 def test_import_validate_does_not_import_torch():
     code = "import sys, fitplan, fitplan.validate; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": ":".join(sys.path)})
+    # a bare environment, so nothing set outside can import torch; no bytecode written into the checkout (stale
+    # .pyc files there made one tree's timings of the commands look faster than another's)
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={"PYTHONPATH": ":".join(sys.path), "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
