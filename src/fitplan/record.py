@@ -10,7 +10,7 @@ compared fields (else NotImplemented), `__hash__` hashes the hashed fields' tupl
 `Name(field=value, ...)` over the repr fields, and a slotted record pickles its fields' values
 as dataclass's frozen slotted classes do. Building the 72 classes a plan imports: 59-61 ms as
 dataclasses compiling three methods each, 23-29 ms compiling one (three runs each, the same
-harness: bench/results-2026-12-03.md, fifth session). A method the class defines itself is
+harness: bench/results-2026-12-03.md, the 2026-12-04 section). A method the class defines itself is
 kept, as dataclass keeps it. What differs: a record's generated __doc__ is dataclass's less the
 annotations, and its __dataclass_params__ says frozen=False (record, not dataclass, freezes it).
 """

@@ -240,8 +240,7 @@ class Evaluated:
     def largest_micro_batch(self) -> int | None:
         if self._largest is None:
             from fitplan.answers import largest_fitting_micro_batch
-            known = self._fits if self._breakdown is None else self._breakdown.fits
-            self._largest = (largest_fitting_micro_batch(self.setup, self.config, fits=known),)
+            self._largest = (largest_fitting_micro_batch(self.setup, self.config, fits=self._fits),)
         return self._largest[0]
 
 
