@@ -111,7 +111,8 @@ def _config_recompute(cfg: dict) -> list:
     g = cfg.get("recompute_granularity")
     if g == "full":
         out = ["--recompute", "full"]
-        if cfg.get("recompute_num_layers") and cfg.get("recompute_method") == "block":
+        method = cfg.get("recompute_method") or _other(cfg).get("recompute_method")   # a key, or in `other`
+        if cfg.get("recompute_num_layers") and method == "block":
             out += ["--recompute-method", "block", "--recompute-num-layers", cfg["recompute_num_layers"]]
         return out
     if g == "selective":
