@@ -27,15 +27,39 @@
     constructor(message, status) { super(message); this.status = status; }
   }
 
-  async function post(path, body, signal) {
-    let r;
-    try {
-      r = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
-                              body: JSON.stringify(body), signal });
-    } catch (e) {
-      if (e.name === "AbortError") throw e;
-      throw new ApiError("the fitplan server does not answer; is `fitplan serve` still running?", 0);
+  // A 503 that carries Retry-After is the server saying "busy, try again shortly" (fitplan.web.limits: a
+  // connection cap per address, a full queue). One update of this page opens more requests at once than the
+  // per-address cap while the previous update's cancelled ones still run on the server, so it waits as told
+  // and asks again, BUSY_RETRIES times at most, before it shows the server's line.
+  const BUSY_RETRIES = 10;
+  const pause = (ms, signal) => new Promise((resolve, reject) => {
+    const aborted = () => { clearTimeout(t); reject(new DOMException("aborted", "AbortError")); };
+    const t = setTimeout(() => { if (signal) signal.removeEventListener("abort", aborted); resolve(); }, ms);
+    if (signal) {
+      if (signal.aborted) aborted();
+      else signal.addEventListener("abort", aborted, { once: true });
     }
+  });
+
+  async function request(path, init, signal) {
+    for (let attempt = 0; ; attempt++) {
+      let r;
+      try {
+        r = await fetch(path, { ...init, signal });
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        throw new ApiError("the fitplan server does not answer; is `fitplan serve` still running?", 0);
+      }
+      const after = Number(r.headers.get("Retry-After"));
+      if (r.status !== 503 || !(after > 0) || attempt === BUSY_RETRIES) return r;
+      await r.arrayBuffer().catch(() => null);   // the refusal's body, so its connection can be reused
+      await pause(Math.min(after, 5) * 1000 * (1 + Math.random() / 4), signal);   // jitter: not all at once
+    }
+  }
+
+  async function post(path, body, signal) {
+    const r = await request(path, { method: "POST", headers: { "Content-Type": "application/json" },
+                                    body: JSON.stringify(body) }, signal);
     const text = await r.text();
     let data = null;
     try { data = JSON.parse(text); } catch (e) { /* markdown, or a broken reply */ }
@@ -744,14 +768,14 @@
 
   async function start() {
     try {
-      const r = await fetch("/api/presets");
+      const r = await request("/api/presets", {});
       presets = await r.json();
     } catch (e) {
       showError("cannot load the presets from the fitplan server");
       return;
     }
     try {
-      buildMore(await (await fetch("/api/fields")).json());
+      buildMore(await (await request("/api/fields", {})).json());
     } catch (e) {
       showError("cannot load the field list from the fitplan server");
       return;
