@@ -31,7 +31,7 @@ from fitplan.timing import calibration as CAL  # noqa: E402
 from fitplan.timing import uncertainty as U  # noqa: E402
 
 FITTED = ROOT / "src" / "fitplan" / "timing" / "fitted.py"
-DIMS = ("architecture", "precision", "kernels", "framework")
+DIMS = ("architecture", "precision", "kernels", "power limit", "framework")
 
 
 def support(runs) -> dict:

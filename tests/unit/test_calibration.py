@@ -179,6 +179,20 @@ def test_a_plan_far_from_the_set_gets_a_wider_band():
     assert "0 of them share" in wide.basis
 
 
+def test_a_power_cap_no_run_tests_gets_a_wider_band():
+    """Every calibration run ran at its board's TDP, so the clock a --gpu-power below it assumes
+    (calibration.power_clock, (P/TDP)^(1/3)) has no run behind it: n = 0 for the power limit, and the band is
+    exp(sqrt(1 + N0) q) = exp(sqrt(5) q) at each end. At the TDP itself (700 W on an H100) nothing changes."""
+    def at(watts):
+        s = make_setup("llama3-8b", 8, gpu="h100-80gb")
+        return replace(s, cluster=replace(s.cluster, gpu=replace(s.cluster.gpu, power_watts=watts)))
+    wide, narrow, same = band(at(500.0), 1.0), band(at(None), 1.0), band(at(700.0), 1.0)
+    assert math.log(wide.high_s) == pytest.approx(math.sqrt(5) * fitted.BAND["q_high"], rel=1e-12)
+    assert math.log(wide.low_s) == pytest.approx(math.sqrt(5) * fitted.BAND["q_low"], rel=1e-12)
+    assert "0 of them share this plan's power limit (below the TDP)" in wide.basis
+    assert same == narrow and narrow.high_s < wide.high_s
+
+
 # ---------------------------------------------------------------- calibrate --runs
 
 LAYOUTS = ["--zero 3 --dp 8", "--tp 2 --zero 1", "--tp 4 --sequence-parallel", "--tp 8 --sequence-parallel",

@@ -26,6 +26,7 @@ BAND = {
         'architecture': {'ampere': 18, 'blackwell': 132, 'blackwell-ultra': 119, 'hopper': 85},
         'precision': {'bf16': 66, 'fp8': 101, 'mxfp8': 154, 'nvfp4': 33},
         'kernels': {'fused': 354},
+        'power limit': {'the TDP': 354},
         'framework': {'fsdp': 20, 'megatron-lm': 18, 'nemo': 316},
     },
 }

@@ -8,8 +8,8 @@ precision, kernel family and framework has). A plan's band is
 
     [T*exp(w*q_low), T*exp(w*q_high)],  w = sqrt(1 + N0/(n + 1))
 
-n being the fewest calibration runs that share its architecture, precision, kernel family or framework
-(--framework, where given): where the
+n being the fewest calibration runs that share its architecture, precision, kernel family, power limit (the
+board's TDP, or a --gpu-power below it) or framework (--framework, where given): where the
 set has many runs like it, w is near 1; where it has none, the band is sqrt(1 + N0) times wider. N0 = 4,
 a prior weight of four runs (docs/calibration.md#the-band says how well the band covers the set under
 cross-validation). A GPU spec fitted on one's own runs (`fitplan calibrate --runs`) carries its own
@@ -39,10 +39,14 @@ class Band:
 
 
 def support_tags(setup) -> dict:
-    """The dimensions the band's support is counted over: GPU architecture, GEMM precision, kernel family, and
-    the framework where the plan names one (--framework)."""
-    tags = {"architecture": setup.cluster.gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
-            "kernels": setup.training.kernels}
+    """The dimensions the band's support is counted over: GPU architecture, GEMM precision, kernel family, the
+    board's power limit (a --gpu-power below the TDP runs at the clock fitplan.timing.calibration.power_clock
+    assumes, a law no calibration run, each at its board's TDP, tests), and the framework where the plan names
+    one (--framework)."""
+    gpu = setup.cluster.gpu
+    capped = gpu.power_watts is not None and gpu.tdp_watts is not None and gpu.power_watts < gpu.tdp_watts
+    tags = {"architecture": gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
+            "kernels": setup.training.kernels, "power limit": "below the TDP" if capped else "the TDP"}
     if setup.training.framework is not None:
         tags["framework"] = setup.training.framework
     return tags
