@@ -172,6 +172,11 @@ def _automodel(row):
         flags += ["--finetune", "lora", "--lora-rank", 16]
     if "deepep" in (cfg.get("moe_token_dispatcher", "") + k.lower()):
         flags += ["--moe-dispatcher", "deepep"]
+    if _is_moe(model):
+        # AutoModel's own MoE layer runs the local experts as one grouped GEMM (GroupedExpertsDeepEP: grouped_gemm's
+        # ops.gmm over tokens_per_expert, NVIDIA-NeMo/Automodel nemo_automodel/components/moe/layers.py@61480ccefb;
+        # later versions also torch._grouped_mm), not Megatron-Core's TE GroupedLinear with a GEMM per expert
+        flags += ["--expert-gemm", "grouped"]
     if model in HYBRID and MODELS_MTP.get(model):
         flags += ["--mtp-depth", 0]
         assumed.append("no multi-token-prediction module: AutoModel builds transformers' NemotronH, which leaves "
@@ -312,6 +317,11 @@ def _layout_pins(text: str, pp: int, vp: int):
            for i, n in enumerate(stages)):
         return None
     return stages[0], stages[-1]
+
+
+def _is_moe(model) -> bool:
+    from fitplan.presets import MODELS as PRESETS
+    return model in PRESETS and PRESETS[model].model.moe is not None
 
 
 def _mtp_depths() -> dict:

@@ -128,6 +128,27 @@ def test_drop_and_pad_reads_no_token_counts_on_the_host():
     assert host(padded, ep2) == pytest.approx(no_sync(ep2))
 
 
+def test_one_grouped_kernel_launches_nothing_per_expert():
+    """--expert-gemm grouped (torch._grouped_mm, grouped_gemm's gmm: one kernel for a rank's local experts) has no
+    host launches per local expert: the step loses exactly the dropless MoE term, L_moe x E_local x sigma_moe per
+    forward and micro-batch, and nothing else changes. torchtitan's profile sets it; Megatron-Core's (nemo,
+    megatron-lm) runs TE's GroupedLinear, one GEMM per expert, and keeps it."""
+    from fitplan.explain import RAW
+    from fitplan.timing.step import step_time
+    setup = make_setup("mixtral-8x7b", 16)
+    c = ParallelConfig(dp=8, tp=1, pp=2, ep=2)
+    grouped = replace(setup, training=replace(setup.training, expert_gemm="grouped"))
+    assert CAL.of_setup(grouped).moe_sync_s == 0.0
+    assert CAL.of_setup(setup).moe_sync_s == fitted.VALUES["moe_sync_overhead"] > 0
+    per, one = step_time(RAW, setup, c), step_time(RAW, grouped, c)
+    no_sync = step_time(RAW, setup, c, k=replace(CAL.of_setup(setup), moe_sync_s=0.0))
+    assert one["time/host_overhead"] == pytest.approx(no_sync["time/host_overhead"], rel=1e-12)
+    assert one["time/step"] == pytest.approx(no_sync["time/step"], rel=1e-12) and one["time/step"] < per["time/step"]
+    from fitplan.presets.frameworks import FRAMEWORKS
+    assert FRAMEWORKS["torchtitan"].training["expert_gemm"].value == "grouped"
+    assert FRAMEWORKS["nemo"].training["expert_gemm"].value == "per-expert"
+
+
 def test_the_straggler_term_is_the_expected_maximum():
     """cv x sqrt(2 ln N) x the rest of the step: 1% spread over 1,024 GPUs adds 3.72%."""
     f = OV.straggler_factor(N=1024)

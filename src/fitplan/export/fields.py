@@ -25,6 +25,8 @@ PLANNER_ONLY = {
                         "the exports write",
     "training.cuda_graphs": "the step-time model's host launch overhead per layer; the exports leave CUDA graphs "
                             "to the framework's default",
+    "training.expert_gemm": "the step-time model's host cost per local expert; the exports leave the experts' GEMM "
+                            "implementation to the framework's default",
     "training.train_tokens": "the run's length for the time and cost estimate; iterations come with the data "
                              "settings, which no export writes",
     "training.optimizer_impl": "the estimate's model of the optimizer step's temporaries (each framework's "

@@ -36,6 +36,9 @@ _PROFILES = (
                                                f"FusedAdam)"),
             "fp8_weight_cache": Default(True, f"{MLM} megatron/core/extensions/transformer_engine.py@d98e8a64dd "
                                               f"(is_first_microbatch passed: TE keeps the quantized weights)"),
+            "expert_gemm": Default("per-expert", f"{MLM} megatron/core/transformer/moe/experts.py@d98e8a64dd "
+                                                 f"(TEGroupedMLP: tokens_per_expert.tolist() to TE's GroupedLinear, one "
+                                                 f"GEMM per local expert)"),
             "grad_bucket_bytes": Default(160_000_000, f"{MLM} megatron/core/distributed/distributed_data_parallel.py"
                                                       f"@d98e8a64dd (max(4e7, 1e6*dp) parameters of fp32 main "
                                                       f"gradients, dp <= 40)"),
@@ -70,6 +73,9 @@ _PROFILES = (
                                                         f"gradients)"),
             "fragmentation": Default(EXPANDABLE, f"{BRIDGE} src/megatron/bridge/recipes/utils/environment_utils.py"
                                                  f"@067f987df0 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)"),
+            "expert_gemm": Default("per-expert", f"{MLM} megatron/core/transformer/moe/experts.py@d98e8a64dd "
+                                                 f"(TEGroupedMLP under the recipes' moe_grouped_gemm: TE's GroupedLinear, "
+                                                 f"one GEMM per local expert)"),
         },
         config={
             "overlap_grad_reduce": Default(True, f"{BRIDGE} src/megatron/bridge/recipes/common.py@067f987df0 "
@@ -97,6 +103,8 @@ _PROFILES = (
             "fp8_weight_cache": Default(False, f"{TITAN} torchtitan/components/quantization/float8.py@73a0e6979d "
                                                f"(torchao float8 linears: the weight cast per use, no cache)"),
             "fragmentation": Default(EXPANDABLE, f"{TITAN} run_train.sh@73a0e6979d (expandable_segments:True)"),
+            "expert_gemm": Default("grouped", f"{TITAN} torchtitan/models/moe/moe.py@003edbe52d (MoEArgs.use_grouped_mm "
+                                              f"True: torch._grouped_mm over device offsets, no host sync)"),
         },
         config={
             "overlap_grad_reduce": Default(True, f"{TORCH} torch/distributed/fsdp/_fully_shard (reduce-scatter per "
@@ -228,6 +236,8 @@ EFFECTS = {
     "fsdp_prefetch": "how many blocks' parameters are gathered ahead (memory)",
     "fragmentation": "the allocator's reserved-but-unused share (memory)",
     "cuda_graphs": "the host's per-layer launch floor (time: layer_overhead, moe_sync_overhead)",
+    "expert_gemm": "the host's launches per local expert after an MoE layer reads its token counts (time: "
+                   "moe_sync_overhead, none for one grouped kernel)",
     "ce_chunks": "the chunked loss's chunks: one chunk's fp32 logits and gradients at a time (memory)",
     "fp8_weight_cache": "the quantized weight copies low-precision recipes keep across micro-batches (memory)",
     "optimizer_in_backward": "no gradients held: each parameter stepped in its hook (memory)",

@@ -23,6 +23,10 @@ CROSS_ENTROPY = ("pytorch", "fused", "chunked", "linear")
 ATTENTION_KERNELS = ("eager", "flash", "flash2", "flash3", "cudnn")
 FRAMEWORKS = ("megatron-lm", "nemo", "torchtitan", "deepspeed", "fsdp", "hf", "torchtune")
 KERNEL_FAMILIES = ("fused", "compiled", "eager")
+# How a rank runs its local experts' GEMMs: per-expert (Transformer Engine's GroupedLinear as Megatron-Core runs it: one
+# GEMM, weight cast and quantisation per local expert, launched by the host once it has read the token counts) or
+# grouped (one grouped-GEMM kernel over all of them: torch._grouped_mm, grouped_gemm's gmm)
+EXPERT_GEMMS = ("per-expert", "grouped")
 # The frozen base's linear weights: 2 B, 1 B (LLM.int8), or NF4 with double quantization (~0.516 B)
 BASE_PRECISIONS = ("bf16", "int8", "nf4")
 
@@ -119,6 +123,13 @@ class TrainingSpec:
                                         "copy sent: Megatron-LM's alltoall dispatcher, torchtitan's) or deepep "
                                         "(DeepEP, Megatron-LM's flex dispatcher: a token crosses the network once "
                                         "per node and is forwarded over NVLink)")
+    expert_gemm: str = declared("choice", default="per-expert", choices=EXPERT_GEMMS, flag="--expert-gemm",
+                                group="training", example="grouped",
+                                help="how a rank runs its local experts' GEMMs: per-expert (Transformer Engine's "
+                                     "GroupedLinear, as Megatron-Core: one GEMM per local expert, which the host "
+                                     "launches after reading the token counts) or grouped (one grouped-GEMM kernel for "
+                                     "all of them: torch._grouped_mm, as torchtitan; grouped_gemm's gmm); default: the "
+                                     "framework's, else per-expert")
     moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")

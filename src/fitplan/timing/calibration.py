@@ -142,7 +142,7 @@ def power_clock(*, power, tdp):
 
 
 def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, power=None, tdp=None,
-            peak=None, values=None) -> EndToEnd:
+            peak=None, values=None, expert_gemm: str = "per-expert") -> EndToEnd:
     """The constants for one GPU architecture, attention kernel ("eager" or a flash variant), kernel family
     and CUDA-graph choice; values: name -> number or array (default SHIPPED). An architecture without a
     clock constant (AMD, or unknown) runs at its boost clock (1), the band saying no run stands behind it."""
@@ -163,7 +163,8 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
                     moe_traffic=v["moe_traffic"],
                     sm_sharing=maximum(v["sm_sharing"], 0.0),
                     layer_overhead_s=0.0 if cuda_graphs else v["layer_overhead"],
-                    moe_sync_s=0.0 if cuda_graphs else v["moe_sync_overhead"],
+                    # per local expert: none where one grouped kernel runs them all, or CUDA graphs replay the launches
+                    moe_sync_s=0.0 if cuda_graphs or expert_gemm == "grouped" else v["moe_sync_overhead"],
                     collective_overhead_s=v["collective_overhead"],
                     comm_efficiency=minimum(v["comm_efficiency"], 1.0),
                     a2a_efficiency=minimum(v["a2a_efficiency"], 1.0),
@@ -180,7 +181,7 @@ def of_setup(setup, values=None) -> EndToEnd:
         v.update(gpu.end_to_end.values())
     return resolve(architecture=gpu.architecture, kernel=tr.attention_kernel, kernels=tr.kernels,
                    cuda_graphs=tr.cuda_graphs, power=gpu.power_watts, tdp=gpu.tdp_watts,
-                   peak=gpu.peak_bf16_flops_per_s, values=v)
+                   peak=gpu.peak_bf16_flops_per_s, values=v, expert_gemm=tr.expert_gemm)
 
 
 def field_names() -> tuple[str, ...]:

@@ -44,13 +44,16 @@ def _host_text(**_):
 # read the stream has drained and the host launches the local experts' GEMMs one by one while the GPU waits, so
 # the time lost grows with the experts a rank holds, num_experts/ep. Drop-and-pad (a capacity factor with
 # moe_pad_expert_input_to_capacity, what fitplan's --capacity-factor exports) knows every count on the host
-# (torch.full of the capacity): no read. CUDA graphs of the whole iteration capture a sync-free layer: none.
+# (torch.full of the capacity): no read. CUDA graphs of the whole iteration capture a sync-free layer: none. One
+# grouped-GEMM kernel over all the local experts (torchtitan's torch._grouped_mm over device offsets,
+# torchtitan/models/moe/moe.py@003edbe52d; NeMo AutoModel's grouped_gemm ops.gmm) launches nothing per expert: none.
 @formula("time/host_overhead", _host_text, CAL, SECONDS,
          ("the host launches each layer pass's kernels in omega; the GPU waits only where its own work is shorter "
           "(the CPU runs ahead otherwise): forward and backward each take at least L*omega",
           "a dropless MoE layer's forward (and its recompute) reads its token counts on the host: the queue drains, "
           "then the host launches its E_local local experts' GEMMs while the GPU waits, sigma_moe per local expert; "
-          "L_moe = 0 under drop-and-pad (a capacity factor)",
+          "L_moe = 0 under drop-and-pad (a capacity factor); sigma_moe = 0 where one grouped-GEMM kernel runs all "
+          "the local experts (--expert-gemm grouped: torch._grouped_mm, grouped_gemm's gmm)",
           "CUDA graphs launch a whole iteration at once: no host time"))
 def host_overhead_s(*, m, T_f, T_b, L, L_moe, E_local, omega, sigma_moe, recompute=None):
     k_b = 2 if recompute == Recompute.FULL else 1
