@@ -90,9 +90,28 @@ class Memo:
         self._used[k] = hit
         return hit[0]
 
+    def once(self, inputs: tuple, make):
+        """make(), computed once per distinct `inputs` (told apart as a formula's are) while its entry lives: a
+        part the screens of one SP setting share though no single formula holds it (the data-parallel collectives'
+        costs, which no recompute mode changes, come out of arithmetic between formulas, so their inputs are new
+        arrays in every screen and the formulas' own entries never match)."""
+        plain = self._PLAIN
+        k = ("once", tuple([(v, type(v)) if type(v) in plain else id(v) for v in inputs]))
+        hit = self._used.get(k) or self._seen.get(k)
+        if hit is None:
+            hit = (make(), inputs)   # the inputs held: their ids stay unique while the entry lives
+        self._used[k] = hit
+        return hit[0]
+
     def sweep(self) -> None:
         """Forget the entries the calls since the last sweep did not use."""
         self._seen, self._used = self._used, {}
+
+
+def once(ev, make, inputs):
+    """make() through the search's Memo (Memo.once, keyed by inputs(), what make reads); RAW and a Trace compute
+    it each time, a Trace recording its terms in their usual order."""
+    return ev.once(inputs(), make) if isinstance(ev, Memo) else make()
 
 
 def untraced(ev):

@@ -67,3 +67,62 @@ def test_floor_div_matches_floor_division():
     n = np.array([8.0, 8.0, 8.0, 3.0, 7.0, 16.0 * 3])
     assert floor_div(x, n).tolist() == (x // n).tolist() == [8.0, 7.0, 8.0, 43690.0, 643371375338642.0, 32.0]
     assert floor_div(1536, 48) == 32 and type(floor_div(1536, 48)) is int   # ints stay exact ints
+
+
+def test_once_computes_a_part_once_per_inputs_and_sweeps_like_a_formula():
+    """Memo.once(inputs, make): make() once per distinct inputs (plain values by value and type, anything else
+    by identity, held so an id is not reused), kept across a sweep when the last group used it; explain.once
+    calls make() every time for RAW and a Trace, whose terms must appear in their usual order."""
+    from fitplan.explain import Trace, once
+    made = []
+    memo, box = Memo(), np.array([1.0, 2.0])
+    make = lambda: made.append(1) or len(made)   # noqa: E731
+    assert memo.once((box, 3, "x"), make) == 1 and memo.once((box, 3, "x"), make) == 1 and len(made) == 1
+    assert memo.once((box.copy(), 3, "x"), make) == 2        # an equal array, another object
+    assert memo.once((box, 3.0, "x"), make) == 3             # 3.0 is not 3
+    memo.sweep()
+    assert memo.once((box, 3, "x"), make) == 1 and len(made) == 3   # kept: the last group used it
+    memo.sweep()
+    assert memo.once((box, 3.0, "x"), make) == 4             # not used by the last group: made again
+    assert once(RAW, make, lambda: ()) == 5 and once(Trace(), make, lambda: ()) == 6
+
+
+def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones():
+    """The search times its screens of one SP setting (one per recompute mode) through one Memo, and the
+    data-parallel collectives' costs (fitplan.timing.data_parallel._dp_costs), which no recompute mode changes,
+    are computed for the first screen only: each screen's step times equal, to the last bit, the step times the
+    same box gets through RAW, which computes everything afresh (gpt3-175b on 64 GPUs, the search's own box)."""
+    from dataclasses import replace
+
+    from fitplan.search import _grid, _legal, default_space
+    from fitplan.specs.parallel import Recompute
+    from fitplan.timing import data_parallel as DP
+    from fitplan.timing.step import step_time
+    from fitplan.timing.work import pacing_rank
+    from fitplan.memory.stages import end_stages
+    from tests.conftest import make_setup
+    setup = make_setup("gpt3-175b", 64)
+    space = default_space(64)
+    base = _grid(64, space, setup.model)
+    legal = _legal(setup, replace(base, sequence_parallel=True), space, {})
+    rows, view = base.box(legal)
+    view = replace(view, ends=tuple(end_stages(setup.model, view)))
+    zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
+    memo, made = Memo(), []
+    real = DP._dp_costs
+    DP._dp_costs = lambda *a, **k: made.append(1) or real(*a, **k)
+    try:
+        for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
+            c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
+            with np.errstate(all="ignore"):
+                at = pacing_rank(setup, c)
+                shared = step_time(memo, setup, c, stage_index=at)["time/step"]
+                fresh = step_time(RAW, setup, c, stage_index=at)["time/step"]
+            memo.sweep()
+            ok = np.isfinite(fresh)
+            assert ok.any() and np.array_equal(shared[ok], fresh[ok])
+    finally:
+        DP._dp_costs = real
+    # per screen: the stages below 3 in one pass and ZeRO-3 in another; RAW makes both each time (3 x 2), the
+    # memo only for the first screen (2)
+    assert len(made) == 3 * 2 + 2

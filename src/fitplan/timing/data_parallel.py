@@ -5,6 +5,7 @@ step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.tra
 sharding reduces within shard groups and all-reduces each shard across them.
 """
 from fitplan.arith import ceil_div, is_array, maximum, minimum, select
+from fitplan.explain import once
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
@@ -62,7 +63,40 @@ def _per_zero_stage(ev, setup: Setup, c, **kw):
 
 
 def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
-    """dp_time of one ZeRO stage (an int), or of an array of stages below 3 (_per_zero_stage)."""
+    """dp_time of one ZeRO stage (an int), or of an array of stages below 3 (_per_zero_stage): what the
+    collectives cost (_dp_costs: no recompute mode changes it, so the search's screens of one SP setting compute
+    it once, fitplan.explain.once), then how much of it the passes hide."""
+    costs = once(ev, lambda: _dp_costs(ev, setup, c, zero=zero, m=m, place=place, bucket_bytes=bucket_bytes,
+                                       e2e=e2e),
+                 lambda: _costs_inputs(setup, c, zero=zero, m=m, place=place, bucket_bytes=bucket_bytes, e2e=e2e))
+    og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
+    if not is_array(zero) and zero == 3:
+        # --fsdp-prefetch 0: no layer's gather is issued before the layer needs it, so none hides behind compute
+        # (FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with no modules); a deeper
+        # prefetch cannot shorten a link-bound step, so depths >= 1 time alike (memory holds k gathered layers)
+        op = op and setup.training.fsdp_prefetch > 0
+        out = _zero3_time(ev, c, costs, m=m, L=L, lay=lay, og=og, op=op, T_b=T_b)
+    else:
+        out = _bucketed_time(ev, costs, m=m, T_f=T_f, T_b=T_b, og=og, op=op, zero=zero)
+    exposed, after, busy, layer_busy, layer_exposed = out
+    return AxisTime(costs["wire"], exposed, costs["intra"], busy, layer_busy, layer_exposed, costs["nodes"]), after
+
+
+def _costs_inputs(setup, c, *, zero, m, place, bucket_bytes, e2e) -> tuple:
+    """What _dp_costs depends on: the setup, the layout but its recompute mode, the ZeRO stage(s), the bucket
+    size and the end-to-end constants. The micro-batch count and the groups' placement are functions of the
+    setup and the layout (step_time derives them), so they are not keys of their own: the arrays they come as
+    are new in every screen, which would make every screen a miss."""
+    from dataclasses import fields
+    del m, place
+    return (setup, bucket_bytes, *(zero.ravel().tolist() if is_array(zero) else (zero,)),
+            *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"),
+            *(getattr(e2e, f.name) for f in fields(e2e)))
+
+
+def _dp_costs(ev, setup: Setup, c, *, zero, m, place, bucket_bytes, e2e) -> dict:
+    """The data-parallel collectives of the larger stage: their bytes on the wire and their seconds, which no
+    recompute mode changes (routed experts over their expert-data-parallel group)."""
     model, recipe = setup.model, setup.training.recipe
     stages = end_stages(model, c)
     held = maximum(maximum(stages[0].layers, stages[1].layers), 1)   # layers whose weights psi holds
@@ -113,19 +147,13 @@ def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTime
                                             S=shard / maximum(ceil_div(shard, bucket_bytes), 1), e2e=e2e)
             wire = wire + ev(CM.ring_wire_bytes, key=f"comm/dp_{tag}replica_ar_bytes", count=1, n=n_rep, S=shard,
                              kind="all_reduce")
-    og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
+    costs = {"wire": wire, "intra": intra, "nodes": nodes, "replica": replica, "held": held}
     if not is_array(zero) and zero == 3:
-        # --fsdp-prefetch 0: no layer's gather is issued before the layer needs it, so none hides behind compute
-        # (FSDP2's set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with no modules); a deeper
-        # prefetch cannot shorten a link-bound step, so depths >= 1 time alike (memory holds k gathered layers)
-        op = op and setup.training.fsdp_prefetch > 0
-        out = _zero3_time(ev, setup, c, e2e=e2e, m=m, L=L, held=held, groups=groups, lay=lay, og=og, op=op,
-                          replica=replica, T_b=T_b)
+        costs.update(_zero3_costs(ev, setup, e2e=e2e, groups=groups, held=held))
     else:
-        out = _bucketed_time(ev, setup, c, e2e=e2e, m=m, groups=groups, T_f=T_f, T_b=T_b, og=og, op=op, replica=replica,
-                             bucket_bytes=bucket_bytes, zero=zero, layers=held)
-    exposed, after, busy, layer_busy, layer_exposed = out
-    return AxisTime(wire, exposed, intra, busy, layer_busy, layer_exposed, nodes), after
+        costs.update(_bucketed_costs(ev, setup, c, e2e=e2e, m=m, groups=groups, bucket_bytes=bucket_bytes,
+                                     zero=zero))
+    return costs
 
 
 def _on_zero_axis(pieces: list, back: list | None = None):
@@ -140,10 +168,10 @@ def _on_zero_axis(pieces: list, back: list | None = None):
     return out if back is None else np.take(out, back, axis=-5)
 
 
-def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, bucket_bytes, zero, layers):
-    """ZeRO-0/1/2: gradient buckets per reduction (once per step, or per micro-batch under
-    ZeRO-2), and ZeRO-1/2's weight all-gather after the step. zero: an int, or the search's
-    array of the stages below 3 on the box's ZeRO axis (_per_zero_stage)."""
+def _bucketed_costs(ev, setup, c, *, e2e, m, groups, bucket_bytes, zero) -> dict:
+    """ZeRO-0/1/2's collectives: gradient buckets per reduction (once per step, or per micro-batch under
+    ZeRO-2), and ZeRO-1/2's weight all-gather after the step. zero: an int, or the search's array of the stages
+    below 3 on the box's ZeRO axis (_per_zero_stage)."""
     red = ag = 0
     buckets_g = buckets_w = 1
     stages = is_array(zero)   # the search's stages below 3 side by side (_per_zero_stage): each one's collectives
@@ -161,28 +189,42 @@ def _bucketed_time(ev, setup, c, *, e2e, m, groups, T_f, T_b, og, op, replica, b
             ag = ag + (select(zero >= 1, gather, 0) if stages else gather)
             buckets_w = maximum(buckets_w, select(zero >= 1, nb_w, 1) if stages else nb_w)
     reductions = select(zero == 2, m - pipelined(c) * (m - 1), 1)   # pipelined: once per step
-    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b, buckets=buckets_g,
-                       overlap=og)
-    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b, buckets=buckets_g,
-             overlap=og)
+    return {"red": red, "ag": ag, "buckets_g": buckets_g, "buckets_w": buckets_w, "reductions": reductions}
+
+
+def _bucketed_time(ev, costs, *, m, T_f, T_b, og, op, zero):
+    """How much of ZeRO-0/1/2's collectives (_bucketed_costs) the backward and the next forward hide: all but
+    the last bucket of each reduction, and of the weight gather (with --overlap-param-gather)."""
+    stages = is_array(zero)
+    red, ag, replica, reductions = costs["red"], costs["ag"], costs["replica"], costs["reductions"]
+    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b,
+                       buckets=costs["buckets_g"], overlap=og)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b,
+             buckets=costs["buckets_g"], overlap=og)
     exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=reductions * per_reduction + rep, T_window=0, T_tail=0)
-    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=buckets_w,
+    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=costs["buckets_w"],
                overlap=op and (stages or zero in (1, 2)))   # ZeRO-0's entries: ag = 0, nothing exposed
     busy = reductions * red + replica + ag
-    per = maximum(layers, 1) * m   # spread over the stage's layers and the step's micro-batches
+    per = maximum(costs["held"], 1) * m   # spread over the stage's layers and the step's micro-batches
     return exposed, after, busy, busy / per, (exposed + after) / per
 
 
-def _zero3_time(ev, setup, c, *, e2e, m, L, held, groups, lay: LayerTimes, og, op, replica, T_b):
-    """ZeRO-3: per layer and micro-batch, one weight all-gather in forward, another in backward
-    (unless the weights are kept), one gradient reduce-scatter; prefetched and reduced while the
-    neighbouring layer computes."""
+def _zero3_costs(ev, setup, *, e2e, groups, held) -> dict:
+    """ZeRO-3's collectives per layer: one weight all-gather and one gradient reduce-scatter of a layer's share."""
     t_ag = t_rs = 0
     for tag, Sg, Sw, n, k in groups:
         t_ag = t_ag + collective(ev, f"comm/dp_{tag}layer_ag_s", setup, count=1, kind="all_gather", n=n, nodes=k,
                                   S=Sw / held, e2e=e2e)
         t_rs = t_rs + collective(ev, f"comm/dp_{tag}layer_rs_s", setup, count=1, kind="reduce_scatter", n=n,
                                   nodes=k, S=Sg / held, e2e=e2e)
+    return {"t_ag": t_ag, "t_rs": t_rs}
+
+
+def _zero3_time(ev, c, costs, *, m, L, lay: LayerTimes, og, op, T_b):
+    """ZeRO-3: per layer and micro-batch, one weight all-gather in forward, another in backward
+    (unless the weights are kept), one gradient reduce-scatter (_zero3_costs); prefetched and reduced while the
+    neighbouring layer computes."""
+    t_ag, t_rs, replica = costs["t_ag"], costs["t_rs"], costs["replica"]
     g = t_ag if c.reshard_after_forward else 0 * t_ag
     fwd = ev(T.layer_pipeline_exposed_s, key="time/dp_forward_exposed", L=L, x=0 * t_ag if op else t_ag,
              h_first=t_ag if op else 0 * t_ag, h_last=0 * t_ag, W=lay.forward)
