@@ -168,8 +168,12 @@ def instructions(argv, cwd: Path, src: Path) -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (callgrind)")
     python = os.path.realpath(sys.executable)   # the interpreter itself, not a launcher script
+    # one BLAS thread and a fixed hash seed: callgrind counts every thread, and OpenBLAS's idle threads spin for as
+    # long as the scheduler lets them, which moved a command's count by about 2% from one run to the next
+    env = {**os.environ, "PYTHONPATH": str(src), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONHASHSEED": "0"}
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, *argv], cwd=cwd,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}).stderr
+                         capture_output=True, text=True, env=env).stderr
     return int(re.search(r"Collected : (\d+)", out).group(1))
 
 
