@@ -87,7 +87,7 @@ def test_once_computes_a_part_once_per_inputs_and_sweeps_like_a_formula():
     assert once(RAW, make, lambda: ()) == 5 and once(Trace(), make, lambda: ()) == 6
 
 
-def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones():
+def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(monkeypatch):
     """The search times its screens of one SP setting (one per recompute mode) through one Memo, and the
     data-parallel collectives' costs (fitplan.timing.data_parallel._dp_costs), which no recompute mode changes,
     are computed for the first screen only: each screen's step times equal, to the last bit, the step times the
@@ -110,19 +110,16 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones():
     zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
     memo, made = Memo(), []
     real = DP._dp_costs
-    DP._dp_costs = lambda *a, **k: made.append(1) or real(*a, **k)
-    try:
-        for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
-            c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
-            with np.errstate(all="ignore"):
-                at = pacing_rank(setup, c)
-                shared = step_time(memo, setup, c, stage_index=at)["time/step"]
-                fresh = step_time(RAW, setup, c, stage_index=at)["time/step"]
-            memo.sweep()
-            ok = np.isfinite(fresh)
-            assert ok.any() and np.array_equal(shared[ok], fresh[ok])
-    finally:
-        DP._dp_costs = real
+    monkeypatch.setattr(DP, "_dp_costs", lambda *a, **k: made.append(1) or real(*a, **k))
+    for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
+        c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
+        with np.errstate(all="ignore"):
+            at = pacing_rank(setup, c)
+            shared = step_time(memo, setup, c, stage_index=at)["time/step"]
+            fresh = step_time(RAW, setup, c, stage_index=at)["time/step"]
+        memo.sweep()
+        ok = np.isfinite(fresh)
+        assert ok.any() and np.array_equal(shared[ok], fresh[ok])
     # per screen: the stages below 3 in one pass and ZeRO-3 in another; RAW makes both each time (3 x 2), the
     # memo only for the first screen (2)
     assert len(made) == 3 * 2 + 2

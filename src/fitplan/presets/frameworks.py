@@ -17,6 +17,10 @@ TORCH = "pytorch/pytorch (torch 2.13.0)"
 HF = "huggingface/transformers"
 TUNE = "pytorch/torchtune"
 
+# Megatron-Core's experts (Megatron-LM's and Megatron-Bridge's): a GEMM per local expert, launched from the host
+MCORE_EXPERTS = (f"{MLM} megatron/core/transformer/moe/experts.py@d98e8a64dd (TEGroupedMLP: tokens_per_expert.tolist() "
+                 f"to TE's GroupedLinear, one GEMM per local expert)")
+
 # the caching allocator's reserved-but-unused share where expandable_segments is not set (fitplan.memory.runtime)
 DEFAULT_ALLOCATOR_FRAGMENTATION = 0.15
 EXPANDABLE = 0.0
@@ -36,9 +40,7 @@ _PROFILES = (
                                                f"FusedAdam)"),
             "fp8_weight_cache": Default(True, f"{MLM} megatron/core/extensions/transformer_engine.py@d98e8a64dd "
                                               f"(is_first_microbatch passed: TE keeps the quantized weights)"),
-            "expert_gemm": Default("per-expert", f"{MLM} megatron/core/transformer/moe/experts.py@d98e8a64dd "
-                                                 f"(TEGroupedMLP: tokens_per_expert.tolist() to TE's GroupedLinear, one "
-                                                 f"GEMM per local expert)"),
+            "expert_gemm": Default("per-expert", MCORE_EXPERTS),
             "grad_bucket_bytes": Default(160_000_000, f"{MLM} megatron/core/distributed/distributed_data_parallel.py"
                                                       f"@d98e8a64dd (max(4e7, 1e6*dp) parameters of fp32 main "
                                                       f"gradients, dp <= 40)"),
@@ -73,9 +75,7 @@ _PROFILES = (
                                                         f"gradients)"),
             "fragmentation": Default(EXPANDABLE, f"{BRIDGE} src/megatron/bridge/recipes/utils/environment_utils.py"
                                                  f"@067f987df0 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)"),
-            "expert_gemm": Default("per-expert", f"{MLM} megatron/core/transformer/moe/experts.py@d98e8a64dd "
-                                                 f"(TEGroupedMLP under the recipes' moe_grouped_gemm: TE's GroupedLinear, "
-                                                 f"one GEMM per local expert)"),
+            "expert_gemm": Default("per-expert", MCORE_EXPERTS),
         },
         config={
             "overlap_grad_reduce": Default(True, f"{BRIDGE} src/megatron/bridge/recipes/common.py@067f987df0 "

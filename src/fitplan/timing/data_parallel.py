@@ -68,7 +68,7 @@ def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTime
     it once, fitplan.explain.once), then how much of it the passes hide."""
     costs = once(ev, lambda: _dp_costs(ev, setup, c, zero=zero, m=m, place=place, bucket_bytes=bucket_bytes,
                                        e2e=e2e),
-                 lambda: _costs_inputs(setup, c, zero=zero, m=m, place=place, bucket_bytes=bucket_bytes, e2e=e2e))
+                 lambda: _costs_inputs(setup, c, zero=zero, bucket_bytes=bucket_bytes, e2e=e2e))
     og, op = bool(c.overlap_grad_reduce), overlaps_param_gather(c)
     if not is_array(zero) and zero == 3:
         # --fsdp-prefetch 0: no layer's gather is issued before the layer needs it, so none hides behind compute
@@ -82,13 +82,12 @@ def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTime
     return AxisTime(costs["wire"], exposed, costs["intra"], busy, layer_busy, layer_exposed, costs["nodes"]), after
 
 
-def _costs_inputs(setup, c, *, zero, m, place, bucket_bytes, e2e) -> tuple:
+def _costs_inputs(setup, c, *, zero, bucket_bytes, e2e) -> tuple:
     """What _dp_costs depends on: the setup, the layout but its recompute mode, the ZeRO stage(s), the bucket
-    size and the end-to-end constants. The micro-batch count and the groups' placement are functions of the
-    setup and the layout (step_time derives them), so they are not keys of their own: the arrays they come as
-    are new in every screen, which would make every screen a miss."""
+    size and the end-to-end constants. The micro-batch count and the groups' placement it also reads are
+    functions of the setup and the layout (step_time derives them), so they are not keys of their own: the
+    arrays they come as are new in every screen, which would make every screen a miss."""
     from dataclasses import fields
-    del m, place
     return (setup, bucket_bytes, *(zero.ravel().tolist() if is_array(zero) else (zero,)),
             *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"),
             *(getattr(e2e, f.name) for f in fields(e2e)))
