@@ -221,6 +221,26 @@ def _other(cfg: dict) -> dict:
     return out
 
 
+# Megatron-Bridge's mixed-precision presets that keep layers in bf16 by name (src/megatron/bridge/training/
+# mixed_precision.py @51885cf1, v0.6.0): nemotron_3_super_bf16_with_nvfp4_mixed sets first_last_layers_bf16 and
+# num_layers_at_end_in_bf16 = 14, the start left at MixedPrecisionConfig's 0. (bf16_with_fp8_current_scaling_mixed
+# keeps one at each end, but the perf scripts turn that off: scripts/performance/utils/precision.py and
+# perf_recipes/_common.py _perf_precision set first_last_layers_bf16 = False for fp8_cs.)
+BRIDGE_BF16_LAYERS = {"nemotron_3_super_bf16_with_nvfp4_mixed": (0, 14)}
+
+
+def _bf16_layers(other: dict) -> list:
+    """--bf16-first-layers / --bf16-last-layers from the row's mixed-precision preset, or from the
+    first_last_layers_bf16 and num_layers_at_*_in_bf16 values its configuration sets (`other`)."""
+    first, last = BRIDGE_BF16_LAYERS.get(other.get("mixed_precision", "").removesuffix("()"), (0, 0))
+    if other.get("first_last_layers_bf16") == "True":
+        first = int(other.get("num_layers_at_start_in_bf16", first))
+        last = int(other.get("num_layers_at_end_in_bf16", last))
+    elif other.get("first_last_layers_bf16") == "False":
+        first = last = 0
+    return (["--bf16-first-layers", first] if first else []) + (["--bf16-last-layers", last] if last else [])
+
+
 BRIDGE_PRECISION = {"BF16": "BF16", "FP8": "FP8-CS", "FP8-CS": "FP8-CS", "FP8-MX": "FP8-MX", "MXFP8": "FP8-MX",
                     "NVFP4": "NVFP4"}
 BRIDGE_MODELS = {"DeepSeekV3 (w/o MTP)": ("deepseek-v3", ["--mtp-depth", 0]),
@@ -242,6 +262,7 @@ def _bridge(row):
     fsdp = cfg.get("use_megatron_fsdp") or _int(row.get("fsdp"), 0) > 0
     flags += ["--zero", 3 if fsdp else 1]
     flags += _precision(BRIDGE_PRECISION[row["precision"].split(" ")[0]], assumed)
+    flags += _bf16_layers(other)
     flags += _layout(row, sp_with_tp=bool(cfg.get("sequence_parallel", _int(row.get("tp")) > 1)))
     flags += _recompute_modules(cfg, assumed)
     for name, flag in (("overlap_grad_reduce", "overlap-grad-reduce"), ("overlap_param_gather", "overlap-param-gather")):

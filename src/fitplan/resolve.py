@@ -254,6 +254,7 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
     training, line = _framework_training(training, values, base)
     if line:
         assumed.append(line)
+    _check_bf16_layers(training, model)
     given_lora = [flag for flag, key in (("--lora-rank", "lora_rank"), ("--lora-targets", "lora_targets"),
                                          ("--base-precision", "base_precision")) if key in values]
     if given_lora and training.finetune == "full":
@@ -270,6 +271,18 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
                        f"{DEFAULT_TOKENS_PER_STEP // 2**20}M tokens per step (Llama 3's first batch), none "
                        f"being given or published; --global-batch sets it")
     return training, tuple(assumed)
+
+
+def _check_bf16_layers(training: TrainingSpec, model: ModelSpec) -> None:
+    """Layers kept in bf16 exist only beside low-precision ones, and only as many as the model has."""
+    first, last = training.bf16_first_layers, training.bf16_last_layers
+    flag = "--bf16-last-layers" if last else "--bf16-first-layers"
+    if (first or last) and training.recipe.compute == "bf16":
+        raise SpecError(f"{flag}: every GEMM is bf16 already; give --compute-precision fp8, mxfp8 or nvfp4, or drop "
+                        f"{flag}")
+    if first + last > model.num_layers:
+        raise SpecError(f"{flag}: {first} first + {last} last layers kept in bf16 exceed the model's "
+                        f"{model.num_layers}; give at most {model.num_layers} in all")
 
 
 def _framework_training(training: TrainingSpec, given_values: dict, base) -> tuple[TrainingSpec, str]:

@@ -53,6 +53,21 @@ def test_every_published_row_is_stated_or_says_why():
             assert kind in ("step_s", "tflops_hw") and value > 0, m.id
 
 
+def test_rows_state_the_layers_their_recipe_keeps_in_bf16():
+    """Megatron-Bridge's nemotron_3_super_bf16_with_nvfp4_mixed (mixed_precision.py @51885cf1) keeps the last 14
+    layers in bf16, and the earlier releases' configurations set first_last_layers_bf16=True with
+    num_layers_at_end_in_bf16=14 explicitly: every Nemotron 3 Super NVFP4 row (15) says --bf16-last-layers 14;
+    the MXFP8 and the other NVFP4 presets (bf16_with_nvfp4_mixed alone) keep none."""
+    rows = [m for m in PUB.rows() if m.stated]
+    kept = {m.id for m in rows if "--bf16-last-layers 14" in m.flags}
+    assert kept == {m.id for m in rows if m.id.endswith("nemotron-3-super-nvfp4")} and len(kept) == 15
+    assert not any("--bf16-first-layers" in m.flags for m in rows)
+    assert PUB._bf16_layers({"mixed_precision": "bf16_with_mxfp8_mixed()"}) == []
+    assert PUB._bf16_layers({"mixed_precision": "bf16_with_nvfp4_mixed()", "first_last_layers_bf16": "True",
+                             "num_layers_at_start_in_bf16": "1", "num_layers_at_end_in_bf16": "2"}) == [
+        "--bf16-first-layers", 1, "--bf16-last-layers", 2]
+
+
 def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
     """src/fitplan/timing/fitted.py is what `bench/fidelity.py --write` wrote for this set and this model: a fit
     started from it moves no constant by more than its 4 printed significant digits allow (5e-4) plus the

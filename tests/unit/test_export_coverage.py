@@ -108,8 +108,13 @@ def megatron_view(plan, result) -> dict:
     # positions: the table Megatron builds holds the sequence (raised past a RoPE model's length)
     view["model.max_seq_len"] = m.max_seq_len if a.max_position_embeddings == max(m.max_seq_len,
                                                                                    plan.training.seq_len) else None
+    compute = ("nvfp4" if a.fp4 == "e2m1" and a.fp4_recipe == "nvfp4" else "mxfp8" if a.fp8 and a.fp8_recipe == "mxfp8"
+               else "fp8" if a.fp8 else "bf16")
     view["training.recipe"] = (1 if a.fp8_param_gather else 2 if a.bf16 else 4, 2 if a.grad_reduce_in_bf16 else 4,
-                               4 if a.bf16 else 0, SGD if a.optimizer == "sgd" else ADAM, "fp8" if a.fp8 else "bf16")
+                               4 if a.bf16 else 0, SGD if a.optimizer == "sgd" else ADAM, compute)
+    # megatron/core/fp8_utils.py is_first_last_bf16_layer: the counts apply only under --first-last-layers-bf16
+    view["training.bf16_first_layers"] = a.num_layers_at_start_in_bf16 if a.first_last_layers_bf16 else 0
+    view["training.bf16_last_layers"] = a.num_layers_at_end_in_bf16 if a.first_last_layers_bf16 else 0
     dp = world // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size * a.context_parallel_size)
     view["parallel.dp"] = dp
     view["parallel.zero"] = (0 if not a.use_distributed_optimizer else 1 if not a.use_megatron_fsdp else
@@ -224,6 +229,8 @@ def titan_view(plan, result, version) -> dict:
         (2, 2, 4, ADAM, "bf16"), (4, 4, 0, ADAM, "bf16")) and dtype == ("bfloat16" if plan.training.recipe.weights_bytes
                                                                          == 2 else "float32") else "other"
     view["training.act_bytes"] = 2 if dtype == "bfloat16" else 4
+    # every GEMM at the training dtype (low-precision compute is refused): no layer kept apart in bf16
+    view["training.bf16_first_layers"] = view["training.bf16_last_layers"] = 0
     mode = ac["mode"]
     view["parallel.recompute"] = {"none": "none", "full": "full"}.get(mode, "op" if ac.get("selective_ac_option")
                                                                         == "op" else "full")
@@ -270,6 +277,8 @@ def deepspeed_view(plan, result) -> dict:
                  if f"x {plan.training.seq_len} tokens" in " ".join(result.notes) else "other",
                  "training.recipe": (2 if bf16 else 4, grads if bf16 else 4, 4 if bf16 else 0, moments, "bf16"),
                  "training.act_bytes": 2 if bf16 else 4,
+                 # no low-precision GEMMs (refused): no layer kept apart in bf16
+                 "training.bf16_first_layers": 0, "training.bf16_last_layers": 0,
                  "parallel.overlap_grad_reduce": z.get("overlap_comm", c.overlap_grad_reduce),
                  "parallel.offload": {None: "none", "cpu": "optimizer"}[z.get("offload_optimizer", {}).get("device")],
                  "parallel.ep": d.get("expert_parallel", {}).get("autoep_size", 1)})
@@ -308,6 +317,26 @@ def test_every_field_is_written_or_the_export_is_refused(plan, fmt, version):
         if text(wrote) != text(value):
             missing.append(f"{path}: wrote {wrote!r}, the plan has {value!r}")
     assert not missing, missing
+
+
+# low-precision GEMMs and the layers kept in bf16 beside them (--bf16-first-layers, --bf16-last-layers)
+LOW_PRECISION = [("fp8", 0, 0), ("mxfp8", 1, 2), ("nvfp4", 0, 4)]
+
+
+@pytest.mark.parametrize("fmt,version", FORMATS, ids=[f"{f}-{v}" if v else f for f, v in FORMATS])
+@pytest.mark.parametrize("compute,first,last", LOW_PRECISION)
+def test_low_precision_compute_is_written_or_refused(compute, first, last, fmt, version):
+    """A low-precision recipe's compute precision and its bf16 layers are written (Megatron: --fp8-format with
+    --fp8-recipe mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4, --first-last-layers-bf16 with both counts) or the
+    export is refused (torchtitan and DeepSpeed: their configs have no such switch); Megatron writes all three."""
+    preset = MODELS["llama3.1-8b"]
+    training = TrainingSpec(seq_len=preset.seq_len, recipe=replace(RECIPES["mixed-adam"], compute=compute),
+                            dropout=preset.dropout, attention_kernel=preset.attention_kernel, global_batch=1024,
+                            bf16_first_layers=first, bf16_last_layers=last)
+    plan = make_plan(model=preset.model, training=training, parallel=ParallelConfig(dp=16, zero=ZeroStage.OS),
+                     global_batch=1024, num_gpus=16, gpus_per_node=8)
+    assert export(fmt, plan, **({"torchtitan_version": version} if version else {})).ok == (fmt == "megatron")
+    test_every_field_is_written_or_the_export_is_refused(plan, fmt, version)
 
 
 def test_the_moe_flags_of_mixtral_and_deepseek_v3():

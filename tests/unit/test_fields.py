@@ -43,7 +43,10 @@ SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"slid
                    "version": (MAMBA1[0][2:], {k: v for k, v in MAMBA1[1].items() if k != "mamba_version"}),
                    "dt_rank": MAMBA1, "inner_norms": MAMBA1,
                    **{name: (["--finetune", "lora"], {"finetune": "lora"})
-                      for name in ("lora_rank", "lora_targets", "base_precision")}}
+                      for name in ("lora_rank", "lora_targets", "base_precision")},
+                   # layers kept in bf16 exist only beside low-precision GEMMs
+                   **{name: (["--compute-precision", "fp8"], {"compute_precision": "fp8"})
+                      for name in ("bf16_first_layers", "bf16_last_layers")}}
 
 
 def _argv_value(f, value) -> list[str]:

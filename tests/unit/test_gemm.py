@@ -193,6 +193,25 @@ def test_fp8_linears_run_at_the_fp8_curve_and_pay_their_casts():
     assert fp8["time/forward_microbatch"] < bf16["time/forward_microbatch"]
 
 
+def test_layers_kept_in_bf16_run_their_linears_at_the_bf16_curve():
+    """--bf16-last-layers 1 of GPT's 2 layers (Megatron-Core's first_last_layers_bf16: that layer runs outside the
+    fp8 autocast, megatron/core/fp8_utils.py): one layer's linears run as the bf16 recipe's and one as the fp8
+    recipe's, at equal FLOPs, so their seconds average: 1/(peak8*eff) = (1/(peak8*eff8) + 1/(peak16*eff16))/2
+    (eff8, eff16: the linear efficiencies of the all-fp8 and the bf16 plans). The core, the output layer, the casts
+    and the FLOPs do not move."""
+    c = ParallelConfig(micro_batch=2)
+    fp8_setup = _setup(recipe="fp8")
+    kept_setup = dataclasses.replace(fp8_setup, training=dataclasses.replace(fp8_setup.training, bf16_last_layers=1))
+    bf16, fp8, kept = ({t.key: t.value for t in evaluate_step(s, c).terms}
+                       for s in (_setup(), fp8_setup, kept_setup))
+    assert kept["layer/bf16_kept/dense"] == 1
+    seconds = (1 / (1979e12 * fp8["ratio/linear_efficiency"]) + 1 / (989e12 * bf16["ratio/linear_efficiency"])) / 2
+    assert 1 / (1979e12 * kept["ratio/linear_efficiency"]) == pytest.approx(seconds, rel=1e-12)
+    for key in ("ratio/core_efficiency", "ratio/head_efficiency", "bytes/fp8_casts_forward", "flops/microbatch/forward"):
+        assert kept[key] == fp8[key], key
+    assert fp8["time/forward_microbatch"] < kept["time/forward_microbatch"] < bf16["time/forward_microbatch"]
+
+
 def test_mxfp8_grouped_gemms_run_at_the_measured_grouped_rate():
     """Megatron-LM's GB200 guide (@eb0783b6): the MXFP8 grouped GEMM reaches 2,672 TFLOP/s at K=7168, N=2048;
     the constant's 3,311 TFLOP/s is gb200's fp8 curve at that shape (8 experts x 4,096 tokens), so the local

@@ -306,3 +306,31 @@ def test_a_stage_without_layers_is_timed():
 ])
 def test_one_middle_stage_takes_what_the_pinned_ends_leave(L, p, first, last, split):
     assert ST.split(L, p, 1, first, last) == split and sum(split) == L
+
+
+def test_layers_kept_in_bf16_are_counted_on_the_ranks_that_hold_them():
+    """--bf16-first-layers 1 --bf16-last-layers 2 on Llama 3.1 8B's 32 layers (fitplan.memory.stages
+    .bf16_layers_on_stage): pp 4 puts layer 0 on rank 0 and layers 30-31 on rank 3; with 2 virtual stages the
+    chunks are 4 layers, rank 0 holding layers 0-3 and 16-19 (1 kept), rank 3 layers 12-15 and 28-31 (2); under
+    DualPipe rank 0 runs stages 0 and 3 (1 + 2). Nemotron 3 Super's last 14 pattern layers (Megatron-Bridge's NVFP4
+    recipe keeps them) are EMEM*EMEMEMEME: 7 MoE, 6 Mamba, 1 attention, all on the one rank at pp 1."""
+    from fitplan.memory.stages import bf16_layers_on_stage
+    model = presets.MODELS["llama3.1-8b"].model
+    counts = lambda **c: [bf16_layers_on_stage(model, ParallelConfig(**c), i, first=1, last=2)["dense"]
+                          for i in range(c["pp"])]
+    assert counts(pp=4) == [1, 0, 0, 2]
+    assert counts(pp=4, virtual_stages=2) == [1, 0, 0, 2]
+    assert counts(pp=4, schedule=Schedule.DUALPIPE) == [3, 0, 0, 3]
+    grid = bf16_layers_on_stage(model, SimpleGrid(pp=np.array([1, 2, 4, 8])), 0, first=1, last=2)["dense"]
+    assert list(grid) == [3, 1, 1, 1]   # rank 0 of pp 1 holds all three
+    super_ = presets.MODELS["nemotron-3-super-120b-a12b"].model
+    assert super_.layer_pattern[-14:] == "EMEM*EMEMEMEME"
+    assert bf16_layers_on_stage(super_, ParallelConfig(), 0, first=0, last=14) == {"M": 6, "*": 1, "-": 0, "E": 7}
+    moe = presets.MODELS["deepseek-v3"].model   # 3 dense layers first: the first kept one is dense
+    assert bf16_layers_on_stage(moe, ParallelConfig(), 0, first=1, last=2) == {"dense": 1, "moe": 2}
+
+
+class SimpleGrid:
+    """The fields bf16_layers_on_stage reads, as arrays over candidates (the search's grid)."""
+    def __init__(self, pp):
+        self.pp, self.virtual_stages, self.first_stage_layers, self.last_stage_layers = pp, 1, None, None

@@ -31,7 +31,7 @@ What a ds_config cannot say, and this module therefore refuses:
     AutoTP (tensor_parallel.autotp_size) does not shard the vocabulary as the plan does.
     So only tp = pp = cp = 1 plans are exported, where the data-parallel size is the world.
   * precisions DeepSpeed does not have: bf16 weights without an fp32 master copy, fp8,
-    8-bit optimizer moments (a client optimizer passed in code).
+    MXFP8 or NVFP4 GEMMs, 8-bit optimizer moments (a client optimizer passed in code).
   * recompute that deepspeed.checkpointing.checkpoint(function, *args) cannot do: it keeps
     the checkpointed function's output and takes no per-op policy, so norms (outputs that
     the next projection saves) and op (torchtitan's per-op SAC) are refused.
@@ -146,9 +146,9 @@ def _overlap(plan: Plan, notes: list) -> dict:
 
 def _precision(plan: Plan, reasons: list, notes: list) -> dict:
     r, zero, act = plan.training.recipe, plan.parallel.zero, plan.training.act_bytes
-    if r.compute == "fp8" or r.weights_bytes == 1:
-        reasons.append(f"recipe {r.name!r} computes in fp8: a ds_config has no fp8 switch (Transformer Engine "
-                       f"layers in the model code provide it)")
+    if r.compute != "bf16" or r.weights_bytes == 1:
+        reasons.append(f"recipe {r.name!r} computes in {'fp8' if r.compute == 'bf16' else r.compute}: a ds_config has "
+                       f"no low-precision GEMM switch (Transformer Engine layers in the model code provide it)")
         return {}
     if r.weights_bytes == 4:
         if r.grads_bytes != 4 or r.master_bytes != 0:

@@ -51,7 +51,10 @@ fusion and --ckpt-format, read from megatron/training/arguments.py. What each pa
               transformer_config.py lists the --recompute-modules choices.
   precision   bf16 weights: --bf16 (fp32 main params and, by default, fp32 main grads);
               2-byte grads: --grad-reduce-in-bf16; fp8 weights: --fp8-format hybrid
-              --fp8-param-gather; fp32 weights: no precision flag; SGD: --optimizer sgd
+              --fp8-param-gather; mxfp8 compute: --fp8-recipe mxfp8; nvfp4 compute: --fp4-format
+              e2m1 --fp4-recipe nvfp4; fp32 weights: no precision flag; SGD: --optimizer sgd;
+              layers kept in bf16: --first-last-layers-bf16 --num-layers-at-start-in-bf16 N
+              --num-layers-at-end-in-bf16 N
   shapes      --num-layers ... --vocab-size, --swiglu or --squared-relu, --normalization, biases,
               tying
 
@@ -310,14 +313,26 @@ def _precision(plan: Plan, reasons: list, notes: list) -> list:
     else:
         reasons.append(f"gradients at {r.grads_bytes} B/param: Megatron's grad buffer is fp32 (4) or, with "
                        f"--grad-reduce-in-bf16, bf16 (2)")
-    if r.weights_bytes == 1 or r.compute == "fp8":
+    if r.compute == "nvfp4":   # Megatron-Core's fp4 path (megatron/core/fp4_utils.py): NVFP4 blocks, e2m1 elements
+        if r.weights_bytes == 1:
+            reasons.append("fp8 primary weights with nvfp4 compute: Megatron's fp4 recipe keeps bf16 or fp4 primary "
+                           "weights (--fp4-param-gather), not fp8; plan bf16 weights")
+        out.append(_flag("--fp4-format", "e2m1"))
+        out.append(_flag("--fp4-recipe", "nvfp4"))
+    elif r.weights_bytes == 1 or r.compute in ("fp8", "mxfp8"):
         out.append(_flag("--fp8-format", "hybrid"))
         notes.append("--fp8-format hybrid (e4m3 forward, e5m2 backward) chosen for fp8; e4m3 is the alternative")
+        if r.compute == "mxfp8":   # 32-element blocks with power-of-two scales (Megatron-Bridge's bf16_with_mxfp8_mixed)
+            out.append(_flag("--fp8-recipe", "mxfp8"))
     if r.weights_bytes == 1:
         out.append(_flag("--fp8-param-gather"))
         if zero == ZeroStage.NONE:
             reasons.append("fp8 primary weights (--fp8-param-gather) need the distributed optimizer or FSDP "
                            "(Megatron asserts it); plan ZeRO-1 or higher")
+    first, last = plan.training.bf16_first_layers, plan.training.bf16_last_layers
+    if first or last:   # megatron/core/fp8_utils.py is_first_last_bf16_layer (both counts given: their default is 1)
+        out += [_flag("--first-last-layers-bf16"), _flag("--num-layers-at-start-in-bf16", first),
+                _flag("--num-layers-at-end-in-bf16", last)]
     if act != 2:
         reasons.append(f"--bf16 training stores 2-byte activations but the plan has act_bytes = {act}")
     return out

@@ -130,6 +130,18 @@ class TrainingSpec:
                                      "launches after reading the token counts) or grouped (one grouped-GEMM kernel for "
                                      "all of them: torch._grouped_mm, as torchtitan; grouped_gemm's gmm); default: the "
                                      "framework's, else per-expert")
+    # Megatron-Core's first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16
+    # (megatron/core/fp8_utils.py get_fp8_context, fp4_utils.py get_fp4_context: those layers run outside the
+    # low-precision autocast); Megatron-Bridge's NVFP4 recipe for Nemotron 3 Super keeps the last 14 of 88
+    bf16_first_layers: int = declared("int", default=0, flag="--bf16-first-layers", group="training", lo=0,
+                                      hi=10**6, example=1,
+                                      help="low-precision recipes: the model's first N layers keep their GEMMs in "
+                                           "bf16 (Megatron-Core's --num-layers-at-start-in-bf16 with "
+                                           "--first-last-layers-bf16); default 0")
+    bf16_last_layers: int = declared("int", default=0, flag="--bf16-last-layers", group="training", lo=0,
+                                     hi=10**6, example=14,
+                                     help="low-precision recipes: the model's last N layers keep their GEMMs in bf16 "
+                                          "(Megatron-Core's --num-layers-at-end-in-bf16); default 0")
     moe_imbalance: float = declared("number", default=1.0, flag="--moe-imbalance", group="training", lo=1, hi=1000,
                                     example=1.5,
                                     help="dropless MoE: the busiest expert rank's tokens over the mean (1: balanced)")

@@ -25,8 +25,8 @@ key/value width, f ffn size, E experts, k_r experts per token, rho the busiest r
 V vocabulary.
 """
 
-from fitplan.arith import maximum
-from fitplan.explain import RATIO, SECONDS, formula
+from fitplan.arith import maximum, select
+from fitplan.explain import COUNT, RATIO, SECONDS, formula
 from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs.training import LOW_PRECISION_BYTES
@@ -278,11 +278,40 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = "", grouped: 
     return F_sum, T_sum
 
 
-def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
+@formula("layer/bf16_kept", "n  (the stage's layers among the model's first and last kept in bf16, this class's)",
+         Cite("megatron", "megatron/core/fp8_utils.py is_first_last_bf16_layer, fp4_utils.py get_fp4_context "
+                          "(first_last_layers_bf16) @d98e8a6"), COUNT,
+         ("a layer kept in bf16 runs its linear GEMMs at the bf16 rate; the quantized weight copies and casts are "
+          "still counted for every layer (an overcount of those small terms), and the multi-token-prediction "
+          "modules keep the recipe's precision",))
+def bf16_kept_layers(*, n):
+    return n
+
+
+def _linear_mix(ev, weights, L, sums, gemm_kinds, names, r, gpu, kept):
+    """The stage's linear GEMMs' FLOPs and seconds per layer: each class's (sums: (F, T) at the recipe's rate) times
+    its layers (weights), over the L layers; the layers kept in bf16 (kept, by class name) at the bf16 rate."""
+    F_parts, T_parts = [x[0] for x in sums], [x[1] for x in sums]
+    if kept is not None:
+        low = list(weights)
+        for j, (gemms, name) in enumerate(zip(gemm_kinds, names)):
+            n = ev(bf16_kept_layers, key=f"layer/bf16_kept/{name}", n=kept[name])
+            F_k, T_k = class_flops_and_s(ev, gemms, r["bf16"], gpu, prefix=f"bf16/{name}/")
+            low[j] = low[j] - n
+            weights, F_parts, T_parts = [*weights, n], [*F_parts, F_k], [*T_parts, T_k]
+        weights = low + list(weights[len(low):])
+        # a stage without layers (--first-stage-layers 0) takes the first class's rates, which no layer multiplies
+        return (select(L > 0, E.mix_kinds(weights, L, F_parts), F_parts[0]),
+                select(L > 0, E.mix_kinds(weights, L, T_parts), T_parts[0]))
+    return E.mix_kinds(weights, L, F_parts), E.mix_kinds(weights, L, T_parts)
+
+
+def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> LayerRates:
     """The stage's GEMM efficiencies at the candidate's degrees (tp, cp, ep, micro-batch), and
     its memory-bound seconds per layer. c: a ParallelConfig or the search's grid; L and
     n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step; e2e: the
-    end-to-end constants (fitplan.timing.calibration.EndToEnd)."""
+    end-to-end constants (fitplan.timing.calibration.EndToEnd); kept: of those layers, the ones a low-precision
+    recipe keeps in bf16, by class (fitplan.memory.stages.bf16_layers_on_stage), or None."""
     from fitplan.memory.breakdown import Shapes
     model, gpu, training = setup.model, setup.cluster.gpu, setup.training
     sh = Shapes.of(setup)
@@ -296,7 +325,7 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
         sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=f"{k}/", grouped=r.get("grouped"))
                 for g, k in zip(gemm_kinds, used)]
         weights = [kinds[k] for k in used]
-        F_lin, T_lin = E.mix_kinds(weights, L, [x[0] for x in sums]), E.mix_kinds(weights, L, [x[1] for x in sums])
+        F_lin, T_lin = _linear_mix(ev, weights, L, sums, gemm_kinds, used, r, gpu, kept)
         if "M" in used and model.mamba.version.value == "mamba2":
             F_s, T_s = class_flops_and_s(ev, ssd_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"],
                                          gpu)
@@ -308,8 +337,12 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None) -> LayerRates:
             gemm_kinds.append(linear_gemms(model, T=T, t=c.tp, ep=c.ep, moe_layer=True, rho=sh.moe.rho))
         sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=prefix, grouped=r.get("grouped"))
                 for g, prefix in zip(gemm_kinds, ("", "moe/"))]
-        F_lin, T_lin = (sums[0] if n_dense is None else
-                        (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
+        if kept is not None:
+            weights = [L] if n_dense is None else [n_dense, L - n_dense]
+            F_lin, T_lin = _linear_mix(ev, weights, L, sums, gemm_kinds, ("dense", "moe"), r, gpu, kept)
+        else:
+            F_lin, T_lin = (sums[0] if n_dense is None else
+                            (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
         casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":

@@ -25,6 +25,7 @@ from fitplan.counts import flops as F
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, SECONDS, formula
 from fitplan.memory.breakdown import Setup, Shapes, stage_at
+from fitplan.memory.stages import bf16_layers_on_stage
 from fitplan.parts import TIME, part_keys
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Schedule
@@ -71,7 +72,11 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
-    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds)
+    tr = setup.training
+    kept = None if not (tr.bf16_first_layers or tr.bf16_last_layers) or tr.recipe.compute == "bf16" else {
+        name: n * half for name, n in bf16_layers_on_stage(model, c, pacing, first=tr.bf16_first_layers,
+                                                           last=tr.bf16_last_layers).items()}
+    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
     place = placement(ev, setup, c)
