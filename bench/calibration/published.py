@@ -187,7 +187,7 @@ def _automodel(row):
 # Megatron-Bridge's recompute modules -> fitplan's modes: the attention core is selective; norms, MLA's
 # up-projections and the MoE activation are the cheap "norms" kind; an MLP or a whole MoE layer reruns most of
 # a layer's GEMMs, nearest full
-def _recompute_modules(cfg: dict, assumed: list) -> list:
+def _recompute_modules(cfg: dict, assumed: list, *, moe: bool = False) -> list:
     g, mods = cfg.get("recompute_granularity"), cfg.get("recompute_modules")
     if g == "full":
         return _config_recompute(cfg)
@@ -195,6 +195,12 @@ def _recompute_modules(cfg: dict, assumed: list) -> list:
         return []
     if mods is None:          # Megatron-Core's default list: ["core_attn"]
         return ["--recompute", "selective"]
+    if moe and "mlp" in mods:
+        # "mlp" reruns a dense layer's MLP only: TransformerLayer sets recompute_mlp when "mlp" is listed and the
+        # layer is not an MoE layer (megatron/core/transformer/transformer_layer.py @d98e8a6); MoE layers need "moe"
+        mods = [m for m in mods if m != "mlp"]
+        assumed.append("recompute module mlp reruns only the first dense layers' MLPs (not the MoE layers': "
+                       "Megatron-Core's transformer_layer.py); that rerun is not counted")
     if not mods:
         return []
     if "mlp" in mods:
@@ -264,7 +270,7 @@ def _bridge(row):
     flags += _precision(BRIDGE_PRECISION[row["precision"].split(" ")[0]], assumed)
     flags += _bf16_layers(other)
     flags += _layout(row, sp_with_tp=bool(cfg.get("sequence_parallel", _int(row.get("tp")) > 1)))
-    flags += _recompute_modules(cfg, assumed)
+    flags += _recompute_modules(cfg, assumed, moe=_is_moe(model))
     for name, flag in (("overlap_grad_reduce", "overlap-grad-reduce"), ("overlap_param_gather", "overlap-param-gather")):
         if name in cfg:
             flags += [f"--{flag}" if cfg[name] else f"--no-{flag}"]

@@ -68,6 +68,21 @@ def test_rows_state_the_layers_their_recipe_keeps_in_bf16():
         "--bf16-first-layers", 1, "--bf16-last-layers", 2]
 
 
+def test_the_mlp_recompute_module_reruns_no_moe_layer():
+    """Megatron-Core's recompute module "mlp" sets recompute_mlp only on layers that are not MoE layers
+    (transformer_layer.py @d98e8a6): DeepSeek-V3's rows listing it recompute no MoE layer, so ["mlp"] alone is no
+    recompute and ["mla_up_proj", "mlp"] is the norms kind (MLA's up-projections), each saying what it leaves out;
+    on a dense model "mlp" still reruns most of a layer's GEMMs, planned as full recompute."""
+    cfg = {"recompute_granularity": "selective"}
+    for mods, moe, flags in ((["mlp"], True, []), (["mla_up_proj", "mlp"], True, ["--recompute", "norms"]),
+                             (["mlp"], False, ["--recompute", "full"])):
+        assumed = []
+        assert PUB._recompute_modules({**cfg, "recompute_modules": mods}, assumed, moe=moe) == flags, mods
+        assert any("mlp" in a for a in assumed), mods
+    rows = {m.id: m for m in PUB.rows()}
+    assert "--recompute" not in rows["mb-26.04-gb200-deepseek-v3-mxfp8"].flags
+
+
 def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
     """src/fitplan/timing/fitted.py is what `bench/fidelity.py --write` wrote for this set and this model: a fit
     started from it moves no constant by more than its 4 printed significant digits allow (5e-4) plus the
