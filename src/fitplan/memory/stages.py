@@ -37,7 +37,8 @@ class Stage:
         return dict(zip(LAYER_KINDS, (self.n_mamba, self.n_attention, self.n_mlp, self.n_moe)))
 
 
-def _split_kw(model: ModelSpec, c) -> dict:
+def split_kw(model: ModelSpec, c) -> dict:
+    """The split's keywords for fitplan.counts.stages: the model's layers, pp and the pinned end stages."""
     first, last = getattr(c, "first_stage_layers", None), getattr(c, "last_stage_layers", None)
     pins = {k: v for k, v in (("first", first), ("last", last)) if v is not None}
     return dict(L=model.num_layers, p=c.pp, **pins)
@@ -48,7 +49,7 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     rank i runs stage i of one direction and stage p-1-i of the other [deepseek-v3 Sec. 3.2.1],
     so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head."""
     from fitplan.specs.parallel import Schedule
-    kw, moe, v = _split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
+    kw, moe, v = split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
     layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)
     dense = (lambda j, k: None) if moe is None or model.hybrid else (lambda j, k: ev(
         ST.dense_layers_on_stage, key=k, L_d=moe.first_dense_layers, v=v, i=j, **kw))
@@ -74,7 +75,7 @@ def _hybrid_stage(model: ModelSpec, c, i, *, l, emb, head, mtp, dual) -> Stage:
     (fitplan.counts.stages.kind_layers_on_stage), plus its multi-token-prediction modules'
     layers (mtp_pattern each)."""
     from fitplan.counts import hybrid as HY
-    kw, v = _split_kw(model, c), getattr(c, "virtual_stages", 1)
+    kw, v = split_kw(model, c), getattr(c, "virtual_stages", 1)
     cum = HY.prefix_counts(model.layer_pattern)
     extra = HY.kind_counts(model.mtp_pattern or "")
     counts = []
@@ -85,35 +86,6 @@ def _hybrid_stage(model: ModelSpec, c, i, *, l, emb, head, mtp, dual) -> Stage:
         counts.append(n + mtp * extra[k])
     per_module = len(model.mtp_pattern or "")
     return Stage(i, l + mtp * per_module, None, emb, head, mtp, *counts)
-
-
-def bf16_layers_on_stage(model: ModelSpec, c, i, *, first: int, last: int) -> dict:
-    """Pipeline rank i's layers among the model's first `first` and last `last`, which keep their GEMMs in bf16
-    (--bf16-first-layers, --bf16-last-layers: Megatron-Core runs a layer outside the fp8/fp4 autocast when
-    first_last_layers_bf16 holds and its number is below num_layers_at_start_in_bf16 or in the last
-    num_layers_at_end_in_bf16, megatron/core/fp8_utils.py is_first_last_bf16_layer, fp4_utils.py get_fp4_context),
-    by class as the step times them: a hybrid model's kinds (M, *, -, E), else dense and moe (an MoE model's
-    first_dense_layers are its dense ones). Counted like the kinds (fitplan.counts.stages.kind_layers_on_stage),
-    both stages' under DualPipe; the multi-token-prediction modules' layers are not among them."""
-    from fitplan.specs.parallel import Schedule
-    kw, v, L = _split_kw(model, c), getattr(c, "virtual_stages", 1), model.num_layers
-    kept = [j < first or j >= L - last for j in range(L)]
-    if model.hybrid:
-        classes = {k: [kind == k for kind in model.layer_pattern] for k in LAYER_KINDS}
-    else:
-        dense = 0 if model.moe is None else model.moe.first_dense_layers
-        classes = {"dense": [model.moe is None or j < dense for j in range(L)]}
-        if model.moe is not None:
-            classes["moe"] = [j >= dense for j in range(L)]
-    ranks = [i] if getattr(c, "schedule", None) != Schedule.DUALPIPE else [i, c.pp - 1 - i]
-    out = {}
-    for name, member in classes.items():
-        cum, n = [0], 0
-        for j in range(L):
-            n += kept[j] and member[j]
-            cum.append(n)
-        out[name] = sum(ST.kind_layers_on_stage(cum=tuple(cum), v=v, i=r, **kw) for r in ranks)
-    return out
 
 
 def hybrid_layer_kw(model: ModelSpec, stage: Stage, *, replicated: bool = True) -> dict:

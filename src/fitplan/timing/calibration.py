@@ -17,7 +17,6 @@ corrects them end to end.
 
 Pure: numbers and arithmetic; a field may be a NumPy array (the fit evaluates many values at once).
 """
-from dataclasses import fields
 
 from fitplan.arith import maximum, minimum
 from fitplan.record import record
@@ -182,7 +181,3 @@ def of_setup(setup, values=None) -> EndToEnd:
     return resolve(architecture=gpu.architecture, kernel=tr.attention_kernel, kernels=tr.kernels,
                    cuda_graphs=tr.cuda_graphs, power=gpu.power_watts, tdp=gpu.tdp_watts,
                    peak=gpu.peak_bf16_flops_per_s, values=v, expert_gemm=tr.expert_gemm)
-
-
-def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(EndToEnd))

@@ -278,6 +278,38 @@ def class_flops_and_s(ev, gemms, rate: Rate, gpu, *, prefix: str = "", grouped: 
     return F_sum, T_sum
 
 
+def bf16_layers_on_stage(model, c, i, *, first: int, last: int) -> dict:
+    """Pipeline rank i's layers among the model's first `first` and last `last`, which keep their GEMMs in bf16
+    (--bf16-first-layers, --bf16-last-layers: Megatron-Core runs a layer outside the fp8/fp4 autocast when
+    first_last_layers_bf16 holds and its number is below num_layers_at_start_in_bf16 or in the last
+    num_layers_at_end_in_bf16, megatron/core/fp8_utils.py is_first_last_bf16_layer, fp4_utils.py get_fp4_context),
+    by class as the step times them: a hybrid model's kinds (M, *, -, E), else dense and moe (an MoE model's
+    first_dense_layers are its dense ones). Counted like the kinds (fitplan.counts.stages.kind_layers_on_stage),
+    both stages' under DualPipe; the multi-token-prediction modules' layers are not among them."""
+    from fitplan.counts import stages as ST
+    from fitplan.memory.stages import split_kw
+    from fitplan.specs.model import LAYER_KINDS
+    from fitplan.specs.parallel import Schedule
+    kw, v, L = split_kw(model, c), getattr(c, "virtual_stages", 1), model.num_layers
+    kept = [j < first or j >= L - last for j in range(L)]
+    if model.hybrid:
+        classes = {k: [kind == k for kind in model.layer_pattern] for k in LAYER_KINDS}
+    else:
+        dense = 0 if model.moe is None else model.moe.first_dense_layers
+        classes = {"dense": [model.moe is None or j < dense for j in range(L)]}
+        if model.moe is not None:
+            classes["moe"] = [j >= dense for j in range(L)]
+    ranks = [i] if getattr(c, "schedule", None) != Schedule.DUALPIPE else [i, c.pp - 1 - i]
+    out = {}
+    for name, member in classes.items():
+        cum, n = [0], 0
+        for j in range(L):
+            n += kept[j] and member[j]
+            cum.append(n)
+        out[name] = sum(ST.kind_layers_on_stage(cum=tuple(cum), v=v, i=r, **kw) for r in ranks)
+    return out
+
+
 @formula("layer/bf16_kept", "n  (the stage's layers among the model's first and last kept in bf16, this class's)",
          Cite("megatron", "megatron/core/fp8_utils.py is_first_last_bf16_layer, fp4_utils.py get_fp4_context "
                           "(first_last_layers_bf16) @d98e8a6"), COUNT,
@@ -311,7 +343,7 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> L
     its memory-bound seconds per layer. c: a ParallelConfig or the search's grid; L and
     n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step; e2e: the
     end-to-end constants (fitplan.timing.calibration.EndToEnd); kept: of those layers, the ones a low-precision
-    recipe keeps in bf16, by class (fitplan.memory.stages.bf16_layers_on_stage), or None."""
+    recipe keeps in bf16, by class (bf16_layers_on_stage), or None."""
     from fitplan.memory.breakdown import Shapes
     model, gpu, training = setup.model, setup.cluster.gpu, setup.training
     sh = Shapes.of(setup)

@@ -25,7 +25,6 @@ from fitplan.counts import flops as F
 from fitplan.counts import stages as ST
 from fitplan.explain import RAW, SECONDS, formula
 from fitplan.memory.breakdown import Setup, Shapes, stage_at
-from fitplan.memory.stages import bf16_layers_on_stage
 from fitplan.parts import TIME, part_keys
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Schedule
@@ -74,7 +73,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
     tr = setup.training
     kept = None if not (tr.bf16_first_layers or tr.bf16_last_layers) or tr.recipe.compute == "bf16" else {
-        name: n * half for name, n in bf16_layers_on_stage(model, c, pacing, first=tr.bf16_first_layers,
+        name: n * half for name, n in G.bf16_layers_on_stage(model, c, pacing, first=tr.bf16_first_layers,
                                                            last=tr.bf16_last_layers).items()}
     rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
@@ -169,8 +168,3 @@ def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
             "rate/flops_per_gpu": ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=T_step, N=N),
             "rate/tokens": ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)}
 
-
-
-def step_seconds(setup: Setup, c):
-    """Step seconds over arrays of candidates (the search's path)."""
-    return step_time(RAW, setup, c)["time/step"]
