@@ -63,3 +63,14 @@ def test_points_count_operand_bytes_by_dtype():
     assert list(p.F) == [2 * 2 * 64 * 32 * 16, 2 * 64 * 32 * 16]
     assert list(p.B) == [2 * (2 * (64 * 16 + 16 * 32) + 2 * 64 * 32), 1 * (64 * 16 + 16 * 32) + 2 * 64 * 32]
     assert np.array_equal(p.fp8, [False, True])
+
+
+def test_w_stays_in_the_bracket_it_was_searched_in():
+    """The simplex that refines the grid's best point keeps W inside the bracket (log10_w): where the data would
+    take it further (here GEMMs made at W = 1e13 B/s, skinny ones memory-bound at a 1e15 peak, fitted in a bracket
+    up to 1e12) the fit stops at the bracket's end instead of leaving it. Unbounded, the simplex follows the error
+    wherever it falls (a loaded CPU's calibrate wrote W = 6.9e178 B/s, which its own range check then refused)."""
+    rows = [(1, m, n, k, G.gemm_s(m=m, n=n, k=k, eff_max=0.5, peak=1e15, t0=5e-6, W=1e13), False, 2, 1e15, "made")
+            for m, n, k in [(8192, 64, 64), (16384, 128, 64), (32768, 64, 128), (8192, 8192, 8192), (4096, 4096, 4096)]]
+    assert fit.fit_curve(fit.Points.of(rows), log10_w=(10.0, 14.0)).W == pytest.approx(1e13, rel=2e-2)
+    assert 1e8 <= fit.fit_curve(fit.Points.of(rows), log10_w=(8.0, 12.0)).W <= 1e12

@@ -59,10 +59,11 @@ def residuals(d: Points, pred) -> dict:
             for s in sorted(set(d.src))}
 
 
-def _objective(d: Points, x):
-    """x = (eff_bf16, eff_fp8, t0 in us, log10 W)."""
+def _objective(d: Points, x, log10_w=(-math.inf, math.inf)):
+    """x = (eff_bf16, eff_fp8, t0 in us, log10 W); W outside log10_w is not a candidate (where no measured GEMM is
+    memory-bound the error does not depend on W, and the simplex would wander off to any value)."""
     eb, ef, t0_us, logw = x
-    if not (0 < eb <= 1 and 0 < ef <= 1 and t0_us >= 0):
+    if not (0 < eb <= 1 and 0 < ef <= 1 and t0_us >= 0 and log10_w[0] <= logw <= log10_w[1]):
         return math.inf
     r = np.log(predict(d, eb, ef, t0_us * 1e-6, 10 ** logw) / d.t)
     return float(np.sum(d.t * r ** 2) / np.sum(d.t))
@@ -97,7 +98,7 @@ def nelder_mead(f, x0, steps, iterations=600):
 
 
 def fit_curve(d: Points, *, log10_w=(10.0, 14.0)) -> Curve:
-    """eff_max (bf16, fp8), t0 and W of one die from its measured GEMMs."""
+    """eff_max (bf16, fp8), t0 and W of one die from its measured GEMMs; W within 10^log10_w B/s."""
     w = d.t / d.t.sum()
     has_fp8, has_bf16 = bool(d.fp8.any()), bool((~d.fp8).any())
     best = None
@@ -109,7 +110,7 @@ def fit_curve(d: Points, *, log10_w=(10.0, 14.0)) -> Curve:
                 err = _objective(d, (eb, ef, t0 * 1e6, logw))
                 if best is None or err < best[0]:
                     best = (err, (eb, ef, t0 * 1e6, logw))
-    x, err = nelder_mead(lambda x: _objective(d, x), best[1], (0.02, 0.02, 0.5, 0.05))
+    x, err = nelder_mead(lambda x: _objective(d, x, log10_w), best[1], (0.02, 0.02, 0.5, 0.05))
     eb, ef, t0_us, logw = (float(v) for v in x)
     pred = predict(d, eb, ef, t0_us * 1e-6, 10 ** logw)
     return Curve(eb if has_bf16 else None, ef if has_fp8 else None, t0_us * 1e-6, 10 ** logw, math.sqrt(err),

@@ -213,7 +213,11 @@ def _build(base, gemms, collectives, *, device, world, local, notes, peak_given,
     if best > 1:
         notes.append(f"a GEMM ran at {best:.2f} x the stated peak: the peak is too low for this device, so the "
                      f"ceiling is capped at 1")
-    curve = fit.fit_curve(points, log10_w=(10.0, 14.0) if device.type == "cuda" else (8.0, 12.0))
+    bracket = (10.0, 14.0) if device.type == "cuda" else (8.0, 12.0)
+    curve = fit.fit_curve(points, log10_w=bracket)
+    if curve.W >= 10 ** bracket[1] * 0.99:
+        notes.append(f"no measured GEMM was memory-bound enough to set the operand bandwidth: W is the top of the "
+                     f"range searched, {10 ** bracket[1] / 1e9:g} GB/s")
     low = curve.eff_bf16 is not None and curve.eff_bf16 < 0.001
     if low:
         raise SpecError(f"the measured GEMMs reach {best:.2g} of the stated peak {peak / 1e12:g} TFLOP/s"
