@@ -98,3 +98,15 @@ def test_export_notes_follow_the_attention_kernel():
             assert ("no flash attention" not in notes) and (("s^2 attention scores" in notes) == (kernel == "eager"))
         args = export("megatron", p).data
         assert ("--attention-backend" in args) == (kernel == "eager")
+
+
+def test_the_header_says_the_gemm_precision_and_the_layers_kept_in_bf16():
+    """A low-precision recipe's GEMMs and the layers it keeps in bf16 are on the training line (they change the
+    step time); a bf16 plan's line says neither."""
+    base = ["plan", "--preset", "llama3.1-8b", "--gpus", "8", "--tp", "1", "--pp", "1"]
+    code, out, _ = run(base + ["--compute-precision", "nvfp4", "--bf16-first-layers", "1", "--bf16-last-layers", "2"])
+    assert code in (0, 1) and ", nvfp4 GEMMs (the first 1 and last 2 layers' in bf16), activations" in out
+    code, out, _ = run(base + ["--compute-precision", "fp8"])
+    assert ", fp8 GEMMs, activations" in out
+    code, out, _ = run(base)
+    assert "GEMMs" not in out.splitlines()[3]

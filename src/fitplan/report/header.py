@@ -21,8 +21,8 @@ def header(setup) -> list:
         f"ffn={m.ffn_hidden_size} V={m.vocab_size} mlp={m.mlp.value} "
         f"{'tied' if m.tied_embeddings else 'untied'} embeddings",
         *hybrid_lines(m),
-        f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param), "
-        f"activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}, "
+        f"training s={t.seq_len}, {batch}, precision {t.recipe.name} ({t.recipe.total_bytes:g} B/param)"
+        f"{gemm_precision(t)}, activations {t.act_bytes} B/element, dropout {'on' if t.dropout else 'off'}, "
         f"{t.attention_kernel} attention",
         *finetune_lines(t),
         f"cluster  {fmt_gib(c.gpu.memory_bytes)} GiB per GPU, {fmt_gib(c.reserve_bytes)} GiB reserved, "
@@ -30,6 +30,16 @@ def header(setup) -> list:
         *host_lines(c),
         *(f"assumed  {a}" for a in setup.assumed),
     ))]
+
+
+def gemm_precision(t) -> str:
+    """', fp8 GEMMs (the last 14 layers' in bf16)': a low-precision recipe's GEMMs and the layers it keeps in bf16."""
+    if t.recipe.compute == "bf16":
+        return ""
+    ends = [f"first {t.bf16_first_layers}" if t.bf16_first_layers else "",
+            f"last {t.bf16_last_layers}" if t.bf16_last_layers else ""]
+    kept = " and ".join(e for e in ends if e)
+    return f", {t.recipe.compute} GEMMs" + (f" (the {kept} layers' in bf16)" if kept else "")
 
 
 def hybrid_lines(m) -> tuple[str, ...]:
