@@ -1,6 +1,5 @@
 """The search's report (--suggest): the ranked layouts, the recommendation with its
 justification, and the proof when nothing fits."""
-from fitplan.report.advice import step_times
 from fitplan.report.header import config_line, header
 from fitplan.report.render import Heading, Lines, Table
 from fitplan.report.sentences import inequality
@@ -8,7 +7,6 @@ from fitplan.units import fmt_gib
 
 
 def search(setup, r, bound, smallest) -> list:
-    from fitplan.report.advice import time_table
     blocks = header(setup) + [
         Heading(f"Search over {r.considered:,} candidates on {r.num_gpus} GPUs: "
                 f"{r.considered - r.fit:,} rejected, {r.fit:,} fit"),
@@ -47,6 +45,7 @@ def search(setup, r, bound, smallest) -> list:
                       "headroom GiB", "why this rank"), rows, align="rrrrrrrlrrrrrrl",
                      note="max mb: the largest micro-batch that layout fits with, all else kept, among those the global "
                           "batch divides into")]
+    from fitplan.report.advice import step_times, time_table   # loaded only when something fits
     step_list, shown = step_times(setup, r.suggestions, lambda sl: [time_table(r.suggestions, sl)])
     blocks += [Heading("Estimated step time of each"), *shown]
     if setup.training.train_tokens is not None:   # the time-to-train lines are loaded only when asked for
