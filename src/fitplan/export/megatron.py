@@ -322,7 +322,7 @@ def _precision(plan: Plan, reasons: list, notes: list) -> list:
     elif r.weights_bytes == 1 or r.compute in ("fp8", "mxfp8"):
         out.append(_flag("--fp8-format", "hybrid"))
         notes.append("--fp8-format hybrid (e4m3 forward, e5m2 backward) chosen for fp8; e4m3 is the alternative")
-        if r.compute == "mxfp8":   # 32-element blocks with power-of-two scales (Megatron-Bridge's bf16_with_mxfp8_mixed)
+        if r.compute == "mxfp8":   # 32-element blocks, power-of-two scales (Megatron-Bridge's bf16_with_mxfp8_mixed)
             out.append(_flag("--fp8-recipe", "mxfp8"))
     if r.weights_bytes == 1:
         out.append(_flag("--fp8-param-gather"))

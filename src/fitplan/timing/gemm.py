@@ -325,13 +325,12 @@ def _linear_mix(ev, weights, L, sums, gemm_kinds, names, r, gpu, kept):
     its layers (weights), over the L layers; the layers kept in bf16 (kept, by class name) at the bf16 rate."""
     F_parts, T_parts = [x[0] for x in sums], [x[1] for x in sums]
     if kept is not None:
-        low = list(weights)
-        for j, (gemms, name) in enumerate(zip(gemm_kinds, names)):
-            n = ev(bf16_kept_layers, key=f"layer/bf16_kept/{name}", n=kept[name])
-            F_k, T_k = class_flops_and_s(ev, gemms, r["bf16"], gpu, prefix=f"bf16/{name}/")
-            low[j] = low[j] - n
-            weights, F_parts, T_parts = [*weights, n], [*F_parts, F_k], [*T_parts, T_k]
-        weights = low + list(weights[len(low):])
+        names = names[:len(gemm_kinds)]
+        n_kept = [ev(bf16_kept_layers, key=f"layer/bf16_kept/{name}", n=kept[name]) for name in names]
+        at_bf16 = [class_flops_and_s(ev, g, r["bf16"], gpu, prefix=f"bf16/{name}/")
+                   for g, name in zip(gemm_kinds, names)]
+        weights = [w - n for w, n in zip(weights, n_kept)] + n_kept
+        F_parts, T_parts = F_parts + [x[0] for x in at_bf16], T_parts + [x[1] for x in at_bf16]
         # a stage without layers (--first-stage-layers 0) takes the first class's rates, which no layer multiplies
         return (select(L > 0, E.mix_kinds(weights, L, F_parts), F_parts[0]),
                 select(L > 0, E.mix_kinds(weights, L, T_parts), T_parts[0]))
