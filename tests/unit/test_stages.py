@@ -2,6 +2,7 @@
 node-limited routing (issue 13). Each expected number is derived beside it."""
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -321,16 +322,12 @@ def test_layers_kept_in_bf16_are_counted_on_the_ranks_that_hold_them():
     assert counts(pp=4) == [1, 0, 0, 2]
     assert counts(pp=4, virtual_stages=2) == [1, 0, 0, 2]
     assert counts(pp=4, schedule=Schedule.DUALPIPE) == [3, 0, 0, 3]
-    grid = bf16_layers_on_stage(model, SimpleGrid(pp=np.array([1, 2, 4, 8])), 0, first=1, last=2)["dense"]
+    over = SimpleNamespace(pp=np.array([1, 2, 4, 8]), virtual_stages=1, first_stage_layers=None,
+                           last_stage_layers=None)   # the fields it reads, as the search's arrays over candidates
+    grid = bf16_layers_on_stage(model, over, 0, first=1, last=2)["dense"]
     assert list(grid) == [3, 1, 1, 1]   # rank 0 of pp 1 holds all three
     super_ = presets.MODELS["nemotron-3-super-120b-a12b"].model
     assert super_.layer_pattern[-14:] == "EMEM*EMEMEMEME"
     assert bf16_layers_on_stage(super_, ParallelConfig(), 0, first=0, last=14) == {"M": 6, "*": 1, "-": 0, "E": 7}
     moe = presets.MODELS["deepseek-v3"].model   # 3 dense layers first: the first kept one is dense
     assert bf16_layers_on_stage(moe, ParallelConfig(), 0, first=1, last=2) == {"dense": 1, "moe": 2}
-
-
-class SimpleGrid:
-    """The fields bf16_layers_on_stage reads, as arrays over candidates (the search's grid)."""
-    def __init__(self, pp):
-        self.pp, self.virtual_stages, self.first_stage_layers, self.last_stage_layers = pp, 1, None, None

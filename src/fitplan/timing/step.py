@@ -71,10 +71,9 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
-    tr = setup.training
-    kept = None if not (tr.bf16_first_layers or tr.bf16_last_layers) or tr.recipe.compute == "bf16" else {
-        name: n * half for name, n in G.bf16_layers_on_stage(model, c, pacing, first=tr.bf16_first_layers,
-                                                           last=tr.bf16_last_layers).items()}
+    first, last = setup.training.bf16_first_layers, setup.training.bf16_last_layers   # resolve: low precision only
+    kept = None if not (first or last) else {
+        name: n * half for name, n in G.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
     rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
@@ -167,4 +166,3 @@ def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
             "ratio/hfu": ev(C.flops_utilisation, key="ratio/hfu", F=hw_f, T_step=T_step, N=N, peak=peak),
             "rate/flops_per_gpu": ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=T_step, N=N),
             "rate/tokens": ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)}
-
