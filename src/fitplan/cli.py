@@ -309,6 +309,22 @@ def check_calibrate_size(request: Request) -> None:
                         f"({limit / 2**30:,.0f} GiB); lower it")
 
 
+# The planning commands use NumPy elementwise, on arrays of at most a few hundred thousand numbers: no BLAS routine
+# that threads would speed up. NumPy's OpenBLAS starts a thread per core when it loads, and each spins for work
+# before it sleeps; on a 2-core machine that spinning cost 60-110 ms of CPU per command, a quarter of the seed
+# command's (bench/results-2026-12-03.md, the 2026-12-04 section). So one BLAS thread, unless the environment
+# names its own count or NumPy is already loaded (then it is too late to matter). validate and calibrate time
+# PyTorch, whose CPU kernels read MKL_NUM_THREADS: they keep the machine's defaults.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread(command: str) -> None:
+    if command in ("validate", "calibrate") or "numpy" in sys.modules:
+        return
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: list[str] | None = None, out=None, err=None) -> int:
     """Exit 0 fits, 1 does not fit (an answer), 2 bad input (one line), 3 a bug in fitplan
     (one line; --debug or FITPLAN_DEBUG=1 shows the traceback)."""
@@ -319,6 +335,7 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
     argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["plan", *argv]
+    one_blas_thread(argv[0])
     try:
         return _dispatch(argv, out, err)
     except SpecError as error:
