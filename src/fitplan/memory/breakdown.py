@@ -505,13 +505,17 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     # the search's screening view also holds its candidate ranks as one Stage, stacked on a leading
     # axis (fitplan.search._Grid.box): one pass over the terms for every rank, the busiest taken below
     stacked = getattr(c, "stacked", None) is not None
+    over = None
+    if stacked:   # an array spanning the ranks axis has the box's axes and that one: each moment's most over it
+        ranked = c.tp.ndim + 1
+        over = lambda a: a.max(axis=0, keepdims=True) if getattr(a, "ndim", 0) == ranked and a.shape[0] > 1 else a
     for st in [c.stacked] if stacked else candidate_stages(setup.model, c):
         parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
         # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
         # third of the screening's time when each rank recomputed them
         if not comms:
             comms.update((key, parts[key]) for key in COMMUNICATOR_TERMS)
-        t = TL.peak_bytes(parts, phi=setup.training.fragmentation, ev=ev)
+        t = TL.peak_bytes(parts, phi=setup.training.fragmentation, ev=ev, over_ranks=over)
         out = t if out is None else maximum(out, t)
         if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
             x = OF.host_total(parts)
