@@ -312,9 +312,9 @@ def check_calibrate_size(request: Request) -> None:
 # The planning commands use NumPy elementwise, on arrays of at most a few hundred thousand numbers: no BLAS routine
 # that threads would speed up. NumPy's OpenBLAS starts a thread per core when it loads, and each spins for work
 # before it sleeps; on a 2-core machine that spinning cost 60-110 ms of CPU per command, a quarter of the seed
-# command's (bench/results-2026-12-03.md, the 2026-12-04 section). So one BLAS thread, unless the environment
-# names its own count or NumPy is already loaded (then it is too late to matter). validate and calibrate time
-# PyTorch, whose CPU kernels read MKL_NUM_THREADS: they keep the machine's defaults.
+# command's (bench/results-2026-12-03.md, "One BLAS thread for the planning commands"). So one BLAS thread,
+# unless the environment names its own count or NumPy is already loaded (then it is too late to matter).
+# validate and calibrate time PyTorch, whose CPU kernels read MKL_NUM_THREADS: they keep the machine's defaults.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
