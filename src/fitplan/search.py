@@ -200,7 +200,8 @@ def _grid(num_gpus: int, space: SearchSpace, model=None) -> _Grid:
     eps = np.array(space.ep, dtype=np.int64)
     d, m, v, e = len(deg), len(mb), len(vs), len(eps)
     # each axis's values in the rows' C order (degree triples, micro-batches, virtual stages, ep): repeated over
-    # the axes after it, tiled over those before (a quarter of the time of indexing with a meshgrid's arrays)
+    # the axes after it, tiled over those before (a fifth of the time of indexing with a meshgrid's arrays: 58
+    # against 285 us for Llama 3.1 405B at 16,384 GPUs)
     along = lambda values, inner, outer: np.tile(np.repeat(values, inner), outer)
     tp, pp, cp = (np.repeat(deg[:, i], m * v * e) for i in range(3))
     stages = pair = None

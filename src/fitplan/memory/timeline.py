@@ -107,7 +107,7 @@ def peak_bytes(parts: dict, *, phi, ev=RAW, over_ranks=None):
     stacks its candidate ranks on a leading axis (fitplan.memory.breakdown.busiest_totals), a
     function taking one moment's bytes to their most over that axis. The most over the moments and
     the most over the ranks commute, so each moment is reduced first and the moments are compared on
-    arrays without the ranks axis: the full-box comparisons were a fifth of a Llama 3.1 405B search."""
+    arrays without the ranks axis: the full-box comparisons were a sixth of a Llama 3.1 405B search."""
     over = over_ranks or (lambda a: a)
     stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
     train = total(parts[k] for k in TRAIN)
