@@ -267,7 +267,13 @@ def cuda_step(model: ModelSpec, *, seq_len: int, micro_batch: int, recompute: Re
         peak = got.states + max(got.peaks.values())
         return {"max_allocated": peak, "max_reserved": peak, "outside_allocator": 0, "device_name": "cpu stand-in",
                 "capability": None, "expandable_segments": True}
+    import gc
     import os
+    # what an earlier measurement in this process left cached stays reserved, and reset_peak_memory_stats starts
+    # the reserved peak from it: on an H200 the selective and full recompute steps measured after the one without
+    # recompute read its 16.77 GB as their own (2026-12-04, docs/measurements). Free that cache first.
+    gc.collect()
+    torch.cuda.empty_cache()
     torch.manual_seed(seed)
     net = build(model, dropout_p=dropout_p, recompute=recompute, dtype=torch.float32, device="cuda").train()
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4, **{optimizer_impl: True})
