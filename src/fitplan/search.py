@@ -375,17 +375,13 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
                        micro_batch=own(grid.micro_batch, 1), virtual_stages=own(grid.virtual_stages, 2),
                        ep=own(grid.ep, 3))
     ok = np.ones(full, dtype=bool)
-    left = ok.size
     for rule in compat.RULES:
         passed = np.asarray(rule.ok(setup.model, setup.training, setup.cluster, grid, space.allow_cross_node_tp),
                             dtype=bool)
+        newly = ok & ~passed
+        if newly.any():
+            rejected[rule.id] = rejected.get(rule.id, 0) + int(newly.sum())
         ok &= passed
-        # the candidates this rule is the first to reject: those left before it less those left after (counting
-        # the mask's true values is one pass; the mask of the newly rejected and its sum were four)
-        now = int(np.count_nonzero(ok))
-        if now < left:
-            rejected[rule.id] = rejected.get(rule.id, 0) + left - now
-        left = now
     return ok.ravel()
 
 

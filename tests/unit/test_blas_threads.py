@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fitplan.cli import BLAS_THREAD_VARIABLES as VARIABLES
+
 ROOT = Path(__file__).resolve().parents[2]
-VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 # runs fitplan.cli.main on argv in a fresh interpreter; prints the BLAS variables after it, whether NumPy was
 # loaded, and the process's threads (Linux: /proc/self/task; -1 elsewhere)
