@@ -225,6 +225,21 @@ def test_layer_pipeline_by_hand():
     assert T.layer_pipeline_exposed_s(L=10, x=0, h_first=5, h_last=5, W=20) == 10   # hidden but the ends
 
 
+def test_interleaved_dp_window_by_hand():
+    """Megatron-Core's interleaved 1F1B (schedules.py, backward_step_helper_postprocess) launches a model chunk's
+    gradient reduction once its last backward has run, r slots later on pipeline rank r, while the later chunks
+    still run the last group of min(p, m) micro-batches. T_b = 0.24 s over v = 20 chunks is 0.012 s a chunk-pass;
+    p = m = 2, rank 1: 1 + 19*2 - 1 = 38 passes = 0.456 s; the gather (r = 0): 39 = 0.468 s. A plain schedule
+    (v = 1): the one backward, 0.24 s, whatever the rank. v = 2, p = 8, m = 1, rank 7 (1 + 1 - 7 < 1): never less
+    than the chunk's own pass, 0.12 s."""
+    assert T.dp_overlap_window_s(T=0.24, v=20, p=2, m=2, r=1) == pytest.approx(0.456)
+    assert T.dp_overlap_window_s(T=0.24, v=20, p=2, m=2) == pytest.approx(0.468)
+    assert T.dp_overlap_window_s(T=0.24, v=1, p=8, m=32, r=7) == pytest.approx(0.24)
+    assert T.dp_overlap_window_s(T=0.24, v=2, p=8, m=1, r=7) == pytest.approx(0.12)
+    # the search's arrays: element by element the same
+    np.testing.assert_allclose(T.dp_overlap_window_s(T=0.24, v=np.array([1.0, 20.0]), p=2, m=2, r=1), [0.24, 0.456])
+
+
 def test_tp_overlap_by_hand():
     """One layer, a = 3 ms per block exchange, attention GEMMs 1 ms, MLP GEMMs 4 ms: forward
     (3-1) + 0, backward (3-2) + 0 = 3 ms exposed of the 12 ms; without overlap all 12; full

@@ -172,6 +172,27 @@ def test_no_overlap_exposes_every_gradient_bucket():
     assert hidden.parts["time/dp_exposed"] == pytest.approx(red.value / dict(red.inputs)["count"])
 
 
+def test_interleaving_hides_the_gradient_reduction_behind_the_later_chunks():
+    """Llama 3.1 70B at 1K tokens, tp 8, pp 4 (the pacing stage is rank 3), dp 2 across nodes, 16 micro-batches:
+    the stage's gradient reduction outlasts one micro-batch's backward, so without interleaving the excess is
+    exposed. With v = 5 chunks per rank each chunk's reduction also hides behind the later chunks' backwards over
+    the last group of 4 micro-batches, (1 + 4*4 - 3)/5 = 2.8 backwards (traffic.dp_overlap_window_s), and what
+    sticks out is the last chunk's fifth, launched after the last backward."""
+    setup = _setup(model="llama3.1-70b", seq_len=1024, global_batch=32)
+    base = ParallelConfig(tp=8, pp=4, dp=2, zero=ZeroStage.OS)
+    exposed = {}
+    for v, slots in ((1, 1.0), (5, 2.8)):
+        terms = {t.key: t for t in evaluate_step(setup, dataclasses.replace(base, virtual_stages=v)).terms}
+        window, red = terms["time/dp_grad_window"], terms["comm/dp_grad_reduction_s"]
+        T_b = terms["time/backward_microbatch"].value
+        assert dict(window.inputs)["r"] == 3
+        assert window.value == pytest.approx(slots * T_b)
+        exposed[v] = terms["time/dp_grad_exposed"].value
+    assert red.value > T_b   # the case: one backward cannot hide the reduction
+    assert exposed[1] == pytest.approx(red.value - T_b)
+    assert exposed[5] == pytest.approx(red.value / 5) and exposed[5] < exposed[1]
+
+
 def test_trace_explains_every_part_with_a_source():
     r = evaluate_step(_setup(), ParallelConfig(tp=2, pp=2, dp=8, cp=2, sequence_parallel=True))
     keys = {t.key for t in r.terms}

@@ -17,7 +17,7 @@ from fitplan.timing import traffic as T
 from fitplan.timing.axes import AxisTime, collective
 from fitplan.timing.passes import LayerTimes
 
-def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
+def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e, rank=0):
     """Data parallel over dp x cp: gradient reduction and parameter gathers of the larger
     stage (routed experts over their expert-data-parallel group). Hybrid sharding
     (--shard-degree N): reduce-scatter and gathers within groups of N ranks, and an
@@ -30,12 +30,13 @@ def dp_time(ev, setup: Setup, c, *, m, L, place, T_f, T_b, lay: LayerTimes, buck
     layer at a time (fitplan.timing.traffic.layer_pipeline_exposed_s).
     Returns the axis and the seconds exposed after the optimizer step. c.zero may be the
     search's array of ZeRO stages (its box's first axis, fitplan.search._Grid.box): the results lie
-    side by side on that axis (_per_zero_stage)."""
+    side by side on that axis (_per_zero_stage). rank: the pipeline rank timed (its launches of the
+    gradient reductions wait rank slots under interleaving, traffic.dp_overlap_window_s)."""
     if is_array(c.zero):
         return _per_zero_stage(ev, setup, c, m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
-                               bucket_bytes=bucket_bytes, e2e=e2e)
+                               bucket_bytes=bucket_bytes, e2e=e2e, rank=rank)
     return _dp_time(ev, setup, c, zero=int(c.zero), m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
-                    bucket_bytes=bucket_bytes, e2e=e2e)
+                    bucket_bytes=bucket_bytes, e2e=e2e, rank=rank)
 
 
 def _per_zero_stage(ev, setup: Setup, c, **kw):
@@ -62,7 +63,7 @@ def _per_zero_stage(ev, setup: Setup, c, **kw):
             joined([after for _, (_, after) in pieces]))
 
 
-def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e):
+def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e, rank=0):
     """dp_time of one ZeRO stage (an int), or of an array of stages below 3 (_per_zero_stage): what the
     collectives cost (_dp_costs: no recompute mode changes it, so the search's screens of one SP setting compute
     it once, fitplan.explain.once), then how much of it the passes hide."""
@@ -77,7 +78,8 @@ def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTime
         op = op and setup.training.fsdp_prefetch > 0
         out = _zero3_time(ev, c, costs, m=m, L=L, lay=lay, og=og, op=op, T_b=T_b)
     else:
-        out = _bucketed_time(ev, costs, m=m, T_f=T_f, T_b=T_b, og=og, op=op, zero=zero)
+        out = _bucketed_time(ev, costs, m=m, T_f=T_f, T_b=T_b, og=og, op=op, zero=zero, v=c.virtual_stages, p=c.pp,
+                             rank=rank)
     exposed, after, busy, layer_busy, layer_exposed = out
     return AxisTime(costs["wire"], exposed, costs["intra"], busy, layer_busy, layer_exposed, costs["nodes"]), after
 
@@ -191,17 +193,22 @@ def _bucketed_costs(ev, setup, c, *, e2e, m, groups, bucket_bytes, zero) -> dict
     return {"red": red, "ag": ag, "buckets_g": buckets_g, "buckets_w": buckets_w, "reductions": reductions}
 
 
-def _bucketed_time(ev, costs, *, m, T_f, T_b, og, op, zero):
+def _bucketed_time(ev, costs, *, m, T_f, T_b, og, op, zero, v, p, rank):
     """How much of ZeRO-0/1/2's collectives (_bucketed_costs) the backward and the next forward hide: all but
-    the last bucket of each reduction, and of the weight gather (with --overlap-param-gather)."""
+    the last bucket of each reduction, and of the weight gather (with --overlap-param-gather); with v model chunks
+    per pipeline rank, behind the later chunks' passes too, all but the last chunk's share of the reduction
+    (traffic.dp_overlap_window_s)."""
     stages = is_array(zero)
     red, ag, replica, reductions = costs["red"], costs["ag"], costs["replica"], costs["reductions"]
-    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=T_b,
-                       buckets=costs["buckets_g"], overlap=og)
-    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=T_b,
-             buckets=costs["buckets_g"], overlap=og)
+    W_b = ev(T.dp_overlap_window_s, key="time/dp_grad_window", T=T_b, v=v, p=p, m=m, r=rank)
+    tail = select(v > 1, minimum(costs["buckets_g"], v), costs["buckets_g"])   # chunk 0's share goes last, whole
+    per_reduction = ev(T.bucketed_exposed_s, key="time/dp_grad_exposed", T_comm=red, T_window=W_b, buckets=tail,
+                       overlap=og)
+    rep = ev(T.bucketed_exposed_s, key="time/dp_replica_exposed", T_comm=replica, T_window=W_b, buckets=tail,
+             overlap=og)
     exposed = ev(T.exposed_s, key="time/dp_exposed", T_comm=reductions * per_reduction + rep, T_window=0, T_tail=0)
-    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=T_f, buckets=costs["buckets_w"],
+    W_f = ev(T.dp_overlap_window_s, key="time/dp_gather_window", T=T_f, v=v, p=p, m=m)
+    after = ev(T.bucketed_exposed_s, key="time/dp_after_step", T_comm=ag, T_window=W_f, buckets=costs["buckets_w"],
                overlap=op and (stages or zero in (1, 2)))   # ZeRO-0's entries: ag = 0, nothing exposed
     busy = reductions * red + replica + ag
     per = maximum(costs["held"], 1) * m   # spread over the stage's layers and the step's micro-batches

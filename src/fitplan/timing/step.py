@@ -98,7 +98,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     fraction, bubble = bubble_time(ev, c, m=m, T_f=T_f, T_b=T_b, T_busy=compute + host + axes["tp"].exposed_s
                                    + axes["ep"].exposed_s + axes["cp"].exposed_s + axes["pp"].exposed_s)
     axes["dp"], after_step = dp_time(ev, setup, c, m=m, L=L, place=place, T_f=T_f, T_b=T_b, lay=lay,
-                                     bucket_bytes=bucket_bytes, e2e=k)
+                                     bucket_bytes=bucket_bytes, e2e=k, rank=pacing)
     hidden = sum(axes[a].busy_s - axes[a].exposed_s for a in ("tp", "ep", "cp", "dp")) - after_step
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,

@@ -154,6 +154,27 @@ def exposed_s(*, T_comm, T_window, T_tail):
     return maximum(T_comm - T_window, minimum(T_tail, T_comm))
 
 
+# Megatron-Core's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py@d98e8a64dd,
+# backward_step_helper_postprocess and forward_step_helper_preprocess): a model chunk's gradient reduction is
+# launched once the last micro-batch's backward of that chunk has run, r slots later on pipeline rank r (the
+# launches aligned across the pipeline, align_grad_reduce); the next chunk's weight gather as the first
+# micro-batch's forward of a chunk begins. Micro-batches run in groups of p per chunk (model_parallel_config.py:
+# microbatch_group_size_per_vp_stage defaults to the pipeline size), so after chunk j's last backward come the
+# backwards of chunks j-1 .. 0 over the last group. Chunk 0's reduction, launched after the last backward, hides
+# behind nothing: the tail is a chunk's share of the traffic.
+@formula("time/dp_overlap_window", "T*max(1, 1 + (v - 1)*min(p, m) - r)/v",
+         Cite("megatron-schedules", "interleaved 1F1B: each model chunk's gradients reduced after its last "
+                                    "micro-batch's backward (r slots later on pipeline rank r), its weights gathered "
+                                    "before its first forward"),
+         SECONDS,
+         ("the compute a data-parallel collective can hide behind: one micro-batch's pass T over the stage's "
+          "layers (its buckets go while it runs); with v > 1 model chunks per rank, each chunk's collectives also "
+          "behind the later chunks' passes over the last (first) group of min(p, m) micro-batches, less the r "
+          "slots pipeline rank r waits before it launches a reduction (r = 0 for the gathers)",))
+def dp_overlap_window_s(*, T, v, p, m, r=0):
+    return T * maximum(1 + (v - 1) * minimum(p, m) - select(v > 1, r, 0 * r), 1) / v
+
+
 @formula("time/bucketed_exposed", lambda *, overlap, **_: "max(T_comm - T_window, T_comm/buckets)" if overlap
          else "T_comm  (no overlap)", OVERLAP, SECONDS,
          ("buckets are reduced (or gathered) while the compute that produces (or needs) the next ones runs; the "
