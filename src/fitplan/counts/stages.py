@@ -21,7 +21,7 @@ With virtual stages a stage's layers are the sum of its chunks i, i + p, ..., i 
 
 Every function here is plain arithmetic on ints or NumPy arrays (p, v may be arrays).
 """
-from fitplan.arith import is_array, maximum, minimum, select
+from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.explain import COUNT, formula
 from fitplan.sources import Cite
 
@@ -38,7 +38,8 @@ def _share(U, P, j, ends=True):
     """Units of chunk j when U units go to P chunks: U // P each and one of the remainder
     r = U mod P on each of chunks P-1-r .. P-2, never chunk 0, and on the last chunk when
     r = P-1 (ends); or on the last r chunks (not ends)."""
-    base, r = U // P, U % P
+    base = floor_div(U, P)
+    r = U - base * P   # U mod P (floor_div: on the search's float arrays, exact for these whole numbers)
     lo = _first_extra(P, r, ends)
     top = P - 2 if ends else P - 1
     extra = ((j >= lo) & (j <= top)) | ((j == P - 1) & (r == P - 1) & ends)   # the last chunk's: only with ends
@@ -47,7 +48,8 @@ def _share(U, P, j, ends=True):
 
 def _share_before(U, P, j, ends=True):
     """Units on chunks 0 .. j-1 under _share (the last chunk's extra never lies before j)."""
-    base, r = U // P, U % P
+    base = floor_div(U, P)
+    r = U - base * P
     lo = _first_extra(P, r, ends)
     top = P - 2 if ends else P - 1
     return base * j + minimum(maximum(j - lo, 0), maximum(top + 1 - lo, 0))
@@ -61,7 +63,7 @@ def _embedding_aware(L, P):
     while 126 on 16 become 7, 8 x 14, 7; and 126 on 16 x 8 chunks give the first chunk the
     embedding alone and the last the head alone, as Megatron-LM's
     --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split do)."""
-    return (P > 1) & (((L + 2) // P >= 2) | ((L < P) & (L + 2 >= P))) & (-(-(L + 2) // P) == -(-L // P))
+    return (P > 1) & ((floor_div(L + 2, P) >= 2) | ((L < P) & (L + 2 >= P))) & (ceil_div(L + 2, P) == ceil_div(L, P))
 
 
 def chunk_layers(L, P, j):
@@ -116,10 +118,19 @@ def stage_layers(*, L, p, v, i, first=None, last=None):
         f, l = pins
         return select(p == 1, L, select(i == 0, f, select(i == p - 1, l, _pinned_middle(L, p, i, f, l))))
     P = p * v
+    if is_array(v):   # the search: every chunk k at once on a leading axis, summed where k < v
+        k = _chunk_axis(v, i, p, L)
+        return select(k < v, chunk_layers(L, P, i + k * p), 0).sum(axis=0)
     total = 0
-    for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
+    for k in range(int(maximum(v, 1))):
         total = total + select(k < v, chunk_layers(L, P, i + k * p), 0)
     return total
+
+
+def _chunk_axis(v, *others):
+    """0 .. max(v) - 1 on a new leading axis, ahead of every axis of v and the others (the stacked ranks' too)."""
+    import numpy as np
+    return np.arange(int(v.max()), dtype=np.float64).reshape((-1,) + (1,) * max(np.ndim(x) for x in (v, *others)))
 
 
 @formula("params/dense_layers_on_stage",
@@ -134,8 +145,12 @@ def dense_layers_on_stage(*, L, L_d, p, v, i, first=None, last=None):
         n = stage_layers.fn(L=L, p=p, v=v, i=i, first=first, last=last)
         return select(p == 1, minimum(L_d, L), clip(_pinned_start(L, p, i, f, l), n))
     P = p * v
+    if is_array(v):   # the search: every chunk at once, as stage_layers
+        k = _chunk_axis(v, i, p, L, L_d)
+        j = i + k * p
+        return select(k < v, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0).sum(axis=0)
     total = 0
-    for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
+    for k in range(int(maximum(v, 1))):
         j = i + k * p
         total = total + select(k < v, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0)
     return total
