@@ -331,3 +331,22 @@ def test_layers_kept_in_bf16_are_counted_on_the_ranks_that_hold_them():
     assert bf16_layers_on_stage(super_, ParallelConfig(), 0, first=0, last=14) == {"M": 6, "*": 1, "-": 0, "E": 7}
     moe = presets.MODELS["deepseek-v3"].model   # 3 dense layers first: the first kept one is dense
     assert bf16_layers_on_stage(moe, ParallelConfig(), 0, first=1, last=2) == {"dense": 1, "moe": 2}
+
+
+def test_the_split_on_arrays_is_the_split_on_ints():
+    """The search's arrays (stacked ranks ahead of the grid's axes, mixed virtual-stage counts) give, element by
+    element, the ints' split: stage_layers and dense_layers_on_stage take every chunk at once on a leading axis
+    there, a loop over the chunks here. 126 and 61 layers (3 dense), p in {1, 2, 4, 8, 16}, v in {1, 2, 3, 4, 8}."""
+    for L, L_d in ((126, 3), (61, 3)):
+        p = np.array([1, 2, 4, 8, 16], dtype=np.float64).reshape(1, 1, 1, 5)
+        v = np.array([1, 2, 3, 4, 8], dtype=np.float64).reshape(1, 5, 1, 1)
+        ranks = np.array([0, 1, 3, 7], dtype=np.float64).reshape(4, 1, 1, 1, 1)   # stacked, one more axis
+        i = np.minimum(ranks, p - 1)
+        got = ST.stage_layers.fn(L=L, p=p, v=v, i=i)
+        dense = ST.dense_layers_on_stage.fn(L=L, L_d=L_d, p=p, v=v, i=i)
+        assert got.shape == dense.shape == (4, 1, 5, 1, 5)
+        for r, vi, pi in np.ndindex(4, 5, 5):
+            pp, vv = int(p.ravel()[pi]), int(v.ravel()[vi])
+            ii = min(int(ranks.ravel()[r]), pp - 1)
+            assert got[r, 0, vi, 0, pi] == ST.stage_layers.fn(L=L, p=pp, v=vv, i=ii)
+            assert dense[r, 0, vi, 0, pi] == ST.dense_layers_on_stage.fn(L=L, L_d=L_d, p=pp, v=vv, i=ii)
