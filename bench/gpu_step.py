@@ -29,20 +29,20 @@ SHAPE = dict(num_layers=22, hidden_size=2048, num_heads=32, num_kv_heads=4, ffn_
 RUNS = ((4096, 4), (8192, 2), (2048, 8))   # (sequence, micro-batch): 16,384 tokens a step each
 
 
-def flags(seq_len: int, micro_batch: int, gpu: str) -> list:
+def flags(seq_len: int, micro_batch: int, gpu: str, kernels: str = "eager") -> list:
     s = SHAPE
     return ["plan", "--layers", str(s["num_layers"]), "--hidden", str(s["hidden_size"]), "--heads", str(s["num_heads"]),
             "--kv-heads", str(s["num_kv_heads"]), "--ffn", str(s["ffn_hidden_size"]), "--vocab", str(s["vocab_size"]),
             "--mlp", "swiglu", "--norm", "rmsnorm", "--position", "rope", "--untied-embeddings", "--no-linear-bias",
             "--max-seq-len", str(max(r[0] for r in RUNS)), "--seq-len", str(seq_len), "--micro-batch", str(micro_batch),
-            "--global-batch", str(micro_batch), "--gpus", "1", "--gpu", gpu, "--framework", "hf",
+            "--global-batch", str(micro_batch), "--gpus", "1", "--gpu", gpu, "--framework", "hf", "--kernels", kernels,
             "--precision", "bf16-adam", "--no-dropout", "--tp", "1", "--pp", "1", "--zero", "0", "--json"]
 
 
-def predicted(seq_len: int, micro_batch: int, gpu: str) -> dict:
+def predicted(seq_len: int, micro_batch: int, gpu: str, kernels: str = "eager") -> dict:
     from fitplan.cli import main
     out, err = io.StringIO(), io.StringIO()
-    code = main(flags(seq_len, micro_batch, gpu), out=out, err=err)
+    code = main(flags(seq_len, micro_batch, gpu, kernels), out=out, err=err)
     if code not in (0, 1):
         raise SystemExit(f"gpu_step: fitplan plan failed: {err.getvalue().strip()}")
     t = json.loads(out.getvalue())["time"]
@@ -50,12 +50,14 @@ def predicted(seq_len: int, micro_batch: int, gpu: str) -> dict:
             "parts_s": t["parts_s"], "mfu": t["mfu"]}
 
 
-def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3) -> dict:
+def _model(seq_len: int, micro_batch: int, compiled: bool = False):
+    """The reference Llama at TinyLlama's shape on the GPU in bf16, SDPA attention, fused AdamW, and a batch;
+    compiled: the model through torch.compile (its default mode: Inductor's Triton kernels for the memory-bound
+    chains, cuBLAS for the GEMMs)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from fitplan.specs import Mlp, ModelSpec, Norm, Position
     from fitplan.specs.parallel import Recompute
-    from fitplan.validate.reference_model import Attention, build, lm_loss
+    from fitplan.validate.reference_model import Attention, build
     spec = ModelSpec(name="tinyllama-shape", mlp=Mlp.SWIGLU, norm=Norm.RMSNORM, position=Position.ROPE,
                      tied_embeddings=False, linear_bias=False, max_seq_len=max(r[0] for r in RUNS), **SHAPE)
     torch.manual_seed(0)
@@ -66,12 +68,24 @@ def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3) -
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=True)
     ids = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device="cuda")
     targets = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device="cuda")
+    return (torch.compile(net) if compiled else net), opt, ids, targets
+
+
+def lm_loss_of(net, ids, targets):
+    from fitplan.validate.reference_model import lm_loss
+    return lm_loss(net(ids), targets)
+
+
+def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3, compiled: bool = False) -> dict:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    net, opt, ids, targets = _model(seq_len, micro_batch, compiled)
     times = []
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         for i in range(warmup + steps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            lm_loss(net(ids), targets).backward()
+            lm_loss_of(net, ids, targets).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             end.record()
@@ -84,31 +98,145 @@ def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3) -
     return {"step_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "params": params}
 
 
+# What each CUDA kernel of the step is, by its name, the first match in this order: SDPA's flash backend flash_*
+# (its template arguments name cutlass), cuBLAS/cuBLASLt GEMMs (nvjet_*, *xmma*, cutlass on Hopper), PyTorch's loss
+# (log-softmax, nll_loss), fused AdamW (multi_tensor_apply); the rest is the memory-bound work fitplan calls
+# elementwise (norms, RoPE, activations, adds, casts, copies, the embedding)
+CATEGORIES = (("attention", ("flash", "fmha", "attention")), ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas")),
+              ("loss", ("log_softmax", "logsoftmax", "nll_loss", "cross_entropy")), ("optimizer", ("multi_tensor", "adam")))
+
+
+def category(kernel: str) -> str:
+    name = kernel.lower()
+    for cat, marks in CATEGORIES:
+        if any(mark in name for mark in marks):
+            return cat
+    return "elementwise"
+
+
+def predicted_parts(seq_len: int, micro_batch: int, gpu: str, kernels: str = "eager") -> dict:
+    """fitplan's step by the same categories: the layers' linear GEMMs and the logits' (gemm), the attention core
+    (forward, twice that backward), the memory-bound kernels (the layer's forward traffic, BACKWARD_TRAFFIC times it
+    backward), the optimizer step; seconds per step."""
+    import shlex
+    sys.path.insert(0, str(ROOT / "bench" / "calibration"))
+    from published import resolve
+    from fitplan.explain import Trace
+    from fitplan.timing.elementwise import BACKWARD_TRAFFIC
+    from fitplan.timing.step import step_time
+    setup, config = resolve(shlex.join(flags(seq_len, micro_batch, gpu, kernels)[1:-1]))
+    trace = Trace()
+    out = step_time(trace, setup, config)
+    v = {}
+    for t in trace.terms:
+        v.setdefault(t.key, t.value)
+    m, L = out["pipeline/microbatches"], setup.model.num_layers
+    core, mem = v["time/layer/forward_core"], v["time/layer_elementwise"]
+    layer_f, layer_b = v["time/layer/forward"], v["time/layer/backward"]
+    head = (v["time/forward_microbatch"] - L * layer_f) + (v["time/backward_microbatch"] - L * layer_b)
+    return {"gemm": m * (L * (v["time/layer/forward_linear"] + v["time/layer/backward_linear"]) + head),
+            "attention": m * L * 3 * core, "elementwise": m * L * (1 + BACKWARD_TRAFFIC) * mem,
+            "optimizer": v["time/optimizer"], "step": out["time/step"]}
+
+
+def profiled(seq_len: int, micro_batch: int, compiled: bool = False) -> dict:
+    """One step after three warm-ups under torch.profiler: CUDA kernel time by category (category()), seconds."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.profiler import ProfilerActivity, profile
+    net, opt, ids, targets = _model(seq_len, micro_batch, compiled)
+    step = lambda: (lm_loss_of(net, ids, targets).backward(), opt.step(), opt.zero_grad(set_to_none=True))  # noqa
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+    totals, kernels = {}, {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        us = e.cuda_time_total if us is None else us
+        if us <= 0 or e.key.startswith("cuda") or e.key in ("ProfilerStep*",):
+            continue
+        cat = category(e.key)
+        totals[cat] = totals.get(cat, 0.0) + us / 1e6
+        kernels.setdefault(cat, []).append((e.key[:120], round(us / 1e6, 6), e.count))
+    del net, opt
+    torch.cuda.empty_cache()
+    return {"seconds": totals, "top": {c: sorted(k, key=lambda x: -x[1])[:12] for c, k in kernels.items()}}
+
+
+def hbm_copy_bytes_per_s() -> float:
+    """The GPU's achieved HBM bandwidth on a 4 GiB device-to-device copy (read and write counted), the median of 10."""
+    import torch
+    a = torch.empty(2**31, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(13):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        b.copy_(a)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del a, b
+    return 2 * 2**31 / statistics.median(times[3:])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h200-141gb", help="the fitplan GPU preset this GPU is")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one step: CUDA kernel time by category against fitplan's parts")
+    parser.add_argument("--compile", action="store_true",
+                        help="the model through torch.compile, against fitplan's --kernels compiled")
+    parser.add_argument("--runs", default=None, help="SEQxMICRO_BATCH[,...] instead of the three default runs")
     args = parser.parse_args(argv)
+    runs = RUNS if args.runs is None else parse_runs(args.runs)
+    if runs is None:
+        print(f"gpu_step: --runs {args.runs!r}: give SEQxMICRO_BATCH pairs, e.g. --runs 4096x4,8192x2", file=sys.stderr)
+        return 2
+    kernels = "compiled" if args.compile else "eager"
     import torch
     if not torch.cuda.is_available():
         print("gpu_step: no CUDA device here", file=sys.stderr)
         return 2
     rows = []
-    for seq_len, micro_batch in RUNS:
-        got, want = measured(seq_len, micro_batch), predicted(seq_len, micro_batch, args.gpu)
+    for seq_len, micro_batch in runs:
+        got = measured(seq_len, micro_batch, compiled=args.compile)
+        want = predicted(seq_len, micro_batch, args.gpu, kernels)
         row = {"seq_len": seq_len, "micro_batch": micro_batch, "measured": got, "predicted": want,
                "error": want["step_s"] / got["step_s"] - 1,
                "in_band": want["band_s"][0] <= got["step_s"] <= want["band_s"][1]}
+        if args.profile:
+            prof = profiled(seq_len, micro_batch, compiled=args.compile)
+            parts = predicted_parts(seq_len, micro_batch, args.gpu, kernels)
+            row["profile"], row["predicted_parts_s"] = prof, parts
+            for cat in ("gemm", "attention", "elementwise", "loss", "optimizer"):
+                got_s, want_s = prof["seconds"].get(cat, 0.0), parts.get(cat)
+                print(f"  {cat:12} kernels {got_s:.4f} s" + ("" if want_s is None else f", fitplan {want_s:.4f} s"))
         rows.append(row)
         print(f"s={seq_len:>5} b={micro_batch}: measured {got['step_s']:.4f} s (min {got['min_s']:.4f}, max "
               f"{got['max_s']:.4f}), fitplan {want['step_s']:.4f} s (80% band {want['band_s'][0]:.4f}-"
               f"{want['band_s'][1]:.4f}), error {row['error']:+.1%}, {'in' if row['in_band'] else 'outside'} the band")
     record = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "cuda": torch.version.cuda, "fitplan_gpu": args.gpu,
-              "flags": " ".join(flags(RUNS[0][0], RUNS[0][1], args.gpu)), "rows": rows}
+              **({"hbm_copy_bytes_per_s": hbm_copy_bytes_per_s()} if args.profile else {}),
+              "torch": torch.__version__, "cuda": torch.version.cuda, "fitplan_gpu": args.gpu, "kernels": kernels,
+              "flags": " ".join(flags(runs[0][0], runs[0][1], args.gpu, kernels)), "rows": rows}
     if args.out:
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     return 0
+
+
+def parse_runs(text: str):
+    """'4096x4,8192x2' -> ((4096, 4), (8192, 2)); None when it does not read so."""
+    try:
+        runs = tuple(tuple(int(x) for x in part.lower().split("x")) for part in text.split(","))
+    except ValueError:
+        return None
+    return runs if runs and all(len(r) == 2 and min(r) > 0 for r in runs) else None
 
 
 if __name__ == "__main__":

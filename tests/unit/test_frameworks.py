@@ -51,7 +51,8 @@ def test_a_framework_fills_what_no_flag_sets_and_says_so():
 
 def test_eager_kernels_move_their_traffic():
     """A layer's memory-bound time is ELEMENTWISE_TRAFFIC[kernels] x elementwise_scale x its stored bytes over
-    HBM bandwidth: eager kernels 4.0/1.35 times the fused ones (docs/calibration.md, Elementwise traffic)."""
+    HBM bandwidth: eager kernels 6.76/1.35 times the fused ones (the counted 4.0 times the 1.69 measured on an H200:
+    docs/calibration.md, Elementwise traffic)."""
     from dataclasses import replace
 
     from fitplan.specs import ParallelConfig
@@ -62,4 +63,4 @@ def test_eager_kernels_move_their_traffic():
     for kernels in ("fused", "eager"):
         r = evaluate_step(replace(setup, training=replace(setup.training, kernels=kernels)), ParallelConfig(dp=8))
         el[kernels] = next(t.value for t in r.terms if t.key == "time/layer_elementwise")
-    assert el["eager"] == pytest.approx(el["fused"] * 4.0 / 1.35, rel=1e-12)
+    assert el["eager"] == pytest.approx(el["fused"] * 4.0 * 1.69 / 1.35, rel=1e-12)

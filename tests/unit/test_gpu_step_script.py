@@ -3,6 +3,8 @@ gives `fitplan plan` state the model it builds, and the estimate it compares aga
 import io
 import json
 
+import pytest
+
 from fitplan.cli import main
 from tests.scripts import load
 
@@ -26,3 +28,25 @@ def test_the_estimate_is_the_plans():
     got = GS.predicted(2048, 8, "h200-141gb")
     assert got["step_s"] == plan["step_s"]
     assert got["band_s"] == [plan["uncertainty"]["low_s"], plan["uncertainty"]["high_s"]]
+
+
+def test_kernels_fall_in_the_categories_fitplan_times():
+    # names as cuBLASLt, CUTLASS, SDPA's flash backend, PyTorch's log-softmax and fused AdamW launch them on Hopper
+    assert GS.category("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_NTN") == "gemm"
+    assert GS.category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64") == "gemm"
+    assert GS.category("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, "
+                       "128, 128, 8, 4, 4, 4, false, false, cutlass::bfloat16_t>>") == "attention"   # names cutlass
+    assert GS.category("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+                       "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>") == "loss"
+    assert GS.category("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<...>>") == "optimizer"
+    assert GS.category("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>") == \
+        "elementwise"
+
+
+def test_the_predicted_parts_are_the_whole_step():
+    # one GPU, no communication, the host ahead of the GPU: the layers' GEMMs and the logits', the attention core,
+    # the memory-bound kernels and the optimizer step are the step, to rounding
+    parts = GS.predicted_parts(4096, 4, "h200-141gb")
+    assert parts["gemm"] + parts["attention"] + parts["elementwise"] + parts["optimizer"] == \
+        pytest.approx(parts["step"], rel=1e-12)
+    assert parts["step"] == GS.predicted(4096, 4, "h200-141gb")["step_s"]
