@@ -64,3 +64,11 @@ def test_eager_kernels_move_their_traffic():
         r = evaluate_step(replace(setup, training=replace(setup.training, kernels=kernels)), ParallelConfig(dp=8))
         el[kernels] = next(t.value for t in r.terms if t.key == "time/layer_elementwise")
     assert el["eager"] == pytest.approx(el["fused"] * 4.0 * 1.69 / 1.35, rel=1e-12)
+
+
+def test_the_kernels_effect_names_the_traffic_the_model_uses():
+    # what `fitplan presets list` and docs/frameworks.md tell the user must be the figures the time model divides by
+    from fitplan.presets.frameworks import EFFECTS
+    from fitplan.timing.calibration import ELEMENTWISE_TRAFFIC
+    for family, traffic in ELEMENTWISE_TRAFFIC.items():
+        assert f"{family} {traffic:g}" in EFFECTS["kernels"]
