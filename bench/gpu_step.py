@@ -1,18 +1,26 @@
-"""One GPU's training step, measured, against fitplan's estimate for the same run: evaluation data, never fitted on.
+"""One GPU's training step, measured, against fitplan's estimate for the same run; and, with --profile, the step's
+CUDA kernels by class against fitplan's parts.
 
 Run on a machine with one CUDA GPU, from the repository's root:
 
     python bench/gpu_step.py --gpu h200-141gb --out /tmp/step.json
+    python bench/gpu_step.py --gpu h200-141gb --profile [--compile] [--runs 4096x4,2048x8] --out /tmp/profile.json
 
 The model is fitplan's reference Llama (fitplan.validate.reference_model: eager PyTorch, RMSNorm and RoPE as
 plain autograd functions, its attention through SDPA held to the FlashAttention backend, fp32 logits for the
 loss) at TinyLlama's shape
 (22 layers, h 2048, 32 heads, 4 KV heads, SwiGLU 5632, V 32000: 1.10B parameters), in bf16 with fused AdamW on
-the bf16 weights, no recompute, no dropout, one micro-batch per step. For each (sequence, micro-batch) it times
-10 steps after 3 warm-ups with CUDA events (the median) and asks `fitplan plan` for the same run on one GPU:
-`--framework hf` (eager kernels, FlashAttention-2, PyTorch's cross-entropy, a fused optimizer), `--precision
-bf16-adam` (bf16 weights updated in place; fitplan counts fp32 moments, torch keeps bf16 ones: the optimizer step
-is a memory-bound sliver of the step either way). It prints both with fitplan's 80% band and writes them as JSON.
+the bf16 weights, no recompute, no dropout, one micro-batch per step (--compile: through torch.compile). For each
+(sequence, micro-batch) it times 10 steps after 3 warm-ups with CUDA events (the median) and asks `fitplan plan`
+for the same run on one GPU: `--framework hf` (eager kernels, or `--kernels compiled`; FlashAttention-2,
+PyTorch's cross-entropy, a fused optimizer), `--precision bf16-adam` (bf16 weights updated in place; fitplan
+counts fp32 moments, torch keeps bf16 ones: the optimizer step is a memory-bound sliver of the step either way).
+It prints both with fitplan's 80% band and writes them as JSON.
+
+The whole step is evaluation data, never fitted on. The kernel classes of --profile are component measurements,
+as `fitplan calibrate`'s GEMMs are: eager's memory-bound kernels measured so on an H200 are what fitplan takes for
+`--kernels eager` (fitplan.timing.calibration.EAGER_MEASURED_OVER_COUNTED), so on that machine the eager step is
+no longer an independent check of that constant.
 """
 import argparse
 import datetime
