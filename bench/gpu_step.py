@@ -79,9 +79,12 @@ def _model(seq_len: int, micro_batch: int, compiled: bool = False):
     return (torch.compile(net) if compiled else net), opt, ids, targets
 
 
-def lm_loss_of(net, ids, targets):
+def train_step(net, opt, ids, targets) -> None:
+    """One training step: the loss forward and backward, the optimizer step, the gradients dropped."""
     from fitplan.validate.reference_model import lm_loss
-    return lm_loss(net(ids), targets)
+    lm_loss(net(ids), targets).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
 
 
 def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3, compiled: bool = False) -> dict:
@@ -93,9 +96,7 @@ def measured(seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3, c
         for i in range(warmup + steps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            lm_loss_of(net, ids, targets).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            train_step(net, opt, ids, targets)
             end.record()
             torch.cuda.synchronize()
             if i >= warmup:
@@ -153,19 +154,18 @@ def profiled(seq_len: int, micro_batch: int, compiled: bool = False) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
     net, opt, ids, targets = _model(seq_len, micro_batch, compiled)
-    step = lambda: (lm_loss_of(net, ids, targets).backward(), opt.step(), opt.zero_grad(set_to_none=True))  # noqa
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         for _ in range(3):
-            step()
+            train_step(net, opt, ids, targets)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step()
+            train_step(net, opt, ids, targets)
             torch.cuda.synchronize()
     totals, kernels = {}, {}
     for e in prof.key_averages():
         us = getattr(e, "device_time_total", None)
         us = e.cuda_time_total if us is None else us
-        if us <= 0 or e.key.startswith("cuda") or e.key in ("ProfilerStep*",):
+        if us <= 0 or e.key.startswith("cuda") or e.key == "ProfilerStep*":
             continue
         cat = category(e.key)
         totals[cat] = totals.get(cat, 0.0) + us / 1e6

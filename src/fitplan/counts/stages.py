@@ -118,19 +118,21 @@ def stage_layers(*, L, p, v, i, first=None, last=None):
         f, l = pins
         return select(p == 1, L, select(i == 0, f, select(i == p - 1, l, _pinned_middle(L, p, i, f, l))))
     P = p * v
-    if is_array(v):   # the search: every chunk k at once on a leading axis, summed where k < v
-        k = _chunk_axis(v, i, p, L)
-        return select(k < v, chunk_layers(L, P, i + k * p), 0).sum(axis=0)
+    return _over_chunks(v, p, i, lambda j, inside: select(inside, chunk_layers(L, P, j), 0))
+
+
+def _over_chunks(v, p, i, per_chunk):
+    """The sum over stage i's chunks j = i + k*p of per_chunk(j, inside), inside = k < v (what per_chunk gives where
+    it is false, 0, is its own to mask). On the search's arrays every chunk at once, k on a new leading axis ahead of
+    every axis of v, p and i (the stacked ranks' too), then summed; on ints a loop."""
+    if is_array(v):
+        import numpy as np
+        k = np.arange(int(v.max()), dtype=np.float64).reshape((-1,) + (1,) * max(np.ndim(x) for x in (v, p, i)))
+        return per_chunk(i + k * p, k < v).sum(axis=0)
     total = 0
     for k in range(int(maximum(v, 1))):
-        total = total + select(k < v, chunk_layers(L, P, i + k * p), 0)
+        total = total + per_chunk(i + k * p, k < v)
     return total
-
-
-def _chunk_axis(v, *others):
-    """0 .. max(v) - 1 on a new leading axis, ahead of every axis of v and the others (the stacked ranks' too)."""
-    import numpy as np
-    return np.arange(int(v.max()), dtype=np.float64).reshape((-1,) + (1,) * max(np.ndim(x) for x in (v, *others)))
 
 
 @formula("params/dense_layers_on_stage",
@@ -145,15 +147,7 @@ def dense_layers_on_stage(*, L, L_d, p, v, i, first=None, last=None):
         n = stage_layers.fn(L=L, p=p, v=v, i=i, first=first, last=last)
         return select(p == 1, minimum(L_d, L), clip(_pinned_start(L, p, i, f, l), n))
     P = p * v
-    if is_array(v):   # the search: every chunk at once, as stage_layers
-        k = _chunk_axis(v, i, p, L, L_d)
-        j = i + k * p
-        return select(k < v, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0).sum(axis=0)
-    total = 0
-    for k in range(int(maximum(v, 1))):
-        j = i + k * p
-        total = total + select(k < v, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0)
-    return total
+    return _over_chunks(v, p, i, lambda j, inside: select(inside, clip(chunk_start(L, P, j), chunk_layers(L, P, j)), 0))
 
 
 def _at(cum, j):
@@ -178,14 +172,11 @@ def kind_layers_on_stage(*, L, cum, p, v, i, first=None, last=None):
         n = select(p == 1, L, n)
         return _at(cum, start + n) - _at(cum, start)
     P = p * v
-    total = 0
-    for k in range(int(maximum(v, 1)) if not hasattr(v, "shape") else int(v.max())):
-        j = i + k * p
-        start, n = chunk_start(L, P, j), chunk_layers(L, P, j)
-        inside = k < v
-        start, n = select(inside, start, 0), select(inside, n, 0)
-        total = total + _at(cum, start + n) - _at(cum, start)
-    return total
+
+    def per_chunk(j, inside):   # a chunk past the stage's v indexes cum at 0
+        start, n = select(inside, chunk_start(L, P, j), 0), select(inside, chunk_layers(L, P, j), 0)
+        return _at(cum, start + n) - _at(cum, start)
+    return _over_chunks(v, p, i, per_chunk)
 
 
 def boundary_stage(*, L, p, v, first=None, last=None):
