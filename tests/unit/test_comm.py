@@ -240,6 +240,28 @@ def test_interleaved_dp_window_by_hand():
     np.testing.assert_allclose(T.dp_overlap_window_s(T=0.24, v=np.array([1.0, 20.0]), p=2, m=2, r=1), [0.24, 0.456])
 
 
+def test_interleaved_pipeline_sends_by_hand():
+    """Megatron-Core's interleaved 1F1B posts the sends between stages asynchronously (overlap_p2p_comm, on with
+    virtual stages in Megatron-LM, Megatron-Bridge and NeMo): they hide behind the m*(T_f + T_b) of compute, all but
+    the 2*(p - 1) that fill and drain the pipeline. p = 8, v = 3, m = 256: 1,536 sends, 1.2 s of them; the tail is
+    14 of them, 1.2*7/768 = 0.0109375 s, and the window 256*(0.02 + 0.04) = 15.36 s hides the rest. One chunk per
+    rank (v = 1): batched blocking sends, no window, all 1.2 s exposed. A window shorter than the traffic leaves
+    the difference: 2.0 s of sends (v = 2, m = 5: 20 of them) behind 5*(0.1 + 0.2) = 1.5 s of compute, 0.5 s, unless
+    the fill and drain take more (p = 4: 6 of the 20 sends, 0.6 s)."""
+    assert T.pp_window_s(m=256, v=3, T_f=0.02, T_b=0.04) == pytest.approx(15.36)
+    assert T.pp_tail_s(T_comm=1.2, m=256, v=3, p=8) == pytest.approx(0.0109375)
+    assert T.pp_window_s(m=256, v=1, T_f=0.02, T_b=0.04) == 0
+    assert T.pp_tail_s(T_comm=1.2, m=256, v=1, p=8) == 0
+    exposed = lambda T_comm, v, m, T_f, T_b, p: T.exposed_s(T_comm=T_comm, T_window=T.pp_window_s(
+        m=m, v=v, T_f=T_f, T_b=T_b), T_tail=T.pp_tail_s(T_comm=T_comm, m=m, v=v, p=p))
+    assert exposed(1.2, 3, 256, 0.02, 0.04, 8) == pytest.approx(0.0109375)
+    assert exposed(1.2, 1, 256, 0.02, 0.04, 8) == pytest.approx(1.2)
+    assert exposed(2.0, 2, 5, 0.1, 0.2, 2) == pytest.approx(0.5)   # the tail, 2.0*1/10 = 0.2, is less
+    assert exposed(2.0, 2, 5, 0.1, 0.2, 4) == pytest.approx(0.6)   # p = 4: the tail, 2.0*3/10, is more
+    # the search's arrays: element by element the same
+    np.testing.assert_allclose(T.pp_tail_s(T_comm=1.2, m=256, v=np.array([1.0, 3.0]), p=8), [0.0, 0.0109375])
+
+
 def test_tp_overlap_by_hand():
     """One layer, a = 3 ms per block exchange, attention GEMMs 1 ms, MLP GEMMs 4 ms: forward
     (3-1) + 0, backward (3-2) + 0 = 3 ms exposed of the 12 ms; without overlap all 12; full

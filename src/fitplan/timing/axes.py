@@ -106,12 +106,15 @@ def cp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, F_core, peak, eff, 
     return AxisTime(wire, exposed, intra, secs, secs / per, exposed / per, nodes)
 
 
-def pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra, e2e) -> AxisTime:
-    """Pipeline parallel: activation and gradient sends between stages, exposed."""
+def pp_time(ev, setup: Setup, c, sh: Shapes, *, m, intra, e2e, T_f, T_b) -> AxisTime:
+    """Pipeline parallel: activation and gradient sends between stages; behind the micro-batches' compute
+    under the interleaved schedule (fitplan.timing.traffic.pp_window_s), else exposed."""
     S_pp = ev(T.pp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, t=c.tp, c=c.cp)
     n_pp = ev(T.pp_sends, m=m, v=c.virtual_stages, p=c.pp)
     secs = ev(CM.p2p_s, key="comm/pp_s", count=n_pp, S=S_pp, **sends(intra, setup, e2e))
     wire = ev(CM.p2p_wire_bytes, key="comm/pp_bytes", count=n_pp, S=S_pp)
+    window = ev(T.pp_window_s, m=m, v=c.virtual_stages, T_f=T_f, T_b=T_b)
+    tail = ev(T.pp_tail_s, T_comm=secs, m=m, v=c.virtual_stages, p=c.pp)
+    exposed = ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=window, T_tail=tail)
     per_mb = secs / maximum(m, 1)
-    return AxisTime(wire, ev(T.exposed_s, key="time/pp_exposed", T_comm=secs, T_window=0, T_tail=0), intra, secs,
-                    per_mb, per_mb, select(intra, 1, 2))
+    return AxisTime(wire, exposed, intra, secs, per_mb, exposed / maximum(m, 1), select(intra, 1, 2))

@@ -88,7 +88,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                          place=place, e2e=k)
     axes["cp"] = cp_time(ev, setup, c, sh, m=m, L=L, place=place, F_core=mb["core"], peak=rates.peak,
                          eff=rates.core, e2e=k)
-    axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k)
+    axes["pp"] = pp_time(ev, setup, c, sh, m=m, intra=place["pp"][0], e2e=k, T_f=T_f, T_b=T_b)
     # a dropless MoE layer's host read of its token counts (fitplan.timing.overheads): none under drop-and-pad
     dropless = model.moe is not None and model.moe.capacity_factor is None
     host = ev(OV.host_overhead_s, m=m, T_f=T_f, T_b=T_b, L=L_pairs,

@@ -40,7 +40,7 @@ exposed part of each axis's traffic is what the compute available to hide it lea
       weights during the next step's forward, else after the optimizer step.
   pp  sends are on the critical path (exposed).
 """
-from fitplan.arith import ceil_div, maximum, minimum, select
+from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.explain import BYTES, COUNT, FLOPS, SECONDS, formula
 from fitplan.sources import Cite
 from fitplan.specs.parallel import Recompute
@@ -173,6 +173,26 @@ def exposed_s(*, T_comm, T_window, T_tail):
           "slots pipeline rank r waits before it launches a reduction (r = 0 for the gathers)",))
 def dp_overlap_window_s(*, T, v, p, m, r=0):
     return T * maximum(1 + (v - 1) * minimum(p, m) - select(v > 1, r, 0 * r), 1) / v
+
+
+# Megatron-Core's interleaved 1F1B posts each send and receive between pipeline stages asynchronously and waits
+# for it only where the next model chunk needs it (overlap_p2p_comm, megatron/core/pipeline_parallel/schedules.py
+# @d98e8a64dd forward_backward_pipelining_with_interleaving); Megatron-Bridge and NeMo turn it on whenever
+# virtual stages are used and batch the blocking sends otherwise (megatron/bridge/training/comm_overlap.py
+# _get_model_comm_overlap_cfgs: overlap_p2p_comm = vp > 1, batch_p2p_comm = vp == 1). What no schedule hides is
+# the chain of sends that fills the pipeline and drains it: p - 1 hops each way.
+@formula("time/pp_window", lambda *, v, **_: "m*(T_f + T_b)  (interleaved: sends overlap the passes)"
+         if not is_array(v) and v > 1 else "0  (one chunk per rank: blocking batched sends)",
+         Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm"), SECONDS)
+def pp_window_s(*, m, v, T_f, T_b):
+    return select(v > 1, m * (T_f + T_b), 0 * T_f)
+
+
+@formula("time/pp_tail", "T_comm*(p - 1)/(m*v) if v > 1 else 0",
+         Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm"), SECONDS,
+         ("of the 2*m*v sends a rank makes, the 2*(p - 1) that fill and drain the pipeline wait on each other",))
+def pp_tail_s(*, T_comm, m, v, p):
+    return select(v > 1, T_comm * (p - 1) / maximum(m * v, 1), 0 * T_comm)
 
 
 @formula("time/bucketed_exposed", lambda *, overlap, **_: "max(T_comm - T_window, T_comm/buckets)" if overlap
