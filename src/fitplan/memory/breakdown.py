@@ -370,7 +370,7 @@ class Breakdown:
     usable_bytes: int
     reserve_bytes: int
     stage_index: int = 0                 # the busiest pipeline rank
-    stage_layers: tuple[int, ...] = ()   # layers per pipeline stage, stage 0 first
+    num_layers: int = 0                  # the model's layers (stage_layers splits them)
     host: dict = field(default_factory=dict)   # host/* and nvme/* bytes per GPU (offload), of the rank with most
     host_per_node_bytes: int = 0         # host memory one node needs (fitplan.memory.offload.per_node_bytes)
     nvme_per_node_bytes: int = 0
@@ -386,6 +386,13 @@ class Breakdown:
         seed's state formulas; a plan's suggestions print only the numbers), by evaluating it again
         with a Trace: the same code on the same ints gives the same values."""
         return self.explain()
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Layers per pipeline stage, stage 0 first (fitplan.counts.stages.split; computed when read: a search's
+        report prints the peaks, not the split, and Llama 3.1 405B's 128 stages of one chunk take ~0.3 ms)."""
+        c = self.config
+        return ST.split(self.num_layers, c.pp, c.virtual_stages, c.first_stage_layers, c.last_stage_layers)
 
     @property
     def state_bytes(self) -> int:
@@ -466,8 +473,7 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     shown = {k: max(int(h[k]) for h in held_at if k in h) for k in PARTS}   # each term at its largest
     return Breakdown(config=config, stage=stage, parts={k: shown[k] for k in PARTS}, explain=explain,
                      usable_bytes=cluster.usable_bytes, reserve_bytes=cluster.reserve_bytes,
-                     stage_index=i, stage_layers=ST.split(setup.model.num_layers, p, config.virtual_stages,
-                                                          config.first_stage_layers, config.last_stage_layers),
+                     stage_index=i, num_layers=setup.model.num_layers,
                      host={k: host_parts.get(k, 0) for k in HOST_KEYS}, host_per_node_bytes=per_node[0],
                      nvme_per_node_bytes=per_node[1], host_limit_bytes=cluster.host_memory_bytes,
                      peak=pk, aux=aux, capacity_bytes=cluster.gpu.memory_bytes)
