@@ -181,8 +181,14 @@ def dp_overlap_window_s(*, T, v, p, m, r=0):
 # virtual stages are used and batch the blocking sends otherwise (megatron/bridge/training/comm_overlap.py
 # _get_model_comm_overlap_cfgs: overlap_p2p_comm = vp > 1, batch_p2p_comm = vp == 1). What no schedule hides is
 # the chain of sends that fills the pipeline and drains it: p - 1 hops each way.
-@formula("time/pp_window", lambda *, v, **_: "m*(T_f + T_b)  (interleaved: sends overlap the passes)"
-         if not is_array(v) and v > 1 else "0  (one chunk per rank: blocking batched sends)",
+def _pp_window_text(*, v, **_):
+    if is_array(v):
+        return "m*(T_f + T_b) if v > 1 else 0"
+    return ("m*(T_f + T_b)  (interleaved: sends overlap the passes)" if v > 1 else
+            "0  (one chunk per rank: blocking batched sends)")
+
+
+@formula("time/pp_window", _pp_window_text,
          Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm"), SECONDS)
 def pp_window_s(*, m, v, T_f, T_b):
     return select(v > 1, m * (T_f + T_b), 0 * T_f)
