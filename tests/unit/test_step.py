@@ -193,6 +193,26 @@ def test_interleaving_hides_the_gradient_reduction_behind_the_later_chunks():
     assert exposed[5] == pytest.approx(red.value / 5) and exposed[5] < exposed[1]
 
 
+def test_interleaving_hides_the_pipeline_sends_but_the_fill_and_drain():
+    """Llama 3.1 70B at 1K tokens, tp 8, pp 4, dp 2, 16 micro-batches. One chunk per rank: the batched sends
+    block, every one exposed (time/pp_exposed is comm/pp_s). v = 5: Megatron-Core's overlap_p2p_comm posts them
+    behind the 16 micro-batches' passes, and what stays is the fill and drain, 2*(p - 1) = 6 of the 2*m*v = 160
+    sends: comm/pp_s*3/80 (traffic.pp_tail_s)."""
+    setup = _setup(model="llama3.1-70b", seq_len=1024, global_batch=32)
+    base = ParallelConfig(tp=8, pp=4, dp=2, zero=ZeroStage.OS)
+    for v in (1, 5):
+        terms = {t.key: t for t in evaluate_step(setup, dataclasses.replace(base, virtual_stages=v)).terms}
+        sends, exposed = terms["comm/pp_s"].value, terms["time/pp_exposed"].value
+        assert terms["comm/pp_sends"].value == 2 * 16 * v
+        assert sends > 0
+        if v == 1:
+            assert exposed == pytest.approx(sends)
+        else:
+            assert terms["time/pp_window"].value == pytest.approx(
+                16 * (terms["time/forward_microbatch"].value + terms["time/backward_microbatch"].value))
+            assert exposed == pytest.approx(sends * 3 / 80)
+
+
 def test_trace_explains_every_part_with_a_source():
     r = evaluate_step(_setup(), ParallelConfig(tp=2, pp=2, dp=8, cp=2, sequence_parallel=True))
     keys = {t.key for t in r.terms}
