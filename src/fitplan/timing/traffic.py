@@ -38,7 +38,9 @@ exposed part of each axis's traffic is what the compute available to hide it lea
       --overlap-param-gather (on with ZeRO-3, as FSDP and DeepSpeed prefetch; off with ZeRO-1/2,
       as Megatron-LM): ZeRO-3 gathers layer i+1 during layer i, ZeRO-1/2 gather the updated
       weights during the next step's forward, else after the optimizer step.
-  pp  sends are on the critical path (exposed).
+  pp  with virtual stages (the interleaved schedule, whose sends Megatron-Core posts asynchronously)
+      the sends hide behind the micro-batches' passes but for the pipeline's fill and drain;
+      with one chunk per rank they block, on the critical path (exposed).
 """
 from fitplan.arith import ceil_div, is_array, maximum, minimum, select
 from fitplan.explain import BYTES, COUNT, FLOPS, SECONDS, formula
@@ -77,7 +79,8 @@ def pp_message_bytes(*, b, s, h, e, t, c):
 
 
 @formula("comm/pp_sends", "2*m*v if p > 1 else 0", PP, COUNT,
-         EXPOSED + ("the first and last stages send one way only; counted as two-way (the middle stages)",))
+         ("blocking with one chunk per rank; behind the passes with virtual stages (time/pp_window)",
+          "the first and last stages send one way only; counted as two-way (the middle stages)"))
 def pp_sends(*, m, v, p):
     return select(p > 1, 2 * m * v, 0 * m)
 
@@ -181,6 +184,9 @@ def dp_overlap_window_s(*, T, v, p, m, r=0):
 # virtual stages are used and batch the blocking sends otherwise (megatron/bridge/training/comm_overlap.py
 # _get_model_comm_overlap_cfgs: overlap_p2p_comm = vp > 1, batch_p2p_comm = vp == 1). What no schedule hides is
 # the chain of sends that fills the pipeline and drains it: p - 1 hops each way.
+PP_OVERLAP = Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm")
+
+
 def _pp_window_text(*, v, **_):
     if is_array(v):
         return "m*(T_f + T_b) if v > 1 else 0"
@@ -189,13 +195,13 @@ def _pp_window_text(*, v, **_):
 
 
 @formula("time/pp_window", _pp_window_text,
-         Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm"), SECONDS)
+         PP_OVERLAP, SECONDS)
 def pp_window_s(*, m, v, T_f, T_b):
     return select(v > 1, m * (T_f + T_b), 0 * T_f)
 
 
 @formula("time/pp_tail", "T_comm*(p - 1)/(m*v) if v > 1 else 0",
-         Cite("megatron-schedules", "interleaved 1F1B with overlap_p2p_comm"), SECONDS,
+         PP_OVERLAP, SECONDS,
          ("of the 2*m*v sends a rank makes, the 2*(p - 1) that fill and drain the pipeline wait on each other",))
 def pp_tail_s(*, T_comm, m, v, p):
     return select(v > 1, T_comm * (p - 1) / maximum(m * v, 1), 0 * T_comm)
