@@ -19,7 +19,7 @@ It prints both with fitplan's 80% band and writes them as JSON.
 
 The whole step is evaluation data, never fitted on. The kernel classes of --profile are component measurements,
 as `fitplan calibrate`'s GEMMs are: eager's memory-bound kernels measured so on an H200 are what fitplan takes for
-`--kernels eager` (fitplan.timing.calibration.EAGER_MEASURED_OVER_COUNTED), so on that machine the eager step is
+`--kernels eager` (fitplan.timing.calibration.EAGER_MEASURED_TRAFFIC), so on that machine the eager step is
 no longer an independent check of that constant.
 """
 import argparse

@@ -223,8 +223,8 @@ def _value_words(v) -> str:
 
 # What each profile field changes in the estimate (the user reads this beside the value).
 EFFECTS = {
-    "kernels": "elementwise traffic per layer (fused 1.35, compiled 1.5 counted, eager 6.76 measured passes over the "
-               "activations; docs/calibration.md, Elementwise traffic)",
+    "kernels": "elementwise traffic per layer (fused 1.35, compiled 1.5 counted and scaled by the fit, eager 12 "
+               "measured passes over the activations; docs/calibration.md, Elementwise traffic)",
     "attention_kernel": "the attention core's efficiency by architecture and kernel (docs/calibration.md, Attention); "
                         "memory keeps no score matrix for any flash-type kernel",
     "cross_entropy": "the loss's saved logits and its backward's buffers (memory): fused keeps the fp32 softmax once, "

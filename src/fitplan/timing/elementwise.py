@@ -3,7 +3,8 @@
 Norms, activation functions, dropout, softmax (eager), residual and bias adds read and write whole
 activations at HBM bandwidth. Their bytes are taken in proportion to what the layer stores for
 backward: kappa HBM bytes per stored byte, kappa being the kernel family's counted traffic
-(fitplan.timing.calibration.ELEMENTWISE_TRAFFIC: fused, compiled, eager) times one fitted scale. The
+(fitplan.timing.calibration.ELEMENTWISE_TRAFFIC: fused, compiled) times one fitted scale, or eager's
+measured whole. The
 backward moves BACKWARD_TRAFFIC times the forward's bytes; a recompute reruns the forward's traffic of
 what it did not store. An fp8 recipe adds its casts (Transformer Engine).
 """
