@@ -52,8 +52,8 @@ def test_a_framework_fills_what_no_flag_sets_and_says_so():
 def test_eager_kernels_move_their_traffic():
     """A layer's memory-bound time is kappa x its stored bytes over HBM bandwidth: for fused kernels the counted
     1.35 x elementwise_scale, for eager ones the 12.0 measured whole on an H200 (the counted 4.0 x 1.775, the fitted
-    scale of that day, x the 1.69 the profile found: docs/calibration.md, Elementwise traffic), whatever the fit
-    makes of the scale since."""
+    scale of that day, x the 1.69 the profile found: docs/calibration.md, Elementwise traffic), whatever the shipped
+    fit makes of the scale since; a user's own fit moves it by its scale over the shipped one."""
     from dataclasses import replace
 
     from fitplan.specs import ParallelConfig
@@ -64,8 +64,15 @@ def test_eager_kernels_move_their_traffic():
     for kernels in ("fused", "eager"):
         r = evaluate_step(replace(setup, training=replace(setup.training, kernels=kernels)), ParallelConfig(dp=8))
         el[kernels] = next(t.value for t in r.terms if t.key == "time/layer_elementwise")
-    from fitplan.timing.calibration import SHIPPED
+    from fitplan.timing.calibration import SHIPPED, resolve
     assert el["eager"] == pytest.approx(el["fused"] * 12.0 / (1.35 * SHIPPED["elementwise_scale"]), rel=1e-12)
+    # a user's fit (fitplan calibrate --runs) with a scale 10% above the shipped one: eager's traffic 10% more too
+    mine = {**SHIPPED, "elementwise_scale": SHIPPED["elementwise_scale"] * 1.1}
+    kappa = lambda kernels, values: resolve(architecture="hopper", kernel="flash", kernels=kernels, cuda_graphs=False,
+                                            values=values).elementwise
+    assert kappa("eager", SHIPPED) == pytest.approx(12.0, rel=1e-12)
+    assert kappa("eager", mine) == pytest.approx(13.2, rel=1e-12)
+    assert kappa("fused", mine) == pytest.approx(1.35 * 1.1 * SHIPPED["elementwise_scale"], rel=1e-12)
 
 
 def test_the_kernels_effect_names_the_traffic_the_model_uses():

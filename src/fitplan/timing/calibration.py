@@ -118,8 +118,9 @@ DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn", "b
 # against the 0.0793 s that the counted 4.0 gave at the elementwise_scale of that day, 1.775: 1.69 times as much, so
 # 4.0 x 1.775 x 1.69 = 12.0 HBM bytes per stored byte at the datasheet bandwidth
 # (docs/measurements/gpu-step-profile-2026-12-04-nvidia-h200.json; the RMSNorm in fp32 and its backward, RoPE's
-# concatenations and the dtype copies are the largest kernels). Being measured whole, it is not scaled by the fit:
-# a refit that moves elementwise_scale leaves it where the measurement put it.
+# concatenations and the dtype copies are the largest kernels). Being measured whole, the shipped fit does not scale
+# it: a refit of the published runs that moves elementwise_scale leaves it where the measurement put it, while a
+# user's own fit (`fitplan calibrate --runs`) moves it by that fit's scale over the shipped one.
 EAGER_MEASURED_OVER_COUNTED = 1.69
 EAGER_MEASURED_TRAFFIC = round(4.0 * 1.775 * EAGER_MEASURED_OVER_COUNTED, 1)
 ELEMENTWISE_TRAFFIC = {"fused": 1.35, "compiled": 1.5, "eager": EAGER_MEASURED_TRAFFIC}
@@ -169,8 +170,8 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
         base = ATTENTION_EFFICIENCY.get((architecture, impl), ATTENTION_EFFICIENCY[("hopper", impl)])
         attention = minimum(base * v["attention_scale"], 1.0)
     return EndToEnd(clock=clock, attention=attention,
-                    elementwise=ELEMENTWISE_TRAFFIC[kernels] * (v["elementwise_scale"] if kernels in COUNTED_FAMILIES
-                                                                else 1.0),
+                    elementwise=ELEMENTWISE_TRAFFIC[kernels] * v["elementwise_scale"] / (
+                        1.0 if kernels in COUNTED_FAMILIES else SHIPPED["elementwise_scale"]),
                     moe_traffic=v["moe_traffic"],
                     sm_sharing=maximum(v["sm_sharing"], 0.0),
                     layer_overhead_s=0.0 if cuda_graphs else v["layer_overhead"],
