@@ -194,8 +194,7 @@ def _pp_window_text(*, v, **_):
             "0  (one chunk per rank: blocking batched sends)")
 
 
-@formula("time/pp_window", _pp_window_text,
-         PP_OVERLAP, SECONDS)
+@formula("time/pp_window", _pp_window_text, PP_OVERLAP, SECONDS)
 def pp_window_s(*, m, v, T_f, T_b):
     return select(v > 1, m * (T_f + T_b), 0 * T_f)
 
