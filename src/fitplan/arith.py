@@ -27,7 +27,8 @@ def ceil_div(x, n):
         return -(-x // n)
     if is_array(x) or is_array(n):
         import numpy as np
-        return np.ceil(np.true_divide(x, n))
+        q = np.true_divide(x, n)
+        return np.ceil(q, out=q) if type(q) is np.ndarray else np.ceil(q)   # in place: one temporary, not two
     return -(-x // n)
 
 
@@ -40,7 +41,8 @@ def floor_div(x, n):
         return x // n
     if is_array(x) or is_array(n):
         import numpy as np
-        return np.floor(np.true_divide(x, n))
+        q = np.true_divide(x, n)
+        return np.floor(q, out=q) if type(q) is np.ndarray else np.floor(q)
     return x // n
 
 

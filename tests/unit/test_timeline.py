@@ -265,3 +265,22 @@ def test_each_event_holds_its_own_moments_fsdp_buffers():
     assert by_phase["backward of micro-batch 1 (loss)"]["runtime/fsdp_buffers"] == 2_537_586_688
     assert by_phase["backward of micro-batch 1"]["runtime/fsdp_buffers"] == 6 * 218_112_000 == 1_308_672_000
     assert by_phase["forward of micro-batch 1"]["runtime/fsdp_buffers"] == 4 * 218_112_000
+
+
+def test_the_most_over_ranks_is_the_whole_sums_most():
+    """busiest_totals' reduction over the stacked ranks (fitplan.memory.breakdown._most_over_ranks) forms a + b one
+    rank at a time; it must give exactly (a + b).max(axis=0, keepdims=True), the whole box's sum reduced, for
+    addends that span the ranks axis or not, and a + b where nothing spans it. Exact: the same float64 additions
+    and maxima, only in another order of the ranks (max is exact)."""
+    import numpy as np
+    from fitplan.memory.breakdown import _most_over_ranks
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 2**40, size=(4, 1, 16, 3, 1, 5)).astype(np.float64)   # activations: no ZeRO axis
+    z = rng.integers(0, 2**40, size=(4, 4, 1, 3, 1, 5)).astype(np.float64)    # ZeRO terms: no micro-batch axis
+    flat = rng.integers(0, 2**40, size=(4, 1, 3, 1, 5)).astype(np.float64)    # no ranks axis (ndim 5)
+    one = rng.integers(0, 2**40, size=(1, 4, 1, 3, 1, 5)).astype(np.float64)  # a ranks axis of one
+    for x, y in ((a, z), (a, flat), (flat, z), (a, 7.0), (one, a), (a, one)):
+        got = _most_over_ranks(x, y, 6)
+        want = (x + y).max(axis=0, keepdims=True) if np.ndim(x + y) == 6 else x + y
+        assert got.shape == want.shape and np.array_equal(got, want)
+    assert np.array_equal(_most_over_ranks(one, flat, 6), one + flat)   # nothing to reduce: the sum itself

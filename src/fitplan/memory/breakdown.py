@@ -514,7 +514,7 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     over = None
     if stacked:   # an array spanning the ranks axis has the box's axes and that one: each moment's most over it
         ranked = c.tp.ndim + 1
-        over = lambda a: a.max(axis=0, keepdims=True) if getattr(a, "ndim", 0) == ranked and a.shape[0] > 1 else a
+        over = lambda a, b=0: _most_over_ranks(a, b, ranked)
     for st in [c.stacked] if stacked else candidate_stages(setup.model, c):
         parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
         # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
@@ -534,6 +534,26 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
         return out, 0
     cluster = setup.cluster
     return out, OF.per_node_bytes(per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus)
+
+
+def _most_over_ranks(a, b, ranked: int):
+    """The most of a + b over the leading ranks axis (kept, of length 1), where an array spanning that axis has
+    `ranked` dimensions; formed one rank at a time and folded into one result. The whole sum spans the box's
+    every axis at once (a Llama 3.1 405B screen: 4 ranks x 4 ZeRO stages x 16 micro-batch settings x 4 x 128
+    layouts, a MiB of float64 per temporary), and its temporaries went back to the OS and were faulted in again
+    on every call: 0.85 ms against 0.20 ms for the same maxima (bench/results-2026-12-03.md, 2026-12-04 section).
+    The sums and maxima are the same numbers either way."""
+    import numpy as np
+    spans = [getattr(x, "ndim", 0) == ranked for x in (a, b)]
+    n = max((x.shape[0] for x, s in zip((a, b), spans) if s), default=1)
+    if n == 1:
+        return a + b
+    rank = lambda x, s, r: x[r if x.shape[0] > 1 else 0] if s else x
+    out = rank(a, spans[0], 0) + rank(b, spans[1], 0)
+    one = np.empty_like(out)
+    for r in range(1, n):
+        np.maximum(out, np.add(rank(a, spans[0], r), rank(b, spans[1], r), out=one), out=out)
+    return out[None]
 
 
 def fits(setup: Setup, config: ParallelConfig) -> bool:

@@ -105,10 +105,13 @@ def peak_bytes(parts: dict, *, phi, ev=RAW, over_ranks=None):
     moment's; at phi = 0 it is the streams' pages alone, the same at every moment, so it is added
     with the always-held terms to each moment's ZeRO-stage terms. over_ranks: where the search
     stacks its candidate ranks on a leading axis (fitplan.memory.breakdown.busiest_totals), a
-    function taking one moment's bytes to their most over that axis. The most over the moments and
-    the most over the ranks commute, so each moment is reduced first and the moments are compared on
-    arrays without the ranks axis: the full-box comparisons were a sixth of a Llama 3.1 405B search."""
-    over = over_ranks or (lambda a: a)
+    function taking two addends of one moment's bytes to the most of their sum over that axis. The
+    most over the moments and the most over the ranks commute, so each moment is reduced first and
+    the moments are compared on arrays without the ranks axis: the full-box comparisons were a sixth
+    of a Llama 3.1 405B search. A moment's two addends are its activations (no ZeRO axis) and its
+    ZeRO stage's terms (no micro-batch axis): handed over apart, their sum is formed one rank at a
+    time instead of over the whole box."""
+    over = over_ranks or (lambda a, b=0: a + b)
     stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
     train = total(parts[k] for k in TRAIN)
     step = parts["runtime/optimizer_step"]
@@ -118,12 +121,13 @@ def peak_bytes(parts: dict, *, phi, ev=RAW, over_ranks=None):
     # activations: on the search's box those terms have no micro-batch axis, so one sum spanning the box fewer
     no_fragmentation = not is_array(phi) and phi == 0
     base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if no_fragmentation else 0
-    loss = ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]) + total((train, parts[FSDP_LOSS], base))
-    layer = ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
-               **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}) + total(
-        (train, parts["runtime/fsdp_buffers"], base))
+    loss = (ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), total((train, parts[FSDP_LOSS], base)))
+    layer = (ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
+                **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}),
+             total((train, parts["runtime/fsdp_buffers"], base)))
     if no_fragmentation:
-        return maximum(maximum(over(loss), over(layer)), over(step + base))
+        return maximum(maximum(over(*loss), over(*layer)), over(step, base))
+    loss, layer = loss[0] + loss[1], layer[0] + layer[1]
     return maximum(maximum(over(always + loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams)),
                            over(always + layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams))),
                    over(always + step + RT.allocator_bytes(phi=phi, D=step, streams=streams)))
