@@ -91,19 +91,21 @@ def _log2_floor(k):
 def _ring_times(*, n, k, S, P, B_in, a_in, B_net, a_net, plateau):
     """NCCL's ring, each protocol: [(protocol, seconds)]."""
     r = n / k
-    one_node = k == 1
+    one_node, one_per_node = k == 1, r == 1
     bus = select(one_node, B_in, minimum(B_in * r / maximum(r - 1, 1e-9), r * B_net))
+    # what no protocol changes, formed once (the same products, in the same order, as within each protocol's sum)
+    hops_in, hops_net, moved = P * (n - k), P * (k - 1), P * (n - 1) / n * S
     out = []
     for i, proto in enumerate(PROTOCOLS):
         hop_in = a_in * NCCL_TUNING["hop_nvlink"]["ring"][i] / NCCL_TUNING["hop_nvlink"]["ring"][2]
         hop_in = select(one_node, hop_in, maximum(hop_in, NCCL_TUNING["net_overhead"][i] * US))
         # one rank per node: NCCL charges the network hops at the tree's latency
-        net_table = select(r == 1, NCCL_TUNING["hop_net"]["tree"][i], NCCL_TUNING["hop_net"]["ring"][i])
+        net_table = select(one_per_node, NCCL_TUNING["hop_net"]["tree"][i], NCCL_TUNING["hop_net"]["ring"][i])
         hop_net = a_net * net_table / NCCL_TUNING["hop_net"]["ring"][2]
-        lat = NCCL_TUNING["base"]["ring"][i] * US + P * (n - k) * hop_in + P * (k - 1) * hop_net
+        lat = NCCL_TUNING["base"]["ring"][i] * US + hops_in * hop_in + hops_net * hop_net
         if proto == "Simple" and plateau:
             lat = lat * select(one_node, 1.0, NCCL_TUNING["ring_plateau"])
-        out.append((proto, lat + P * (n - 1) / n * S / (NCCL_TUNING["ring_bw"][i] * bus)))
+        out.append((proto, lat + moved / (NCCL_TUNING["ring_bw"][i] * bus)))
     return out
 
 
