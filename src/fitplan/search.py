@@ -378,6 +378,8 @@ def _legal(setup: Setup, grid: _Grid, space: SearchSpace, rejected: dict) -> np.
     for rule in compat.RULES:
         passed = np.asarray(rule.ok(setup.model, setup.training, setup.cluster, grid, space.allow_cross_node_tp),
                             dtype=bool)
+        if passed.all():   # on the rule's own axes: most rules reject nothing, and the masks span every candidate
+            continue
         newly = ok & ~passed
         if newly.any():
             rejected[rule.id] = rejected.get(rule.id, 0) + int(newly.sum())
