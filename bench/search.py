@@ -13,7 +13,9 @@ Run: python bench/search.py  (prints tables; nothing is asserted)
      python bench/search.py --compare REV  (also git revision REV's tree, extracted to a temporary
          folder, in paired runs: REV and this checkout alternate, in ABBA order, so load that comes
          and goes falls on both; each ratio is the median over the pairs of this checkout's figure
-         over REV's, for the searches' candidates/s and the commands' CPU seconds)
+         over REV's, for the searches' candidates/s and the commands' CPU seconds; the commands twice:
+         from the trees as they are, where a machine that sets PYTHONDONTWRITEBYTECODE=1 compiles
+         every module in every run, and from copies whose bytecode was compiled beforehand)
      python bench/search.py --compare REV --instructions  (instead of times: the instructions each
          search and each command executes, counted by valgrind's callgrind on both trees; the same
          count whatever else the machine runs, so the ratio needs no pairing. A search's count is
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,15 +148,39 @@ def paired(rev_tree: Path, pairs: int, command_pairs: int) -> None:
               f"{statistics.median(r[case]['cpu_s'] for r in runs['after']):>12.4f} {ratio:>5.2f}x")
     print("  ratio: after/before candidates per second, the median over the pairs")
     print()
-    print(f"Commands, {command_pairs} paired runs")
+    cached = "" if os.environ.get("PYTHONDONTWRITEBYTECODE") else (
+        " (this interpreter writes bytecode: after the first run both trees' is cached)")
+    print(f"Commands, {command_pairs} paired runs, as the trees are{cached}")
+    paired_commands(rev_tree, here, command_pairs)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [compiled_copy(tree, Path(tmp) / side) for tree, side in ((rev_tree, "before"), (here, "after"))]
+        print()
+        print(f"Commands, {command_pairs} paired runs, each tree's bytecode compiled beforehand (compileall, as pip "
+              f"installs a package)")
+        paired_commands(*trees, command_pairs)
+
+
+def compiled_copy(tree: Path, to: Path) -> Path:
+    """A copy of tree's src/ and tools/ with every module's bytecode written (python -m compileall): a command
+    then reads the cached bytecode instead of compiling its modules, as it does from a pip install or once any
+    run has written __pycache__ (this machine's PYTHONDONTWRITEBYTECODE=1 stops that)."""
+    for part in ("src", "tools"):
+        shutil.copytree(tree / part, to / part)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(to / "src"), str(to / "tools")],
+                   capture_output=True, check=True)
+    return to
+
+
+def paired_commands(before: Path, after: Path, pairs: int) -> None:
+    """COMMANDS on two trees, alternating in ABBA order; the CPU ratio is the median over the pairs."""
     print(f"{'command':<38} {'before CPU s':>12} {'after CPU s':>12} {'before wall s':>14} {'after wall s':>13} "
           f"{'CPU ratio':>10}")
     for name, argv in COMMANDS:
         got = {"before": [], "after": []}
-        for i in range(command_pairs):
+        for i in range(pairs):
             order = ("before", "after") if i % 2 == 0 else ("after", "before")
             for side in order:
-                got[side].append(run_command(rev_tree if side == "before" else here, argv))
+                got[side].append(run_command(before if side == "before" else after, argv))
         ratio = statistics.median(a[1] / b[1] for a, b in zip(got["after"], got["before"]))
         med = lambda side, k: statistics.median(x[k] for x in got[side])
         print(f"{name:<38} {med('before', 1):>12.3f} {med('after', 1):>12.3f} {med('before', 0):>14.3f} "
@@ -164,7 +191,6 @@ def paired(rev_tree: Path, pairs: int, command_pairs: int) -> None:
 def instructions(argv, cwd: Path, src: Path) -> int:
     """Instructions (callgrind's Ir) a Python process executes: argv after the interpreter."""
     import re
-    import shutil
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (callgrind)")
     python = os.path.realpath(sys.executable)   # the interpreter itself, not a launcher script
