@@ -123,3 +123,37 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(mon
     # per screen: the stages below 3 in one pass and ZeRO-3 in another; RAW makes both each time (3 x 2), the
     # memo only for the first screen (2)
     assert len(made) == 3 * 2 + 2
+
+
+def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monkeypatch):
+    """The search's memory screens of one SP setting (one per recompute mode) share one Memo, and the parts no
+    recompute mode changes (the states and the weights' copies, fitplan.memory.breakdown._zero_parts; the runtime's
+    buffers, _runtime; the ZeRO side of each moment's peak, fitplan.memory.timeline.peak_bytes) are formed for the
+    first screen only: each screen's busiest totals equal, to the last bit, what the same box gets through RAW,
+    which computes everything afresh (gpt3-175b on 64 GPUs, the search's own box, its stacked candidate ranks)."""
+    from dataclasses import replace
+
+    from fitplan.memory import breakdown as MB
+    from fitplan.search import _grid, _legal, default_space
+    from fitplan.specs.parallel import Recompute
+    from tests.conftest import make_setup
+    setup = make_setup("gpt3-175b", 64)
+    space = default_space(64)
+    base = _grid(64, space, setup.model)
+    legal = _legal(setup, replace(base, sequence_parallel=True), space, {})
+    rows, view = base.box(legal)
+    zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
+    memo, comms, made = Memo(), {}, []
+    for name in ("_zero_parts", "_runtime"):
+        real = getattr(MB, name)
+        monkeypatch.setattr(MB, name, lambda *a, _real=real, _name=name, **k: made.append(_name) or _real(*a, **k))
+    for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
+        c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
+        with np.errstate(all="ignore"):
+            shared, _ = MB.busiest_totals(setup, c, memo, comms)
+            fresh, _ = MB.busiest_totals(setup, c)
+        memo.sweep()
+        ok = np.isfinite(fresh)
+        assert ok.any() and np.array_equal(shared[ok], fresh[ok])
+    # each part: RAW forms it in every screen (3 calls), the memo in the first screen only (1)
+    assert made.count("_zero_parts") == made.count("_runtime") == 3 + 1

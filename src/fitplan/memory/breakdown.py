@@ -16,7 +16,7 @@ from typing import Callable
 from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
-from fitplan.explain import RAW, Term, Trace, formula, untraced
+from fitplan.explain import RAW, Term, Trace, formula, once, untraced
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
 from fitplan.memory import offload as OF
@@ -49,12 +49,80 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     its sequence_parallel, recompute and the SETTINGS scalars). comms: the communicators' terms
     (_communicators) of c already computed for another stage; no stage changes them."""
     from fitplan.specs.parallel import Schedule
-    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    model, training = setup.model, setup.training
     tp, pp, dp, cp, b, v = c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.virtual_stages
     if stage is None:
         stage = stage_at(ev, model, c, 0 * pp if first else pp - 1)
     moe = model.moe
     n_dense = stage.n_dense
+    # no recompute mode changes the states or the copies of the weights: the search's screens of one SP setting
+    # compute them once
+    states, trained, psi = once(ev, lambda: _zero_parts(ev, setup, c, stage=stage),
+                                lambda: _layout_inputs("states", setup, c, stage))
+    out = dict(states)
+    lora = FT.is_lora(training)
+    sh, sp = Shapes.of(setup), c.sequence_parallel
+    per_layer, per_workspace = (FT.lora_layer_bytes, FT.lora_workspace_bytes) if lora else (
+        A.per_layer_bytes, A.recompute_workspace_bytes)
+    layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
+    m = UNBOUNDED_MICROBATCHES if training.global_batch is None else floor_div(training.global_batch, dp * b)
+    a_layer = None if model.hybrid else ev(per_layer, **layer)
+    dual = c.schedule == Schedule.DUALPIPE
+    v_held = 2 if dual else v
+    chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
+    l = stage.layers
+    if model.hybrid:
+        from fitplan.memory.hybrid_memory import hybrid_activations   # hybrid models only
+        a_stage, workspace, buffers, a_layer = hybrid_activations(ev, setup, c, stage=stage, layer=layer)
+    elif moe is None:
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
+        workspace = ev(per_workspace, **layer)
+        buffers = 0
+    else:
+        mk = sh.moe
+        moe_layer = dict(layer, **mk.kw())
+        a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **moe_layer)
+        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
+        workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
+                            ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
+        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
+                     **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
+    if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
+        a_stage, workspace = partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer,
+                                           per_layer=per_layer)
+    out["activations/layers"] = a_stage
+    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v_held, chunks=chunks)
+    if OF.offload_of(c).activations:   # stored activations go to host memory; one layer's are on the GPU in transit
+        out["host/activations"] = ev(OF.host_activation_bytes, A_stage=a_stage,
+                                     A_in_flight=out["activations/pipeline_in_flight"])
+        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None or model.hybrid else
+                                       maximum(a_layer, a_moe), A_stage=a_stage)
+        out["activations/pipeline_in_flight"] = 0
+    frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
+    n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
+    out["activations/embedding"] = _held(ev, stage.embedding, lambda: ev(
+        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb(), **frozen))
+    n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
+    out["activations/output"] = _held(ev, stage.head, lambda: ev(
+        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
+        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)))
+    out["activations/recompute_workspace"] = workspace
+    out["activations/moe_buffers"] = buffers
+    out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
+                                        if lora and FT.base_precision(training) in ("nf4", "int8") else 0)
+    # no recompute mode changes the runtime's buffers: the search's screens of one SP setting compute them once
+    out.update(once(ev, lambda: _runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer,
+                                         comms=comms),
+                    lambda: _layout_inputs("runtime", setup, c, stage)))
+    return out
+
+
+def _zero_parts(ev, setup: Setup, c, *, stage: Stage) -> tuple:
+    """(the model states and the weights' extra copies on one GPU of the stage, the trained parameters and their
+    sharding, the stage's parameters psi): the parts the ZeRO stage and the layout set."""
+    model, training, recipe = setup.model, setup.training, setup.training.recipe
+    tp, pp, dp, cp = c.tp, c.pp, c.dp, c.cp
+    moe, n_dense = model.moe, stage.n_dense
     psi = stage_psi(ev, model, c, stage=stage)
     n_d = ev(shard_group, dp=dp, c=cp, shard=c.shard_degree) if c.shard_degree is not None else dp * cp
     replicas = floor_div(dp * cp, n_d)
@@ -107,66 +175,24 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
             zero3=1 * z3, psi_lin=psi_lin + experts.get("psi_e", 0), l=stage.layers)
     else:
         out["runtime/fp8_weight_cache"] = 0
-    sh, sp = Shapes.of(setup), c.sequence_parallel
-    per_layer, per_workspace = (FT.lora_layer_bytes, FT.lora_workspace_bytes) if lora else (
-        A.per_layer_bytes, A.recompute_workspace_bytes)
-    layer = dict(sh.kw(c.recompute), b=b, t=tp, c=cp, sp=sp, recompute=c.recompute, **(FT.lora_kw(setup) if lora else {}))
-    m = UNBOUNDED_MICROBATCHES if training.global_batch is None else floor_div(training.global_batch, dp * b)
-    a_layer = None if model.hybrid else ev(per_layer, **layer)
-    dual = c.schedule == Schedule.DUALPIPE
-    v_held = 2 if dual else v
-    chunks = ev(A.chunks_in_flight, p=pp, v=v_held, r=stage.index, m=m, schedule=str(c.schedule))
-    l = stage.layers
-    if model.hybrid:
-        from fitplan.memory.hybrid_memory import hybrid_activations   # hybrid models only
-        a_stage, workspace, buffers, a_layer = hybrid_activations(ev, setup, c, stage=stage, layer=layer)
-    elif moe is None:
-        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l)
-        workspace = ev(per_workspace, **layer)
-        buffers = 0
-    else:
-        mk = sh.moe
-        moe_layer = dict(layer, **mk.kw())
-        a_moe = ev(A.per_layer_bytes, key="activations/per_moe_layer", **moe_layer)
-        a_stage = ev(stage_layers_bytes, A_layer=a_layer, l=l, n_dense=n_dense, A_moe=a_moe)
-        workspace = maximum(ev(A.recompute_workspace_bytes, **layer),
-                            ev(A.recompute_workspace_bytes, key="activations/recompute_workspace_moe", **moe_layer))
-        buffers = ev(A.moe_buffers_bytes, s=sh.s, b=b, h=mk.w or sh.h, e=sh.e, k=mk.k, rho=mk.rho, t=tp, c=cp,
-                     **({} if sh.e_l is None else {"e_l": sh.e_l})) * select(l - n_dense > 0, 1, 0)
-    if c.recompute == Recompute.FULL and c.recompute_num_layers is not None:
-        a_stage, workspace = partial_full(ev, setup, c, layer=layer, l=l, n_dense=n_dense, a_input=a_layer,
-                                           per_layer=per_layer)
-    out["activations/layers"] = a_stage
-    out["activations/pipeline_in_flight"] = ev(in_flight_bytes, A_stage=a_stage, v=v_held, chunks=chunks)
-    if OF.offload_of(c).activations:   # stored activations go to host memory; one layer's are on the GPU in transit
-        out["host/activations"] = ev(OF.host_activation_bytes, A_stage=a_stage,
-                                     A_in_flight=out["activations/pipeline_in_flight"])
-        out["activations/layers"] = ev(OF.in_transit_bytes, A_layer=a_layer if moe is None or model.hybrid else
-                                       maximum(a_layer, a_moe), A_stage=a_stage)
-        out["activations/pipeline_in_flight"] = 0
-    frozen = {"ids": 0} if lora else {}   # a frozen embedding and head keep no token ids and no head input
-    n_mb = lambda: ev(A.embedding_microbatches, chunks=chunks, v=v_held)
-    out["activations/embedding"] = _held(ev, stage.embedding, lambda: ev(
-        A.embedding_bytes, s=sh.s, b=b, h=sh.h, M=sh.M, D=sh.D, t=tp, c=cp, sp=sp, n_mb=n_mb(), **frozen))
-    n_out = (m if c.schedule == Schedule.GPIPE else 1) * (1 + model.mtp_depth)   # each MTP module has its own loss
-    out["activations/output"] = _held(ev, stage.head, lambda: ev(
-        A.output_bytes, s=sh.s, b=b, h=sh.h, V=model.vocab_size, e=sh.e, t=tp, c=cp, sp=sp,
-        **({} if (not is_array(n_out) and n_out == 1) else {"n_mb": n_out}), **loss_kept(setup, b=b, t=tp, c=cp)))
-    out["activations/recompute_workspace"] = workspace
-    out["activations/moe_buffers"] = buffers
-    out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
-                                        if lora and FT.base_precision(training) in ("nf4", "int8") else 0)
-    out.update(_runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer, a_layer=a_layer,
-                        comms=comms))
-    return out
+    return out, trained, psi
 
 
-def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict, a_layer,
+def _layout_inputs(part: str, setup: Setup, c, stage) -> tuple:
+    """The key of a part (its name first: fitplan.explain.Memo.once tells parts apart by their inputs alone) that
+    no recompute mode changes: the setup, the stage, and the layout but its recompute mode (the search's grids
+    share their arrays across the modes' screens, so they key alike)."""
+    from dataclasses import fields
+    return (part, setup, stage, *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"))
+
+
+def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict,
              comms: dict | None = None) -> dict:
     """The runtime's buffers on one GPU of a stage (fitplan.memory.runtime), and the aux values
     the peak and the timeline read (fitplan.memory.timeline). psi: the stage's parameters (what
     FSDP gathers); trained: the parameters that get gradients and their sharding (the adapters
-    under LoRA), which the buckets and the optimizer step hold."""
+    under LoRA), which the buckets and the optimizer step hold; layer: the per-layer formulas'
+    keywords (its shapes only are read here: no recompute mode changes this)."""
     model, training, cluster, recipe = setup.model, setup.training, setup.cluster, setup.training.recipe
     tp, pp, cp, b, zero = c.tp, c.pp, c.cp, c.micro_batch, c.zero
     sh, moe = Shapes.of(setup), model.moe

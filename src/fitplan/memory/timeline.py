@@ -25,7 +25,7 @@ for the one configuration a report explains.
 """
 
 from fitplan.arith import is_array, maximum, total
-from fitplan.explain import RAW, formula
+from fitplan.explain import RAW, formula, once
 from fitplan.memory import runtime as RT
 from fitplan.record import record
 from fitplan.sources import Cite
@@ -113,26 +113,33 @@ def peak_bytes(parts: dict, *, phi, ev=RAW, over_ranks=None):
     time instead of over the whole box."""
     over = over_ranks or (lambda a, b=0: a + b)
     stored = ev(stored_bytes, **{_KW[k]: parts[k] for k in STORED})
-    train = total(parts[k] for k in TRAIN)
     step = parts["runtime/optimizer_step"]
     streams = parts[STREAMS]
-    always = total(parts[k] for k in ALWAYS)
     # at phi = 0 what every moment holds joins the loss's and the layer's ZeRO terms before they meet the
     # activations: on the search's box those terms have no micro-batch axis, so one sum spanning the box fewer
     no_fragmentation = not is_array(phi) and phi == 0
-    base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if no_fragmentation else 0
-    loss = (ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), total((train, parts[FSDP_LOSS], base)))
+
+    def zero_side():
+        train, always = total(parts[k] for k in TRAIN), total(parts[k] for k in ALWAYS)
+        base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if no_fragmentation else 0
+        return (train, always, base, total((train, parts[FSDP_LOSS], base)),
+                total((train, parts["runtime/fsdp_buffers"], base)), over(step, base) if no_fragmentation else None)
+    # the ZeRO stage's side of the moments, which no recompute mode changes: the search's screens of one SP
+    # setting hand over the same arrays for it (fitplan.memory.breakdown's once), so they form it once
+    train, always, base, loss_zero, layer_zero, step_most = once(
+        ev, zero_side, lambda: ("peak/zero_side", phi, over_ranks is None, *(parts[k] for k in ZERO_SIDE)))
+    loss = (ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), loss_zero)
     layer = (ev(layer_base_bytes, stored=stored, output_one=parts[OUTPUT_ONE],
-                **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}),
-             total((train, parts["runtime/fsdp_buffers"], base)))
+                **{_KW[k]: parts[k] for k in LAYER if k != "runtime/fsdp_buffers"}), layer_zero)
     if no_fragmentation:
-        return maximum(maximum(over(*loss), over(*layer)), over(step, base))
+        return maximum(maximum(over(*loss), over(*layer)), step_most)
     loss, layer = loss[0] + loss[1], layer[0] + layer[1]
     return maximum(maximum(over(always + loss + RT.allocator_bytes(phi=phi, D=loss, streams=streams)),
                            over(always + layer + RT.allocator_bytes(phi=phi, D=layer, streams=streams))),
                    over(always + step + RT.allocator_bytes(phi=phi, D=step, streams=streams)))
 
 
+ZERO_SIDE = ALWAYS + TRAIN + (FSDP_LOSS, "runtime/fsdp_buffers", "runtime/optimizer_step", STREAMS)
 _KW = {**dict(zip(STORED, ("layers", "in_flight", "embedding", "output"))),
        **dict(zip(LAYER, ("workspace", "backward", "moe", "p2p", "fsdp", "dequant")))}
 
