@@ -114,6 +114,15 @@ def once(ev, make, inputs):
     return ev.once(inputs(), make) if isinstance(ev, Memo) else make()
 
 
+def layout_inputs(part: str, owner, c, *more) -> tuple:
+    """once's key for a part of a layout that no recompute mode changes: the part's name (Memo.once tells parts
+    apart by their inputs alone), the setup or model it belongs to, what else it reads (`more`), and the layout's
+    fields but its recompute mode (the search's screens of one SP setting share their grid's arrays, so they key
+    alike)."""
+    from dataclasses import fields
+    return (part, owner, *more, *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"))
+
+
 def untraced(ev):
     """ev without its record: a Trace's calls as RAW (values an explanation does not list, such as
     the aux values beside the memory parts); RAW and the search's Memo as they are."""

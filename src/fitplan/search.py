@@ -534,8 +534,11 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                 if screen[2] is None:
                     with np.errstate(all="ignore"):
                         if rc not in pacing:   # the slowest rank depends on the recompute mode alone
-                            pacing[rc] = pacing_rank(setup, every_zero)
-                        screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing[rc])
+                            slowest = pacing_rank(setup, every_zero)
+                            # where another mode's slowest ranks are the same, its array itself: the stage's
+                            # terms then hit the memo, as the layout's do
+                            pacing[rc] = next((x for x in pacing.values() if np.array_equal(x, slowest)), slowest)
+                        screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing[rc], flops=False)
                     timing_memo.sweep()
                 timing = screen[2]
                 on_fits = lambda a: flat(a)[keep][fits]

@@ -16,7 +16,7 @@ from typing import Callable
 from fitplan.arith import ceil_div, floor_div, is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
-from fitplan.explain import RAW, Term, Trace, formula, once, untraced
+from fitplan.explain import RAW, Term, Trace, formula, layout_inputs, once, untraced
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
 from fitplan.memory import offload as OF
@@ -58,7 +58,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     # no recompute mode changes the states or the copies of the weights: the search's screens of one SP setting
     # compute them once
     states, trained, psi = once(ev, lambda: _zero_parts(ev, setup, c, stage=stage),
-                                lambda: _layout_inputs("states", setup, c, stage))
+                                lambda: layout_inputs("states", setup, c, stage))
     out = dict(states)
     lora = FT.is_lora(training)
     sh, sp = Shapes.of(setup), c.sequence_parallel
@@ -113,7 +113,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     # no recompute mode changes the runtime's buffers: the search's screens of one SP setting compute them once
     out.update(once(ev, lambda: _runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer,
                                          comms=comms),
-                    lambda: _layout_inputs("runtime", setup, c, stage)))
+                    lambda: layout_inputs("runtime", setup, c, stage)))
     return out
 
 
@@ -176,14 +176,6 @@ def _zero_parts(ev, setup: Setup, c, *, stage: Stage) -> tuple:
     else:
         out["runtime/fp8_weight_cache"] = 0
     return out, trained, psi
-
-
-def _layout_inputs(part: str, setup: Setup, c, stage) -> tuple:
-    """The key of a part (its name first: fitplan.explain.Memo.once tells parts apart by their inputs alone) that
-    no recompute mode changes: the setup, the stage, and the layout but its recompute mode (the search's grids
-    share their arrays across the modes' screens, so they key alike)."""
-    from dataclasses import fields
-    return (part, setup, stage, *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"))
 
 
 def _runtime(ev, setup: Setup, c, *, stage: Stage, psi, trained: dict, layer: dict,

@@ -6,7 +6,7 @@ the busiest. Ints for one configuration, arrays over the search's candidates."""
 from fitplan.arith import is_array, maximum, minimum, select
 from fitplan.counts import params as P
 from fitplan.counts import stages as ST
-from fitplan.explain import RAW, formula
+from fitplan.explain import RAW, formula, layout_inputs, once
 from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs import ModelSpec
@@ -47,7 +47,13 @@ def split_kw(model: ModelSpec, c) -> dict:
 def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     """Pipeline rank i: its layers from the split (fitplan.counts.stages); under DualPipe
     rank i runs stage i of one direction and stage p-1-i of the other [deepseek-v3 Sec. 3.2.1],
-    so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head."""
+    so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head. No recompute
+    mode changes it: the search's screens of one SP setting form it once per rank array (its sums are new
+    arrays, which would make every term read from them miss the memo)."""
+    return once(ev, lambda: _stage_at(ev, model, c, i), lambda: layout_inputs("stage_at", model, c, i))
+
+
+def _stage_at(ev, model: ModelSpec, c, i) -> Stage:
     from fitplan.specs.parallel import Schedule
     kw, moe, v = split_kw(model, c), model.moe, getattr(c, "virtual_stages", 1)
     layers = lambda j, k: ev(ST.stage_layers, key=k, v=v, i=j, **kw)

@@ -5,7 +5,7 @@ step; ZeRO-3 gathers and reduce-scatters one layer at a time (fitplan.timing.tra
 sharding reduces within shard groups and all-reduces each shard across them.
 """
 from fitplan.arith import ceil_div, is_array, maximum, minimum, select
-from fitplan.explain import once
+from fitplan.explain import layout_inputs, once
 from fitplan.memory import finetune as FT
 from fitplan.memory import states as S
 from fitplan.memory.copies import pipelined
@@ -90,9 +90,8 @@ def _costs_inputs(setup, c, *, zero, bucket_bytes, e2e) -> tuple:
     functions of the setup and the layout (step_time derives them), so they are not keys of their own: the
     arrays they come as are new in every screen, which would make every screen a miss."""
     from dataclasses import fields
-    return (setup, bucket_bytes, *(zero.ravel().tolist() if is_array(zero) else (zero,)),
-            *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"),
-            *(getattr(e2e, f.name) for f in fields(e2e)))
+    return layout_inputs("dp_costs", setup, c, bucket_bytes, *(zero.ravel().tolist() if is_array(zero) else (zero,)),
+                         *(getattr(e2e, f.name) for f in fields(e2e)))
 
 
 def _dp_costs(ev, setup: Setup, c, *, zero, m, place, bucket_bytes, e2e) -> dict:

@@ -26,7 +26,7 @@ V vocabulary.
 """
 
 from fitplan.arith import maximum, select
-from fitplan.explain import COUNT, RATIO, SECONDS, formula
+from fitplan.explain import COUNT, RATIO, SECONDS, formula, layout_inputs, once
 from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.specs.training import LOW_PRECISION_BYTES
@@ -343,9 +343,28 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> L
     n_dense: the layers (and dense layers) one micro-batch crosses; m: micro-batches per step; e2e: the
     end-to-end constants (fitplan.timing.calibration.EndToEnd); kept: of those layers, the ones a low-precision
     recipe keeps in bf16, by class (bf16_layers_on_stage), or None."""
+    from dataclasses import fields
+
     from fitplan.memory.breakdown import Shapes
-    model, gpu, training = setup.model, setup.cluster.gpu, setup.training
     sh = Shapes.of(setup)
+    # the GEMMs' efficiencies: no recompute mode changes them (the elementwise rerun below is the mode's), so the
+    # search's screens of one SP setting form them once per slowest rank
+    effs, gemm_kinds, casts = once(
+        ev, lambda: _gemm_efficiencies(ev, setup, c, sh, L=L, n_dense=n_dense, e2e=e2e, kinds=kinds, kept=kept),
+        lambda: layout_inputs("gemm_efficiencies", setup, c, L, n_dense, *(getattr(e2e, f.name) for f in fields(e2e)),
+                              *(x for d in (kinds or {}, kept or {}) for item in d.items() for x in item)))
+    mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise,
+                                     kappa_moe=e2e.moe_traffic, kinds=kinds)
+    cast_f, cast_b = E.fp8_casts(ev, setup, sh, gemm_kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch,
+                                 weights=None if casts is None else casts[1])
+    eff_lin, eff_core, eff_head, peak_lin, peak_bf16, eff_ssm = effs
+    return LayerRates(eff_lin, eff_core, eff_head, peak_lin, peak_bf16, mem, rerun, cast_f, cast_b, eff_ssm)
+
+
+def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tuple:
+    """layer_rates' GEMM part: ((linear, core, head efficiencies, the linear and bf16 peaks, the SSD scan's
+    efficiency), the linear GEMMs by class, the hybrid's (classes, weights) or None)."""
+    model, gpu, training = setup.model, setup.cluster.gpu, setup.training
     r = rates(ev, gpu, h=sh.h, compute=training.recipe.compute, clock=e2e.clock)
     T = c.micro_batch * sh.s / c.cp
     eff_ssm = 1
@@ -383,9 +402,4 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> L
         eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
     F_h, T_h = class_flops_and_s(ev, head_gemms(model, T=T, t=c.tp), r["bf16"], gpu)
     eff_head = ev(sustained_efficiency, key="ratio/head_efficiency", F=F_h, T=T_h, peak=r["bf16"].peak)
-    mem, rerun = E.layer_elementwise(ev, setup, c, sh, L=L, n_dense=n_dense, kappa=e2e.elementwise,
-                                     kappa_moe=e2e.moe_traffic, kinds=kinds)
-    cast_f, cast_b = E.fp8_casts(ev, setup, sh, gemm_kinds, L=L, n_dense=n_dense, m=m, like=c.micro_batch,
-                                 weights=None if casts is None else casts[1])
-    return LayerRates(eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, mem, rerun, cast_f, cast_b,
-                      eff_ssm)
+    return (eff_lin, eff_core, eff_head, r["linear"].peak, r["bf16"].peak, eff_ssm), gemm_kinds, casts

@@ -23,7 +23,7 @@ Micro-batches per step: global_batch // (dp*b), or 4*p when no global batch is g
 from fitplan.arith import select
 from fitplan.counts import flops as F
 from fitplan.counts import stages as ST
-from fitplan.explain import RAW, SECONDS, formula
+from fitplan.explain import RAW, SECONDS, formula, layout_inputs, once
 from fitplan.memory.breakdown import Setup, Shapes, stage_at
 from fitplan.parts import TIME, part_keys
 from fitplan.sources import Cite
@@ -51,11 +51,14 @@ def step_total_s(**T):
     return sum(T.values())
 
 
-def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stage_index=None, k=None) -> dict:
+def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stage_index=None, k=None,
+              flops: bool = True) -> dict:
     """Seconds per term of one step, bytes per axis per GPU, and the rates derived from them.
     c: a ParallelConfig, or the search's grid (fitplan.memory.breakdown.stage_memory).
     stage_index: time this pipeline rank instead of the one that paces the step.
-    k: the end-to-end constants (fitplan.timing.calibration.EndToEnd; default: the setup's)."""
+    k: the end-to-end constants (fitplan.timing.calibration.EndToEnd; default: the setup's).
+    flops=False: of the rates, the tokens per second alone (the search's screens and the fit read no
+    FLOP count or utilisation: the whole step's FLOPs were a tenth of a screen)."""
     model, gpu = setup.model, setup.cluster.gpu
     k = CAL.of_setup(setup) if k is None else k
     sh = Shapes.of(setup)
@@ -65,9 +68,11 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     stage = stage_at(ev, model, c, pacing)
     # DualPipe: a rank runs each micro-batch through one of its two stages, half its layers on average
     half = 0.5 if c.schedule == Schedule.DUALPIPE else 1
-    L = stage.layers * half   # layers one micro-batch crosses on the slowest stage
-    n_dense = None if model.moe is None or model.hybrid else stage.n_dense * half
-    kinds = None if not model.hybrid else {kind: n * half for kind, n in stage.kinds().items()}
+    # (nor multiplied by 1 otherwise: the stage's own arrays are what the search's memo knows from another screen)
+    halved = (lambda x: x * half) if half != 1 else (lambda x: x)
+    L = halved(stage.layers)   # layers one micro-batch crosses on the slowest stage
+    n_dense = None if model.moe is None or model.hybrid else halved(stage.n_dense)
+    kinds = None if not model.hybrid else {kind: halved(n) for kind, n in stage.kinds().items()}
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
                     rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
@@ -77,7 +82,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
-    place = placement(ev, setup, c)
+    # no recompute mode changes the groups' placement or the optimizer step: the search's screens form them once
+    place = once(ev, lambda: placement(ev, setup, c), lambda: layout_inputs("placement", setup, c))
     # a hybrid model's layer is one block (a mixer, or an MLP or MoE): one tensor-parallel exchange per pass, half a
     # transformer layer's two; the tp and host terms count its L layers as L/2 transformer layers
     L_pairs = L if kinds is None else L / 2
@@ -102,7 +108,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     hidden = sum(axes[a].busy_s - axes[a].exposed_s for a in ("tp", "ep", "cp", "dp")) - after_step
 
     parts = {"time/compute": compute, "time/bubble": bubble, "time/dp_after_step": after_step,
-             "time/optimizer": optimizer_time(ev, setup, c, like=compute),
+             "time/optimizer": once(ev, lambda: optimizer_time(ev, setup, c, like=compute),
+                                    lambda: layout_inputs("optimizer", setup, c)),
              "time/offload": OFF.offload_s(ev, setup, c, m=m, T_f=T_f, T_b=T_b, stage=stage),
              "time/overlap_slowdown": ev(OV.overlap_slowdown_s, sigma=k.sm_sharing, hidden=hidden),
              "time/host_overhead": host,
@@ -122,7 +129,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     out.update({"layer/forward_s": lay.forward, "layer/backward_s": lay.backward, "layer/recompute_s": lay.recompute,
                 "layer/count": L, "time/forward_microbatch": T_f, "time/backward_microbatch": T_b})
     out["time/step"] = ev(step_total_s, **{"T_" + key.split("/", 1)[1]: parts[key] for key in PARTS})
-    out.update(rates_of_step(ev, setup, c, m=m, T_step=out["time/step"], peak=peak))
+    out.update(rates_of_step(ev, setup, c, m=m, T_step=out["time/step"], peak=peak, flops=flops))
     return out
 
 
@@ -136,10 +143,13 @@ def bubble_time(ev, c, *, m, T_f, T_b, T_busy):
 
 
 
-def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
-    """The whole step's model and hardware FLOPs over all N GPUs, and the tokens per second."""
+def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak, flops: bool = True) -> dict:
+    """The tokens per second, and (flops) the whole step's model and hardware FLOPs over all N GPUs."""
     model = setup.model
     B = c.dp * m * c.micro_batch
+    tokens = ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)
+    if not flops:
+        return {"rate/tokens": tokens}
     kinds, L_all = None, model.num_layers + model.mtp_depth
     if model.hybrid:   # every layer of the pattern, and the multi-token-prediction modules' layers
         from fitplan.counts import hybrid as HY
@@ -165,4 +175,4 @@ def rates_of_step(ev, setup: Setup, c, *, m, T_step, peak) -> dict:
                                    peak=peak),
             "ratio/hfu": ev(C.flops_utilisation, key="ratio/hfu", F=hw_f, T_step=T_step, N=N, peak=peak),
             "rate/flops_per_gpu": ev(C.flops_per_gpu_per_s, key="rate/flops_per_gpu", F=hw_f, T_step=T_step, N=N),
-            "rate/tokens": ev(C.tokens_per_s, B=B, s=setup.training.seq_len, T_step=T_step)}
+            "rate/tokens": tokens}
