@@ -474,7 +474,7 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         rows, view = base.box(legal_by_sp[sp][0])
         if timed and len(rows):
             view = replace(view, ends=tuple(end_stages(setup.model, view)))
-        # per SP setting: the memory and the time models' memos, the communicators' terms, the pacing rank per recompute
+        # per SP setting: the memory and the time models' memos, the communicators' terms, the slowest rank
         screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
     considered = 0
     zeros = np.array([int(z) for z in space.zero], dtype=np.float64).reshape(-1, 1, 1, 1, 1)   # the box's ZeRO axis
@@ -533,12 +533,11 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
                 from fitplan.timing.work import pacing_rank
                 if screen[2] is None:
                     with np.errstate(all="ignore"):
-                        if rc not in pacing:   # the slowest rank depends on the recompute mode alone
-                            slowest = pacing_rank(setup, every_zero)
-                            # where another mode's slowest ranks are the same, its array itself: the stage's
-                            # terms then hit the memo, as the layout's do
-                            pacing[rc] = next((x for x in pacing.values() if np.array_equal(x, slowest)), slowest)
-                        screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing[rc], flops=False)
+                        # the slowest rank (the most forward FLOPs, which no recompute mode changes): one array
+                        # for every screen of this SP setting, so the stage's terms hit the memo as the layout's do
+                        if "rank" not in pacing:
+                            pacing["rank"] = pacing_rank(setup, every_zero)
+                        screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing["rank"], flops=False)
                     timing_memo.sweep()
                 timing = screen[2]
                 on_fits = lambda a: flat(a)[keep][fits]
