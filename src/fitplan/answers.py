@@ -231,14 +231,20 @@ def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig, *, fits: b
     legal one past the configuration's that does not fit. fits: whether the configuration
     itself fits, where the caller knows it exactly (the search's Evaluated), else None: it is
     then checked (fitplan.memory.breakdown.fits)."""
+    with_b: dict = {}   # each micro-batch's configuration, made (and validated) once for both questions
+
+    def at(b: int) -> ParallelConfig:
+        if b not in with_b:
+            with_b[b] = replace(config, micro_batch=b)
+        return with_b[b]
+
     def legal(b: int) -> bool:
-        return not compat.check(setup.model, setup.training, setup.cluster, replace(config, micro_batch=b),
-                                allow_cross_node_tp=True)
+        return not compat.check(setup.model, setup.training, setup.cluster, at(b), allow_cross_node_tp=True)
 
     def fits_at(b: int) -> bool:
         if b == config.micro_batch and fits is not None:
             return fits
-        return config_fits(setup, replace(config, micro_batch=b))
+        return config_fits(setup, at(b))
 
     hi = int(field_bounds(ParallelConfig, "micro_batch")[1])
     b0 = config.micro_batch

@@ -69,6 +69,17 @@ class Shapes:
 
     @classmethod
     def of(cls, setup: Setup) -> "Shapes":
+        """The setup's shapes; the last setup's kept (a plan asks for them a few hundred times: 7 us each)."""
+        global _LAST
+        last = _LAST   # one read: (setup, shapes), replaced whole
+        if last[0] is setup:
+            return last[1]
+        out = cls._of(setup)
+        _LAST = (setup, out)
+        return out
+
+    @classmethod
+    def _of(cls, setup: Setup) -> "Shapes":
         m, tr = setup.model, setup.training
         moe = None if m.moe is None else MoeShapes(
             k=m.moe.experts_per_token,
@@ -96,3 +107,6 @@ class Shapes:
         if self.bias != "none" and str(recompute) == "op":
             out["bias"] = self.bias
         return out
+
+
+_LAST: tuple = (None, None)   # Shapes.of's last setup and its shapes
