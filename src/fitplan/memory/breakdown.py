@@ -458,9 +458,10 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
     busiest rank's Terms are recorded when Breakdown.terms is read, by evaluating that rank again
     with a Trace (a Trace costs about twice RAW, and DeepSeek-V3's layouts have six to eight
     candidate ranks)."""
-    best, host, host_parts = None, (0, 0), {}
+    best, host, host_parts, comms = None, (0, 0), {}, None
     for i in sorted(set(candidate_ranks(setup.model, config))):
-        parts = stage_memory(RAW, setup, config, stage=stage_at(RAW, setup.model, config, i))
+        parts = stage_memory(RAW, setup, config, stage=stage_at(RAW, setup.model, config, i), comms=comms)
+        comms = comms or {key: parts[key] for key in COMMUNICATOR_TERMS}   # no rank changes them (busiest_totals)
         pk = _stage_peak(RAW, setup, parts)
         if best is None or pk.bytes > best[1].bytes:
             best = (i, pk, parts)
