@@ -149,7 +149,7 @@ def paired(rev_tree: Path, pairs: int, command_pairs: int) -> None:
     print("  ratio: after/before candidates per second, the median over the pairs")
     print()
     cached = "" if os.environ.get("PYTHONDONTWRITEBYTECODE") else (
-        " (this interpreter writes bytecode: after the first run both trees' is cached)")
+        " (this interpreter writes bytecode: after the first run each tree's is cached)")
     print(f"Commands, {command_pairs} paired runs, as the trees are{cached}")
     paired_commands(rev_tree, here, command_pairs)
     with tempfile.TemporaryDirectory() as tmp:

@@ -97,9 +97,8 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(mon
     recompute mode changes (the data-parallel collectives' costs, fitplan.timing.data_parallel._dp_costs; the
     slowest rank's stage, the groups' placement, the GEMMs' efficiencies, the optimizer step) is formed for the
     first screen only, the modes sharing one slowest-rank array (as fitplan.search does: the most forward FLOPs,
-    which no mode changes):
-    each screen's step times equal, to the last bit, the step times the same box gets through RAW, which computes
-    everything afresh (the search's own box)."""
+    which no mode changes): each screen's step times equal, to the last bit, the step times the same box gets
+    through RAW, which computes everything afresh (the search's own box)."""
     from dataclasses import replace
 
     from fitplan.search import _grid, _legal, default_space
@@ -116,14 +115,13 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(mon
     rows, view = base.box(legal)
     view = replace(view, ends=tuple(end_stages(setup.model, view)))
     zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
-    memo, made, slowest = Memo(), [], []
+    memo, made, at = Memo(), [], None
     real = DP._dp_costs
     monkeypatch.setattr(DP, "_dp_costs", lambda *a, **k: made.append(1) or real(*a, **k))
     for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
         c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
         with np.errstate(all="ignore"):
-            at = slowest[0] if slowest else pacing_rank(setup, c)   # once, as the search: no mode changes it
-            slowest.append(at)
+            at = pacing_rank(setup, c) if at is None else at   # once, as the search: no mode changes it
             assert np.array_equal(pacing_rank(setup, c), at)
             shared = step_time(memo, setup, c, stage_index=at, flops=False)["time/step"]
             fresh = step_time(RAW, setup, c, stage_index=at)["time/step"]
@@ -155,9 +153,9 @@ def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monke
     rows, view = base.box(legal)
     zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
     memo, comms, made = Memo(), {}, []
-    for name in ("_zero_parts", "_runtime"):
-        real = getattr(MB, name)
-        monkeypatch.setattr(MB, name, lambda *a, _real=real, _name=name, **k: made.append(_name) or _real(*a, **k))
+    for part in ("_zero_parts", "_runtime"):
+        real = getattr(MB, part)
+        monkeypatch.setattr(MB, part, lambda *a, _real=real, _part=part, **k: made.append(_part) or _real(*a, **k))
     for rc in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
         c = replace(view, zero=zeros, sequence_parallel=True, recompute=rc)
         with np.errstate(all="ignore"):

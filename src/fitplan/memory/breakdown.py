@@ -560,8 +560,8 @@ def _most_over_ranks(a, b, ranked: int):
     `ranked` dimensions; formed one rank at a time and folded into one result. The whole sum spans the box's
     every axis at once (a Llama 3.1 405B screen: 4 ranks x 4 ZeRO stages x 16 micro-batch settings x 4 x 128
     layouts, a MiB of float64 per temporary), and its temporaries went back to the OS and were faulted in again
-    on every call: 0.85 ms against 0.20 ms for the same maxima (bench/results-2026-12-03.md, 2026-12-04 section).
-    The sums and maxima are the same numbers either way."""
+    on every call: 0.85 ms against 0.20 ms for the same maxima (bench/results-2026-12-03.md, "The busiest rank's
+    reduction"). The sums and maxima are the same numbers either way."""
     import numpy as np
     spans = [getattr(x, "ndim", 0) == ranked for x in (a, b)]
     n = max((x.shape[0] for x, s in zip((a, b), spans) if s), default=1)

@@ -78,7 +78,7 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
     first, last = setup.training.bf16_first_layers, setup.training.bf16_last_layers   # resolve: low precision only
     kept = None if not (first or last) else {
-        name: n * half for name, n in G.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
+        name: halved(n) for name, n in G.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
     rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
