@@ -103,24 +103,40 @@ def check_ranges(obj, owner: str) -> None:
     same bounds as the flags (fitplan.request.checked). Texts (names, sources) must be printable
     one-liners: a name reaches the exported shell and Python files, where a line break would
     start a command."""
-    from fitplan.errors import SpecError
-    for f, d in spec_fields(type(obj)):
-        value = getattr(obj, f.name)
-        if d.kind == "str" and isinstance(value, str):
-            if not value.isprintable() or len(value) > MAX_TEXT:
-                raise SpecError(f"{owner}.{f.name} must be printable text without line breaks or control "
+    for name, d, test, lo, hi in _checks(type(obj)):
+        value = getattr(obj, name)
+        if test == "str":
+            if isinstance(value, str) and (not value.isprintable() or len(value) > MAX_TEXT):
+                from fitplan.errors import SpecError
+                raise SpecError(f"{owner}.{name} must be printable text without line breaks or control "
                                 f"characters, at most {MAX_TEXT:,} characters; got {value[:40]!r}")
-            continue
-        if d.kind == "choice":
+        elif test == "choice":
             if value is not None and value not in d.choices:
-                raise SpecError(f"{owner}.{f.name} must be one of {', '.join(map(str, d.choices))}, got {value!r}")
-            continue
-        if d.lo is None and d.hi is None:
-            continue
-        for item in _flat(value):
-            problem = out_of_range(d, f"{owner}.{f.name}", item)
-            if problem:
-                raise SpecError(problem)
+                from fitplan.errors import SpecError
+                raise SpecError(f"{owner}.{name} must be one of {', '.join(map(str, d.choices))}, got {value!r}")
+        else:
+            for item in (_flat(value) if type(value) is tuple else (value,)):
+                # out_of_range's test, inline: a spec's construction runs it on every ranged field
+                if (type(item) in (int, float) or isinstance(item, (int, float)) and not isinstance(item, bool)) and (
+                        item != item or (lo is not None and item < lo) or (hi is not None and item > hi)):
+                    from fitplan.errors import SpecError
+                    raise SpecError(out_of_range(d, f"{owner}.{name}", item))
+
+
+@functools.cache
+def _checks(cls) -> tuple:
+    """(field name, Decl, test, lo, hi) for each declared field of cls that check_ranges tests: "str"
+    (printable), "choice" (one of its choices) or "range" (within bounds(d)). Cached per class: a spec's
+    construction walks them, and hashing a Decl for bounds' cache on every field cost more than the test."""
+    out = []
+    for f, d in spec_fields(cls):
+        if d.kind == "str":
+            out.append((f.name, d, "str", None, None))
+        elif d.kind == "choice":
+            out.append((f.name, d, "choice", None, None))
+        elif d.lo is not None or d.hi is not None:
+            out.append((f.name, d, "range", *bounds(d)))
+    return tuple(out)
 
 
 def _flat(value):
