@@ -166,3 +166,30 @@ def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monke
         assert ok.any() and np.array_equal(shared[ok], fresh[ok])
     # each part: RAW forms it in every screen (3 calls), the memo in the first screen only (1)
     assert made.count("_zero_parts") == made.count("_runtime") == 3 + 1
+
+
+def test_the_exact_path_forms_each_stage_once_and_as_fresh():
+    """stage_at under RAW on one configuration keeps each rank's Stage (memory.stages._EXACT): asked again, the same
+    object; equal to _stage_at computed afresh for an even split, interleaving, pinned ends, DualPipe and a hybrid
+    model; and a field the split reads (pp, the pinned last stage) is a key of its own."""
+    from dataclasses import replace
+
+    from fitplan import presets
+    from fitplan.memory import stages as MS
+    from fitplan.specs import ParallelConfig
+    from fitplan.specs.parallel import Schedule
+    cases = [("llama3.1-405b", ParallelConfig(tp=8, pp=16, dp=8, virtual_stages=8)),
+             ("llama3.1-405b", ParallelConfig(tp=8, pp=16, dp=8, first_stage_layers=7, last_stage_layers=6)),
+             ("deepseek-v3", ParallelConfig(pp=16, dp=64, ep=64, schedule=Schedule.DUALPIPE)),
+             ("nemotron-3-nano-30b-a3b", ParallelConfig(pp=4, dp=8, ep=8))]
+    for name, c in cases:
+        model = presets.model(name).model
+        for i in range(c.pp):
+            got = MS.stage_at(RAW, model, c, i)
+            assert MS.stage_at(RAW, model, c, i) is got
+            assert got == MS._stage_at(RAW, model, c, i)
+    model, c = presets.model("llama3.1-405b").model, cases[1][1]
+    pinned = MS.stage_at(RAW, model, c, c.pp - 1)
+    assert pinned.layers == 6   # the pinned last stage (126 layers, the head's stage holds 6)
+    assert MS.stage_at(RAW, model, replace(c, last_stage_layers=9), c.pp - 1).layers == 9
+    assert MS.stage_at(RAW, model, replace(c, pp=8, first_stage_layers=None, last_stage_layers=None), 7).layers == 15

@@ -50,7 +50,21 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head. No recompute
     mode changes it: the search's screens of one SP setting form it once per rank array (its sums are new
     arrays, which would make every term read from them miss the memo)."""
+    if ev is RAW and type(i) is int and type(c.pp) is int:   # one configuration's rank: formed once (_EXACT)
+        key = (id(model), c.pp, getattr(c, "virtual_stages", 1), getattr(c, "first_stage_layers", None),
+               getattr(c, "last_stage_layers", None), getattr(c, "schedule", None), i)
+        hit = _EXACT.get(key)
+        if hit is None:
+            if len(_EXACT) >= 4096:
+                _EXACT.clear()
+            hit = _EXACT[key] = (_stage_at(ev, model, c, i), model)   # the model held: its id stays unique
+        return hit[0]
     return once(ev, lambda: _stage_at(ev, model, c, i), lambda: layout_inputs("stage_at", model, c, i))
+
+
+# The exact path's stages (RAW on one configuration's ints), by what the split reads: a report's exact memory, fits
+# check and step time of one layout, and its largest micro-batch's scan over others, ask for the same ranks' again
+_EXACT: dict = {}
 
 
 def _stage_at(ev, model: ModelSpec, c, i) -> Stage:
