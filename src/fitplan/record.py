@@ -81,7 +81,9 @@ def _init(cls, every) -> tuple:
     __post_init__ runs last. It is compiled once, when the class is first instantiated (the one
     method whose speed matters runs per instance; a command instantiates about three in four of
     the classes it imports, and compiling each costs about 0.1 ms): until then a stand-in takes
-    the call, compiles the real one, puts it on the class and passes the call on."""
+    the call, compiles the real one, puts it on the class and passes the call on (inspect.signature
+    of a class not yet instantiated shows the stand-in's (*args, **kwargs); the class's __doc__ has
+    the real signature from the start)."""
     scope = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
     params, keyword, lines, shown = [], [], [], [[], []]
     for i, f in enumerate(every):

@@ -199,3 +199,28 @@ def test_the_spec_file_reference_is_generated_from_the_declarations():
         for f, d in spec_fields(cls):
             if d.kind != "table":
                 assert f"| `{d.key or f.name}` |" in page, f.name
+
+
+def test_a_spec_checks_its_declared_ranges_choices_and_texts_on_construction():
+    """check_ranges, run by every spec's __post_init__ (fitplan.specs.declare): a ranged number outside its declared
+    bounds (cluster.nccl_channels: 1 to 128) or NaN (the recipe's moments, (name, bytes) pairs, are read pair by pair),
+    a choice outside its choices (training.act_bytes: 1, 2 or 4) and a text with a line break are refused, each
+    naming the field; bools and values at the bounds pass."""
+    from dataclasses import replace
+
+    from fitplan import presets
+    from fitplan.errors import SpecError
+    from fitplan.specs import ClusterSpec, TrainingSpec
+    base = ClusterSpec(gpu=presets.gpu("h100-80gb"), num_gpus=8, gpus_per_node=8, reserve_bytes=0)
+    assert replace(base, nccl_channels=128).nccl_channels == 128   # at the upper bound
+    with pytest.raises(SpecError, match=r"cluster.nccl_channels = 129 is out of range; give 1 to 128"):
+        replace(base, nccl_channels=129)
+    with pytest.raises(SpecError, match=r"cluster.nccl_channels = nan is out of range"):
+        replace(base, nccl_channels=float("nan"))
+    recipe = presets.recipe("mixed-adam")
+    assert replace(recipe, moments=(("m", 64), ("v", 0))).moments == (("m", 64), ("v", 0))
+    with pytest.raises(SpecError, match=r"recipe.source must be printable text"):
+        replace(recipe, source="two\nlines")
+    training = TrainingSpec(seq_len=2048, recipe=recipe)
+    with pytest.raises(SpecError, match=r"training.act_bytes must be one of 1, 2, 4, got 3"):
+        replace(training, act_bytes=3)

@@ -130,11 +130,12 @@ def _checks(cls) -> tuple:
     construction walks them, and hashing a Decl for bounds' cache on every field cost more than the test."""
     out = []
     for f, d in spec_fields(cls):
+        if d.kind == "choice":   # its choices are its range
+            out.append((f.name, d, "choice", None, None))
+            continue
         if d.kind == "str":
             out.append((f.name, d, "str", None, None))
-        elif d.kind == "choice":
-            out.append((f.name, d, "choice", None, None))
-        elif d.lo is not None or d.hi is not None:
+        if d.lo is not None or d.hi is not None:   # numbers only: the test passes over anything else
             out.append((f.name, d, "range", *bounds(d)))
     return tuple(out)
 
