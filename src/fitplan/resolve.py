@@ -403,13 +403,30 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, **values), tuple(notes)
 
 
+def _placement_note(cluster) -> tuple:
+    """The assumption line where fitplan's rank placement (fitplan.timing.comm.group_is_intra_node: nodes of G
+    consecutive ranks, a group inside one only where its span divides G) sends a group over the network although the
+    job's N GPUs all fit in one node: a group of d GPUs, d dividing N but not G (64 of an NVL72 rack's 72). The fitted
+    constants were fitted with the rule as it is (docs/calibration.md says why it stays), so it is said, not changed."""
+    N, G = cluster.num_gpus, cluster.gpus_per_node
+    spans = [d for d in range(2, N + 1) if N % d == 0 and G % d] if N <= G else []
+    if not spans:
+        return ()
+    sizes = ", ".join(map(str, spans[:-1])) + (" or " if len(spans) > 1 else "") + str(spans[-1])
+    return (f"rank placement: a tp, cp, ep or dp group spanning {sizes} consecutive ranks is taken as crossing "
+            f"nodes (timed over {cluster.gpu.inter_node.name}) because {G} is not a multiple of its span, though the "
+            f"job's {N} GPUs fit in one {G}-GPU node "
+            f"(docs/calibration.md#where-the-fit-is-biased-and-what-was-ruled-out: the constants were fitted with this "
+            f"rule)",)
+
+
 def resolve(request: Request) -> Resolved:
     """The Setup, the requested micro-batch, the configuration fields given and the search options."""
     spec = _spec_file(request)
     model, preset, hints = _model(request, spec)
     training, assumed = _training(request, spec, preset, model, hints)
     cluster, gpu_notes = _cluster(request, spec, preset)
-    assumed = model_assumptions(model, hints) + assumed + gpu_notes
+    assumed = model_assumptions(model, hints) + assumed + gpu_notes + _placement_note(cluster)
     setup = Setup(model, training, cluster, assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)

@@ -110,3 +110,25 @@ def test_the_header_says_the_gemm_precision_and_the_layers_kept_in_bf16():
     assert ", fp8 GEMMs, activations" in out
     code, out, _ = run(base)
     assert "GEMMs" not in out.splitlines()[3]
+
+
+def test_a_job_inside_one_node_says_which_groups_the_placement_sends_over_the_network():
+    """fitplan.timing.comm.group_is_intra_node keeps a group inside a node only where its span divides the node's G
+    GPUs, so 64 GPUs of an NVL72 rack (G = 72) time their groups spanning 16, 32 or 64 ranks over the network: the
+    plan says so (resolve._placement_note), and the links line agrees. Where the spans all divide G (8 GPUs of 72),
+    or the job needs several nodes (16 of 8), nothing is said."""
+    code, text, _ = run(["plan", "--preset", "gpt-oss-120b", "--gpus", "64", "--ep", "64", "--gpu", "gb300",
+                         "--format", "json"])
+    plan = json.loads(text)
+    note = [a for a in plan["assumed"] if a.startswith("rank placement")]
+    assert note == ["rank placement: a tp, cp, ep or dp group spanning 16, 32 or 64 consecutive ranks is taken as "
+                    "crossing nodes (timed over ConnectX-8 800 Gb/s) because 72 is not a multiple of its span, though "
+                    "the job's 64 GPUs fit in one 72-GPU node (docs/calibration.md#where-the-fit-is-biased-and-what-"
+                    "was-ruled-out: the constants were fitted with this rule)"]
+    _, text, _ = run(["plan", "--preset", "gpt-oss-120b", "--gpus", "64", "--ep", "64", "--gpu", "gb300"])
+    assert "ep 64 across nodes over ConnectX-8 800 Gb/s" in text   # what the note explains
+    for argv in (["--gpus", "8", "--gpu", "gb200"], ["--gpus", "16", "--gpu", "h100-80gb"]):
+        _, text, _ = run(["plan", "--preset", "llama3.1-8b", *argv, "--format", "json"])
+        assert not [a for a in json.loads(text)["assumed"] if a.startswith("rank placement")]
+    _, text, _ = run(["plan", "--preset", "llama3.1-8b", "--gpus", "6", "--format", "json"])
+    assert any("spanning 3 or 6 consecutive ranks" in a for a in json.loads(text)["assumed"])   # 6 of 8: 3 and 6
