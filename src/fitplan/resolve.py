@@ -406,10 +406,13 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
 def _placement_note(cluster) -> tuple:
     """The assumption line where fitplan's rank placement (fitplan.timing.comm.group_is_intra_node: nodes of G
     consecutive ranks, a group inside one only where its span divides G) sends a group over the network although the
-    job's N GPUs all fit in one node: a group of d GPUs, d dividing N but not G (64 of an NVL72 rack's 72). The fitted
-    constants were fitted with the rule as it is (docs/calibration.md says why it stays), so it is said, not changed."""
+    job's N GPUs all fit in one node: a span d that divides N but that the rule keeps off the node (64 of an NVL72
+    rack's 72). The constants were fitted with the rule as it is (docs/calibration.md says why it stays), so it is
+    said, not changed."""
+    from fitplan.timing.comm import group_is_intra_node   # the rule itself, asked of each span the job allows
     N, G = cluster.num_gpus, cluster.gpus_per_node
-    spans = [d for d in range(2, N + 1) if N % d == 0 and G % d] if N <= G else []
+    spans = [d for d in range(2, N + 1) if N % d == 0 and not group_is_intra_node.fn(stride=1, n=d, G=G)] \
+        if N <= G else []
     if not spans:
         return ()
     sizes = ", ".join(map(str, spans[:-1])) + (" or " if len(spans) > 1 else "") + str(spans[-1])

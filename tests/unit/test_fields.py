@@ -203,9 +203,9 @@ def test_the_spec_file_reference_is_generated_from_the_declarations():
 
 def test_a_spec_checks_its_declared_ranges_choices_and_texts_on_construction():
     """check_ranges, run by every spec's __post_init__ (fitplan.specs.declare): a ranged number outside its declared
-    bounds (cluster.nccl_channels: 1 to 128) or NaN (the recipe's moments, (name, bytes) pairs, are read pair by pair),
-    a choice outside its choices (training.act_bytes: 1, 2 or 4) and a text with a line break are refused, each
-    naming the field; bools and values at the bounds pass."""
+    bounds (cluster.nccl_channels: 1 to 128) or NaN, a choice outside its choices (training.act_bytes: 1, 2 or 4)
+    and a text with a line break are refused, each naming the field; values at the bounds pass, the recipe's
+    moments ((name, bytes) pairs, read pair by pair) among them."""
     from dataclasses import replace
 
     from fitplan import presets

@@ -86,13 +86,16 @@ def range_text(d: Decl) -> str:
 def out_of_range(d: Decl, name: str, value, shown=None) -> str | None:
     """The one-line complaint when value (in the field's unit) is outside the declared range,
     naming `name` (a flag, or a spec field); None when it is inside."""
-    lo, hi = bounds(d)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
+    if _outside(value, *bounds(d)):
         shown = num_text(value / d.scale if d.scale != 1 else value) if shown is None else shown
         return f"{name} = {shown} is out of range; give {range_text(d)}"
     return None
+
+
+def _outside(value, lo, hi) -> bool:
+    """Whether a number (not a bool; anything else passes) is NaN or outside [lo, hi], an open end being None."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and (value != value or (lo is not None and value < lo) or (hi is not None and value > hi)))
 
 
 MAX_TEXT = 2000   # characters in a name or a source note
@@ -115,10 +118,8 @@ def check_ranges(obj, owner: str) -> None:
                 from fitplan.errors import SpecError
                 raise SpecError(f"{owner}.{name} must be one of {', '.join(map(str, d.choices))}, got {value!r}")
         else:
-            for item in (_flat(value) if type(value) is tuple else (value,)):
-                # out_of_range's test, inline: a spec's construction runs it on every ranged field
-                if (type(item) in (int, float) or isinstance(item, (int, float)) and not isinstance(item, bool)) and (
-                        item != item or (lo is not None and item < lo) or (hi is not None and item > hi)):
+            for item in _flat(value):
+                if _outside(item, lo, hi):   # out_of_range's test, on the bounds _checks read once
                     from fitplan.errors import SpecError
                     raise SpecError(out_of_range(d, f"{owner}.{name}", item))
 
