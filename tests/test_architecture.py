@@ -49,6 +49,13 @@ def test_the_server_is_split_by_idea():
     assert max(sizes.values()) <= 300, sizes
 
 
+def test_the_time_model_is_split_by_idea():
+    """No module of timing/ over ~300 lines, one per part of the step (issue 24: step.py was 731; gemm.py, 405,
+    is the GEMM curve, layer_gemms.py a layer's GEMMs and layer_rates.py a stage's rates since the ninth session)."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "timing").glob("*.py")}
+    assert len(sizes) >= 20 and max(sizes.values()) <= 300, sizes
+
+
 # Scratch files in a private temporary folder (the job, the logs and the ranks' records of
 # `fitplan validate`'s gloo processes) are not outputs: nobody names them and they vanish with the folder.
 SCRATCH_WRITERS = {"validate/distributed.py"}

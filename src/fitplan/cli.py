@@ -282,22 +282,22 @@ def run_calibrate(args, out) -> int:
 
 def check_calibrate_size(request: Request) -> None:
     """calibrate's largest buffers, in closed form before torch is imported: the biggest GEMM it
-    times (fitplan.timing.gemm's layer and output GEMMs at micro-batch x seq-len / cp tokens, its
+    times (fitplan.timing.layer_gemms' layer and output GEMMs at micro-batch x seq-len / cp tokens, its
     three operands at 4 B an element, the widest it makes) and the collective's message must fit
     the memory the run has (fitplan.validate.memory_limit)."""
     from dataclasses import replace
 
     from fitplan.request import CalibrateOptions, options
     from fitplan.resolve import resolve
-    from fitplan.timing import gemm as G
+    from fitplan.timing import layer_gemms as LG
     from fitplan.validate import memory_limit
     opts = options(CalibrateOptions, request)
     r = resolve(replace(request, values={"gpus": 1, **request.values}))
     model, c = r.setup.model, r.config
     T = max(1, r.micro_batch * r.setup.training.seq_len // c.get("cp", 1))
-    gemms = G.linear_gemms(model, T=T, t=c.get("tp", 1)) + G.head_gemms(model, T=T, t=c.get("tp", 1))
+    gemms = LG.linear_gemms(model, T=T, t=c.get("tp", 1)) + LG.head_gemms(model, T=T, t=c.get("tp", 1))
     if model.moe is not None:
-        gemms += G.linear_gemms(model, T=T, t=c.get("tp", 1), ep=c.get("ep", 1), moe_layer=True)
+        gemms += LG.linear_gemms(model, T=T, t=c.get("tp", 1), ep=c.get("ep", 1), moe_layer=True)
     largest = max(4 * g.g * (g.m * g.k + g.k * g.n + g.m * g.n) for g in gemms)
     limit, where = memory_limit(opts.device)
     if largest > limit:

@@ -1,4 +1,5 @@
-"""fitplan.timing.gemm: the GEMM curve by shape, a layer's GEMMs at the stage's degrees, the
+"""fitplan.timing.gemm, layer_gemms and layer_rates: the GEMM curve by shape, a layer's GEMMs at the
+stage's degrees, the
 memory-bound terms (elementwise traffic, fp8 casts, the optimizer step), and how the step
 uses them. Hand-derived numbers beside each assertion; H100's constants are the preset's
 (fitplan.presets.gpus.CURVES["h100"]: eff_max 0.799 bf16 / 0.641 fp8, t0 6.11 us,
@@ -16,6 +17,7 @@ from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, Tra
 from fitplan.timing import compute as C
 from fitplan.timing import evaluate_step, step_time
 from fitplan.timing import gemm as G
+from fitplan.timing import layer_gemms as LG
 
 H100 = dict(eff_max=0.799, peak=989e12, t0=6.11e-6, W=3.07e12)
 
@@ -80,7 +82,7 @@ def test_dense_layer_gemms_at_tp():
     """Llama 3.1 8B (h 4096, 32 heads of 128, 8 kv heads, SwiGLU f 14336), T = 8192 tokens, t = 4:
     QKV 4096 -> (4096 + 2*1024)/4 = 1536, out 1024 -> 4096, gate+up 4096 -> 2*14336/4 = 7168,
     down 3584 -> 4096. Their FLOPs add up to the layer's matmul FLOPs over t."""
-    gemms = G.linear_gemms(LLAMA_8B, T=8192, t=4)
+    gemms = LG.linear_gemms(LLAMA_8B, T=8192, t=4)
     assert [(g.name, g.m, g.n, g.k) for g in gemms] == [
         ("qkv", 8192, 1536, 4096), ("attention_out", 8192, 4096, 1024), ("mlp_up", 8192, 7168, 4096),
         ("mlp_down", 8192, 4096, 3584)]
@@ -92,7 +94,7 @@ def test_moe_layer_experts_are_one_grouped_gemm():
     """Mixtral 8x7B (8 experts, top 2, f_e 14336), T = 4096, t = 2, ep = 4: E/ep = 2 local experts
     each receive k*T*ep/(t*E) = 2*4096*4/(2*8) = 2048 tokens."""
     mixtral = presets.model("mixtral-8x7b").model
-    gemms = {g.name: g for g in G.linear_gemms(mixtral, T=4096, t=2, ep=4, moe_layer=True)}
+    gemms = {g.name: g for g in LG.linear_gemms(mixtral, T=4096, t=2, ep=4, moe_layer=True)}
     up = gemms["experts_up"]
     assert (up.g, up.m, up.n, up.k) == (2, 2048, 2 * 14336, 4096)
     assert gemms["router"].n == 8 and "mlp_up" not in gemms
@@ -103,7 +105,7 @@ def test_attention_core_eager_gemms_and_the_flash_rate():
     Eager: scores (2048 x 128)(128 x 4096) and context (2048 x 4096)(4096 x 128), 4*b*s^2*q/(t*c) FLOPs.
     A flash kernel is not a GEMM: it runs at eta of the peak on the causal half of those FLOPs, so its
     efficiency on the counted FLOPs is eta*clock/0.5 (FlashAttention-2 Sec. 3.1.1; docs/calibration.md)."""
-    eager = G.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2)
+    eager = LG.core_gemms(LLAMA_8B, b=2, s=4096, t=4, c=2)
     assert [(g.m, g.n, g.k, g.g) for g in eager] == [(2048, 4096, 128, 16), (2048, 128, 4096, 16)]
     assert sum(g.flops for g in eager) == pytest.approx(4 * 2 * 4096**2 * 4096 / (4 * 2))
     assert G.flash_core_efficiency(eta=0.3, clock=0.9) == pytest.approx(0.54)

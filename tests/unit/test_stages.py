@@ -310,12 +310,12 @@ def test_one_middle_stage_takes_what_the_pinned_ends_leave(L, p, first, last, sp
 
 
 def test_layers_kept_in_bf16_are_counted_on_the_ranks_that_hold_them():
-    """--bf16-first-layers 1 --bf16-last-layers 2 on Llama 3.1 8B's 32 layers (fitplan.timing.gemm
+    """--bf16-first-layers 1 --bf16-last-layers 2 on Llama 3.1 8B's 32 layers (fitplan.timing.layer_rates
     .bf16_layers_on_stage): pp 4 puts layer 0 on rank 0 and layers 30-31 on rank 3; with 2 virtual stages the
     chunks are 4 layers, rank 0 holding layers 0-3 and 16-19 (1 kept), rank 3 layers 12-15 and 28-31 (2); under
     DualPipe rank 0 runs stages 0 and 3 (1 + 2). Nemotron 3 Super's last 14 pattern layers (Megatron-Bridge's NVFP4
     recipe keeps them) are EMEM*EMEMEMEME: 7 MoE, 6 Mamba, 1 attention, all on the one rank at pp 1."""
-    from fitplan.timing.gemm import bf16_layers_on_stage
+    from fitplan.timing.layer_rates import bf16_layers_on_stage
     model = presets.MODELS["llama3.1-8b"].model
     counts = lambda **c: [bf16_layers_on_stage(model, ParallelConfig(**c), i, first=1, last=2)["dense"]
                           for i in range(c["pp"])]

@@ -1,7 +1,7 @@
 """`fitplan calibrate`'s body: resolve the model, measure, fit, write the GPU spec file. Imports torch.
 
 Under torchrun every rank runs this. Rank 0 times the model's GEMMs on its device (the other
-ranks wait): each layer GEMM of fitplan.timing.gemm at the given --tp, --cp, --ep and
+ranks wait): each layer GEMM of fitplan.timing.layer_gemms at the given --tp, --cp, --ep and
 --micro-batch (and the output layer), forward and the two backward shapes, at the micro-batch's
 tokens and at a quarter and a sixteenth of them (sizes to separate t0 from the ceiling), in
 bf16 and, where the device has fp8 GEMMs, fp8. Every rank then runs the collectives: all-reduce,
@@ -24,6 +24,7 @@ from fitplan.errors import SpecError
 from fitplan.record import record
 from fitplan.request import CalibrateOptions, Request, options
 from fitplan.timing import gemm as G
+from fitplan.timing import layer_gemms as LG
 
 WARMUP = 2
 LATENCY_BYTES = 8
@@ -71,9 +72,9 @@ def layer_shapes(model, *, b: int, s: int, tp: int, cp: int, ep: int):
     out, seen = [], set()
     for scale in (1, 4, 16):
         T = max(1, b * s // cp // scale)
-        gemms = list(G.linear_gemms(model, T=T, t=tp)) + list(G.head_gemms(model, T=T, t=tp))
+        gemms = list(LG.linear_gemms(model, T=T, t=tp)) + list(LG.head_gemms(model, T=T, t=tp))
         if model.moe is not None:
-            gemms += [g for g in G.linear_gemms(model, T=T, t=tp, ep=ep, moe_layer=True) if g.name.startswith("experts")]
+            gemms += [g for g in LG.linear_gemms(model, T=T, t=tp, ep=ep, moe_layer=True) if g.name.startswith("experts")]
         for g in gemms:
             m, n, k, groups = (max(1, int(round(x))) for x in (g.m, g.n, g.k, g.g))
             for shape in ((m, n, k), (m, k, n), (k, n, m)):    # forward, data gradient, weight gradient

@@ -43,7 +43,7 @@ CONSTANTS = (
     Constant("clock_blackwell_ultra", "ratio", "the same for B300/GB300-class dies (Blackwell Ultra)",
              "fitplan.timing.gemm.rates", 1.0, 0.3),
     Constant("attention_scale", "ratio", "fused attention kernels as frameworks run them, over their published "
-             "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.gemm.layer_rates", 1.0, 0.5),
+             "benchmark efficiency (ATTENTION_EFFICIENCY)", "fitplan.timing.layer_rates.layer_rates", 1.0, 0.5),
     Constant("elementwise_scale", "ratio", "HBM traffic of a layer's memory-bound kernels over the counted "
              "traffic of its kernel family (ELEMENTWISE_TRAFFIC; fused and compiled, eager's being measured)",
              "fitplan.timing.elementwise", 1.0, 0.7),

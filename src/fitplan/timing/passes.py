@@ -1,6 +1,6 @@
 """Compute on one GPU: a micro-batch's forward and backward passes, one layer's, the optimizer step.
 
-Each class of GEMM runs at its sustained efficiency (fitplan.timing.gemm.layer_rates), and each
+Each class of GEMM runs at its sustained efficiency (fitplan.timing.layer_rates), and each
 layer adds its memory-bound kernels; the backward moves BACKWARD_TRAFFIC times the forward's
 bytes, and a recompute reruns the forward's for what it did not store.
 """
@@ -15,8 +15,8 @@ from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.timing import compute as C
 from fitplan.timing import elementwise as E
-from fitplan.timing import gemm as G
 from fitplan.timing import pipeline as PL
+from fitplan.timing.layer_rates import LayerRates
 
 def _pass_text(*, F_ssm=0, **_):
     ssm = " + F_ssm/(peak*eff_ssm)" if not isinstance(F_ssm, int) or F_ssm else ""
@@ -52,7 +52,7 @@ def layer_s(*, F, t, c, peak, eff):
     return F / (t * c * peak * eff)
 
 
-def compute_passes(ev, c, *, m, flops, L, rates: G.LayerRates):
+def compute_passes(ev, c, *, m, flops, L, rates: LayerRates):
     """One micro-batch's forward and backward through the busiest stage, split over tp and
     cp, and all m of them: each class of GEMM at its sustained efficiency, plus the layers'
     memory-bound kernels (the backward moves twice the forward's bytes, and a recompute

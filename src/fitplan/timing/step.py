@@ -30,7 +30,7 @@ from fitplan.sources import Cite
 from fitplan.specs.parallel import Schedule
 from fitplan.timing import calibration as CAL
 from fitplan.timing import compute as C
-from fitplan.timing import gemm as G
+from fitplan.timing import layer_rates as LR
 from fitplan.timing import offload as OFF
 from fitplan.timing import overheads as OV
 from fitplan.timing import pipeline as PL
@@ -78,8 +78,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
     first, last = setup.training.bf16_first_layers, setup.training.bf16_last_layers   # resolve: low precision only
     kept = None if not (first or last) else {
-        name: halved(n) for name, n in G.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
-    rates = G.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
+        name: halved(n) for name, n in LR.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
+    rates = LR.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
     # no recompute mode changes the groups' placement or the optimizer step: the search's screens form them once
