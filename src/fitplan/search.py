@@ -99,7 +99,7 @@ class _Grid:
     virtual_stages: np.ndarray
     ep: np.ndarray
     zero: ZeroStage = ZeroStage.NONE
-    sequence_parallel: bool = False
+    sequence_parallel: object = False   # a group's setting; a box view's: one per degree triple where it has both
     recompute: Recompute = Recompute.NONE
     settings: ParallelConfig = ParallelConfig()   # SETTINGS read through it (__getattr__)
     offload: Offload = Offload.NONE
@@ -117,15 +117,19 @@ class _Grid:
     def __len__(self) -> int:
         return len(self.tp)
 
-    def box(self, legal: np.ndarray) -> tuple:
+    def box(self, legal: dict) -> tuple:
         """(rows, view): the screening's view of the degree triples with a legal candidate, every
-        micro-batch, virtual-stage and ep value of each (rows: their positions in this grid, in
-        (degrees, micro-batch, virtual stages, ep) C order). The view's axes broadcast instead of
-        repeating, the ZeRO stages first and the degree triples last: tp, pp, dp, cp are
-        (1, 1, 1, 1, D), micro_batch (1, M, 1, 1, 1), virtual_stages (1, 1, V, 1, 1), ep (1, 1, 1,
-        E, 1), each candidate rank's Stage (1, 1, V, 1, D), and `stacked` holds them on a leading
-        axis, (K, 1, 1, V, 1, D), for the memory model to take every rank in one pass; the first
-        axis is left for the ZeRO stages (the search screens them at once: `zero` an array of them,
+        micro-batch, virtual-stage and ep value of each, for each sequence-parallel setting at once.
+        legal: {sp: the legal mask of the grid under that setting}; rows: {sp: the positions in this grid
+        of its degree triples' candidates, in (degrees, micro-batch, virtual stages, ep) C order}. The
+        view's degree axis holds each setting's triples in turn (a triple legal under both appears twice)
+        and its sequence_parallel is the setting of each, a bool per triple, or the one setting's scalar:
+        a screen then covers both settings in one pass. The view's axes broadcast instead of
+        repeating, the ZeRO stages first and the degree triples last: tp, pp, dp, cp and
+        sequence_parallel are (1, 1, 1, 1, D), micro_batch (1, M, 1, 1, 1), virtual_stages (1, 1, V, 1,
+        1), ep (1, 1, 1, E, 1), each candidate rank's Stage (1, 1, V, 1, D), and `stacked` holds them on
+        a leading axis, (K, 1, 1, V, 1, D), for the memory model to take every rank in one pass; the
+        first axis is left for the ZeRO stages (the search screens them at once: `zero` an array of them,
         (Z, 1, 1, 1, 1)). A term then costs what its own axes cost: the parameters are per (degrees,
         virtual stages), the states per (degrees, virtual stages, ZeRO stage), the per-layer
         activations per (degrees, micro-batch); only the sums span the box. The degree triples are
@@ -136,11 +140,14 @@ class _Grid:
         or pp with v, or one axis), so the box wastes only its illegal virtual stages, which the
         caller drops."""
         if not self.shape:   # the empty grid (no degree triple divides the GPU count): nothing to screen
-            return np.zeros(0, dtype=np.int64), self
+            return {sp: np.zeros(0, dtype=np.int64) for sp in legal}, self
         d, m, v, e = self.shape
         per = m * v * e
-        degrees = np.flatnonzero(legal.reshape(d, per).any(axis=1))
-        rows = (degrees[:, None] * per + np.arange(per)).ravel()
+        by_sp = {sp: np.flatnonzero(mask.reshape(d, per).any(axis=1)) for sp, mask in legal.items()}
+        rows = {sp: (degrees[:, None] * per + np.arange(per)).ravel() for sp, degrees in by_sp.items()}
+        degrees = np.concatenate(list(by_sp.values()))
+        sp = (next(iter(legal)) if len(legal) == 1 else
+              np.concatenate([np.full(len(x), s) for s, x in by_sp.items()]).reshape(1, 1, 1, 1, -1))
         first = degrees * per
         col = lambda a: a[first].astype(np.float64).reshape(1, 1, 1, 1, -1)
         along = lambda a, step, n, axis: a[:n * step:step].astype(np.float64).reshape(
@@ -154,7 +161,7 @@ class _Grid:
                               np.stack([getattr(st, name) for st in stages]) for name in Stage.__slots__))
         view = replace(self, tp=col(self.tp), pp=col(self.pp), dp=col(self.dp), cp=col(self.cp),
                        micro_batch=along(self.micro_batch, v * e, m, 1), virtual_stages=along(self.virtual_stages, e, v, 2),
-                       ep=along(self.ep, 1, e, 3), stages=stages, pair=None, stacked=stacked,
+                       ep=along(self.ep, 1, e, 3), sequence_parallel=sp, stages=stages, pair=None, stacked=stacked,
                        shape=(len(degrees), m, v, e))
         return rows, view
 
@@ -464,21 +471,26 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     base = _grid(num_gpus, space, setup.model)
     rejected: dict = {}
     keys, steps, hours, members, closest, margins = [], [], [], [], None, []
-    legal_by_sp, screened_by_sp = {}, {}
+    legal_by_sp = {}
     for sp in space.sequence_parallel:
         per_group: dict = {}
         legal_by_sp[sp] = (_legal(setup, replace(base, sequence_parallel=sp), space, per_group), per_group)
-        # the candidates legal with this SP setting, boxed once: every screen with it evaluates this box
-        # (the rows each group keeps are picked after), so the screens share their arrays and the Memo
-        # computes the terms no recompute mode changes once
-        rows, view = base.box(legal_by_sp[sp][0])
-        if timed and len(rows):
-            view = replace(view, ends=tuple(end_stages(setup.model, view)))
-        # per SP setting: the memory and the time models' memos, the communicators' terms, the slowest rank
-        screened_by_sp[sp] = (rows, view, Memo(), {}, Memo(), {})
+    # the candidates legal with either SP setting, boxed once (a degree triple's SP setting one more value along the
+    # box's degree axis): every screen evaluates this box (the rows each group keeps are picked after), so one pass
+    # covers both settings, the screens share their arrays, and the Memo computes the terms no recompute mode
+    # changes once
+    rows_by_sp, view = base.box({sp: legal for sp, (legal, _) in legal_by_sp.items()})
+    if timed and view.shape and view.shape[0]:
+        view = replace(view, ends=tuple(end_stages(setup.model, view)))
+    segment, start = {}, 0   # each SP setting's stretch of a screened array in the rows' order
+    for sp, rows in rows_by_sp.items():
+        segment[sp], start = slice(start, start + len(rows)), start + len(rows)
+    # the memory and the time models' memos, the communicators' terms, the slowest rank
+    memo, comms, timing_memo, pacing = Memo(), {}, Memo(), {}
     considered = 0
     zeros = np.array([int(z) for z in space.zero], dtype=np.float64).reshape(-1, 1, 1, 1, 1)   # the box's ZeRO axis
-    # (offload, sp) -> [recompute, (busiest totals, host bytes), step times or None], every ZeRO stage at once
+    # offload tier -> [recompute, (busiest totals, host bytes), step times or None], every ZeRO stage and SP setting
+    # at once
     screens: dict = {}
     for offload, (zero, sp, rc) in ((o, g) for o in space.offload for g in _groups(space)):
         if (zero, sp, rc) == _groups(space)[0]:   # a new tier: stop once an earlier one has a fit
@@ -499,22 +511,24 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if offload.params and zero != ZeroStage.OS_G_P:   # weights leave the GPU only as ZeRO-3 shards
             rejected["offload_params_needs_zero3"] = rejected.get("offload_params_needs_zero3", 0) + int(legal.sum())
             continue
-        rows, taken, memo, comms, timing_memo, pacing = screened_by_sp[sp]
+        rows = rows_by_sp[sp]
         keep = legal[rows]
         idx = rows[keep]
         if len(idx) == 0:
             continue
-        shape = taken.shape
-        every_zero = replace(taken, zero=zeros, sequence_parallel=sp, recompute=rc, offload=offload)
-        if screens.get((offload, sp), (None,))[0] != rc:   # the groups run recompute-major: one screen per (offload, sp)
+        shape = view.shape
+        every_zero = replace(view, zero=zeros, recompute=rc, offload=offload)
+        if screens.get(offload, (None,))[0] != rc:   # the groups run recompute-major: one screen per offload tier
             with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped below
-                screens[offload, sp] = [rc, busiest_totals(setup, every_zero, memo, comms), None]
+                screens[offload] = [rc, busiest_totals(setup, every_zero, memo, comms), None]
             memo.sweep()
-        screen = screens[offload, sp]
+        screen = screens[offload]
         totals, host = screen[1]
         at = space.zero.index(zero)
-        # a screened array in the rows' order: this group's ZeRO stage, the degree triples moved first
-        flat = lambda a: np.moveaxis(np.broadcast_to(a, (len(zeros),) + shape[1:] + shape[:1])[at], -1, 0).ravel()
+        # a screened array in the rows' order, this group's: its ZeRO stage, the degree triples moved first, its SP
+        # setting's stretch
+        flat = lambda a: np.moveaxis(np.broadcast_to(a, (len(zeros),) + shape[1:] + shape[:1])[at], -1,
+                                     0).ravel()[segment[sp]]
         totals, host = flat(totals)[keep], host if np.ndim(host) == 0 else flat(host)[keep]
         fits = totals <= usable
         rejected["exceeds_memory"] = rejected.get("exceeds_memory", 0) + int((~fits).sum())
@@ -528,13 +542,13 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         if fits.any():
             keys.append(_rank_keys(grid, idx[fits], totals[fits], space.requested_micro_batch))
             margins.append(totals[fits] <= margin_limit)
-            if timed:   # on the screen's box, every ZeRO stage at once, the terms no mode changes once per SP
+            if timed:   # on the screen's box, every ZeRO stage and SP setting at once, the terms no mode changes once
                 from fitplan.timing.step import step_time   # the time model is loaded only when something fits
                 from fitplan.timing.work import pacing_rank
                 if screen[2] is None:
                     with np.errstate(all="ignore"):
                         # the slowest rank (the most forward FLOPs, which no recompute mode changes): one array
-                        # for every screen of this SP setting, so the stage's terms hit the memo as the layout's do
+                        # for every screen, so the stage's terms hit the memo as the layout's do
                         if "rank" not in pacing:
                             pacing["rank"] = pacing_rank(setup, every_zero)
                         screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing["rank"], flops=False)

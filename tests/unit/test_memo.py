@@ -112,7 +112,7 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(mon
     space = default_space(gpus)
     base = _grid(gpus, space, setup.model)
     legal = _legal(setup, replace(base, sequence_parallel=True), space, {})
-    rows, view = base.box(legal)
+    rows, view = base.box({True: legal})
     view = replace(view, ends=tuple(end_stages(setup.model, view)))
     zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
     memo, made, at = Memo(), [], None
@@ -150,7 +150,7 @@ def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monke
     space = default_space(gpus)
     base = _grid(gpus, space, setup.model)
     legal = _legal(setup, replace(base, sequence_parallel=True), space, {})
-    rows, view = base.box(legal)
+    rows, view = base.box({True: legal})
     zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
     memo, comms, made = Memo(), {}, []
     for part in ("_zero_parts", "_runtime"):
@@ -166,6 +166,51 @@ def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monke
         assert ok.any() and np.array_equal(shared[ok], fresh[ok])
     # each part: RAW forms it in every screen (3 calls), the memo in the first screen only (1)
     assert made.count("_zero_parts") == made.count("_runtime") == 3 + 1
+
+
+@pytest.mark.parametrize("name,gpus", SCREENED)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_one_box_screens_both_sp_settings_as_a_box_of_each_would(name, gpus, overlap):
+    """The search screens both SP settings in one box (_Grid.box: each setting's degree triples in turn along the
+    degree axis, sequence_parallel a bool per triple): each setting's stretch of that box's busiest totals, host
+    bytes and step times equals, to the last bit, what a box of that setting alone gets, whose sequence_parallel is
+    the scalar (the tp exchanges all-reduces or reduce-scatter + all-gather pairs, the activations sharded by t or
+    not; with --tp-comm-overlap, hidden behind the GEMMs only under SP)."""
+    from dataclasses import replace
+
+    from fitplan.memory.breakdown import busiest_totals
+    from fitplan.memory.stages import end_stages
+    from fitplan.search import _grid, _legal, default_space
+    from fitplan.timing.step import step_time
+    from fitplan.timing.work import pacing_rank
+    from tests.conftest import make_setup
+    setup = make_setup(name, gpus)
+    space = default_space(gpus)
+    space = replace(space, settings=replace(space.settings, tp_comm_overlap=overlap))
+    base = _grid(gpus, space, setup.model)
+    legal = {sp: _legal(setup, replace(base, sequence_parallel=sp), space, {}) for sp in (False, True)}
+    zeros = np.array([0.0, 1.0, 2.0, 3.0]).reshape(-1, 1, 1, 1, 1)
+
+    def screen(view):
+        view = replace(view, ends=tuple(end_stages(setup.model, view)), zero=zeros)
+        with np.errstate(all="ignore"):
+            totals, host = busiest_totals(setup, view)
+            step = step_time(RAW, setup, view, stage_index=pacing_rank(setup, view))["time/step"]
+        full = (len(zeros),) + view.shape[1:] + view.shape[:1]
+        return [np.broadcast_to(a, full) for a in (totals, host, step)]
+
+    rows, both = base.box(legal)
+    assert both.sequence_parallel.dtype == bool and both.sequence_parallel.shape == (1, 1, 1, 1, both.shape[0])
+    merged, start = screen(both), 0
+    for sp in (False, True):
+        alone_rows, alone = base.box({sp: legal[sp]})
+        assert alone.sequence_parallel is sp and np.array_equal(alone_rows[sp], rows[sp])
+        d = alone.shape[0]
+        assert d > 0 and np.array_equal(both.sequence_parallel[..., start:start + d], np.full((1, 1, 1, 1, d), sp))
+        for got, want in zip(merged, screen(alone)):
+            assert np.array_equal(got[..., start:start + d], want, equal_nan=True)
+        start += d
+    assert start == both.shape[0]
 
 
 def test_the_exact_path_forms_each_stage_once_and_as_fresh():

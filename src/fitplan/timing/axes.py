@@ -5,7 +5,7 @@ busy, and the part left on the critical path after what overlaps (fitplan.timing
 are placed on the rank grid (tp innermost, then cp, dp, pp; fitplan.timing.comm.rank_strides).
 """
 
-from fitplan.arith import maximum, select
+from fitplan.arith import is_array, maximum, select
 from fitplan.memory.breakdown import Setup, Shapes
 from fitplan.record import record
 from fitplan.specs.parallel import Recompute
@@ -69,18 +69,20 @@ def tp_time(ev, setup: Setup, c, sh: Shapes, *, m, L, place, lay: LayerTimes, e2
     all-gather. --tp-comm-overlap hides each behind its block's linear GEMMs."""
     intra, nodes = place["tp"]
     S_tp = ev(T.tp_message_bytes, b=c.micro_batch, s=sh.s, h=sh.h, e=sh.e, c=c.cp)
-    n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=c.sequence_parallel)
-    if c.sequence_parallel:
-        a = (collective(ev, "comm/tp_exchange_rs_s", setup, count=1, kind="reduce_scatter", n=c.tp, nodes=nodes,
-                         S=S_tp, e2e=e2e)
-             + collective(ev, "comm/tp_exchange_ag_s", setup, count=1, kind="all_gather", n=c.tp, nodes=nodes,
-                           S=S_tp, e2e=e2e))
-    else:
-        a = collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes, S=S_tp, e2e=e2e)
+    sp = c.sequence_parallel
+    n_tp = ev(T.tp_collectives, m=m, L=L, recompute=c.recompute, sp=sp)
+    pair = lambda: (collective(ev, "comm/tp_exchange_rs_s", setup, count=1, kind="reduce_scatter", n=c.tp,
+                               nodes=nodes, S=S_tp, e2e=e2e)
+                    + collective(ev, "comm/tp_exchange_ag_s", setup, count=1, kind="all_gather", n=c.tp, nodes=nodes,
+                                 S=S_tp, e2e=e2e))
+    reduce = lambda: collective(ev, "comm/tp_exchange_s", setup, count=1, kind="all_reduce", n=c.tp, nodes=nodes,
+                                S=S_tp, e2e=e2e)
+    # the search's box holds both SP settings (a bool per degree triple): each candidate takes its own exchange
+    a = select(sp, pair(), reduce()) if is_array(sp) else pair() if sp else reduce()
     full = 1 if c.recompute == Recompute.FULL else 0
     per_layer = (4 + 2 * full) * a
     layer_exposed = ev(T.tp_layer_exposed_s, a=a, W_attn=lay.attn_linear, W_mlp=lay.mlp_linear, full=full,
-                       overlap=bool(c.tp_comm_overlap and c.sequence_parallel))
+                       overlap=(sp if is_array(sp) else bool(sp)) if c.tp_comm_overlap else False)
     wire = ev(CM.ring_wire_bytes, key="comm/tp_bytes", count=n_tp, n=c.tp, S=S_tp, kind="all_reduce")
     return AxisTime(wire, ev(T.exposed_s, key="time/tp_exposed", T_comm=m * L * layer_exposed, T_window=0, T_tail=0),
                     intra, m * L * per_layer, per_layer, layer_exposed, nodes)

@@ -234,9 +234,12 @@ def layer_pipeline_exposed_s(*, L, x, h_first, h_last, W):
      "(Transformer Engine's userbuffers; backward GEMMs take twice as long); a = one block's exchange",))
 def tp_layer_exposed_s(*, a, W_attn, W_mlp, full, overlap):
     """Exposed tensor-parallel seconds of one layer and micro-batch: forward (and its rerun under
-    full recompute) and backward, each with an attention and an MLP exchange of a seconds."""
-    if not overlap:
-        return (2 + 2 * full + 2) * a + 0 * W_attn
+    full recompute) and backward, each with an attention and an MLP exchange of a seconds. overlap: a bool, or
+    one per candidate where the search's box holds both SP settings (overlap needs SP)."""
+    plain = lambda: (2 + 2 * full + 2) * a + 0 * W_attn
+    if not is_array(overlap) and not overlap:
+        return plain()
     fwd = maximum(a - W_attn, 0) + maximum(a - W_mlp, 0)
     bwd = maximum(a - 2 * W_attn, 0) + maximum(a - 2 * W_mlp, 0)
-    return (1 + full) * fwd + bwd
+    hidden = (1 + full) * fwd + bwd
+    return select(overlap, hidden, plain()) if is_array(overlap) else hidden
