@@ -139,6 +139,32 @@ def test_the_exact_check_is_evaluate_without_the_explanation(name, gpus, host):
         assert fits(setup, config) is b.fits
 
 
+def test_the_fit_check_stops_at_the_first_rank_over(monkeypatch):
+    """breakdown.fits forms the candidate ranks in turn and answers at the first over the usable memory:
+    DeepSeek-V3 on 2,048 H100s at tp 2 + SP, pp 8, ep 128, ZeRO-0 fits a micro-batch of 1 with 1.55 GiB
+    headroom (the search's first layout); at 2 its first rank (the most micro-batches in flight) is over,
+    so one of its ranks is formed instead of all of them, and the verdict is busiest_totals' (and evaluate's)."""
+    from dataclasses import replace
+    from fitplan.memory import breakdown as MB
+    from fitplan.memory.stages import candidate_stages
+    from fitplan.request import Request
+    from fitplan.resolve import resolve
+    from fitplan.specs import ParallelConfig
+    setup = resolve(Request(command="plan", values={"preset": "deepseek-v3", "gpus": 2048})).setup   # as the CLI
+    config = ParallelConfig(tp=2, pp=8, dp=128, ep=128, sequence_parallel=True, micro_batch=2)
+    peaks = [peak for peak, _ in MB._rank_totals(setup, config, MB.RAW, None)]
+    usable = setup.cluster.usable_bytes
+    first_over = next(i for i, p in enumerate(peaks) if p > usable)
+    assert len(peaks) == len(candidate_stages(setup.model, config)) > 1 and first_over == 0
+    assert MB.busiest_totals(setup, config)[0] == max(peaks) > usable
+    formed = []
+    real = MB.stage_memory
+    monkeypatch.setattr(MB, "stage_memory", lambda *a, **k: formed.append(1) or real(*a, **k))
+    assert MB.fits(setup, config) is False and len(formed) == first_over + 1
+    formed.clear()
+    assert MB.fits(setup, replace(config, micro_batch=1)) is True and len(formed) == len(peaks)   # every rank
+
+
 @pytest.mark.parametrize("name,gpus,extra", [("gpt3-175b", 32, {}), ("llama3.1-405b", 1024, {}),
                                              ("mixtral-8x7b", 16, {}), ("deepseek-v3", 2048, {}),
                                              ("llama3.1-8b", 8, {"fragmentation": 0.15})])

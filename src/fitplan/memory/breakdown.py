@@ -523,29 +523,13 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
     """(the step's peak on the busiest stage, host bytes per node): the most of the candidate
     ranks for each (closed-form peaks: fitplan.memory.timeline.peak_bytes); the host figure is
     0 without offload. ev: RAW, or the search's fitplan.explain.Memo. comms: a dict the caller
-    keeps across calls on the same candidates' degrees (the search's groups of one SP setting):
-    filled with the communicators' terms on the first, read on the rest."""
-    comms = {} if comms is None else comms
+    keeps across calls on the same candidates' degrees (the search's screens): filled with the
+    communicators' terms on the first, read on the rest."""
     out = host = None
-    # the search's screening view also holds its candidate ranks as one Stage, stacked on a leading
-    # axis (fitplan.search._Grid.box): one pass over the terms for every rank, the busiest taken below
-    stacked = getattr(c, "stacked", None) is not None
-    over = None
-    if stacked:   # an array spanning the ranks axis has the box's axes and that one: each moment's most over it
-        ranked = c.tp.ndim + 1
-        over = lambda a, b=0: _most_over_ranks(a, b, ranked)
-    for st in [c.stacked] if stacked else candidate_stages(setup.model, c):
-        parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
-        # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
-        # third of the screening's time when each rank recomputed them
-        if not comms:
-            comms.update((key, parts[key]) for key in COMMUNICATOR_TERMS)
-        t = TL.peak_bytes(parts, phi=setup.training.fragmentation, ev=ev, over_ranks=over)
+    for t, x in _rank_totals(setup, c, ev, comms):
         out = t if out is None else maximum(out, t)
-        if OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer:
-            x = OF.host_total(parts)
-            host = x if host is None else maximum(host, x)
-    if stacked:   # the busiest of the stacked ranks
+        host = x if host is None else maximum(host, x)
+    if getattr(c, "stacked", None) is not None:   # the busiest of the stacked ranks
         out = out.max(axis=0)
         if is_array(host) and host.ndim > out.ndim:
             host = host.max(axis=0)
@@ -553,6 +537,27 @@ def busiest_totals(setup: Setup, c, ev=RAW, comms: dict | None = None):
         return out, 0
     cluster = setup.cluster
     return out, OF.per_node_bytes(per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus)
+
+
+def _rank_totals(setup: Setup, c, ev, comms: dict | None):
+    """Each candidate rank's (peak, host bytes per GPU or None without offload), in candidate_stages' order;
+    the search's screening view gives one pair, its ranks stacked on a leading axis (fitplan.search._Grid.box:
+    one pass over the terms for every rank)."""
+    comms = {} if comms is None else comms
+    stacked = getattr(c, "stacked", None) is not None
+    over = None
+    if stacked:   # an array spanning the ranks axis has the box's axes and that one: each moment's most over it
+        ranked = c.tp.ndim + 1
+        over = lambda a, b=0: _most_over_ranks(a, b, ranked)
+    hosted = OF.offload_of(c) is not Offload.NONE or setup.training.paged_optimizer
+    for st in [c.stacked] if stacked else candidate_stages(setup.model, c):
+        parts = stage_memory(ev, setup, c, stage=st, comms=comms or None)
+        # NCCL's and DeepEP's buffers depend on the degrees only: computed for the first rank, a
+        # third of the screening's time when each rank recomputed them
+        if not comms:
+            comms.update((key, parts[key]) for key in COMMUNICATOR_TERMS)
+        yield TL.peak_bytes(parts, phi=setup.training.fragmentation, ev=ev, over_ranks=over), (
+            OF.host_total(parts) if hosted else None)
 
 
 def _most_over_ranks(a, b, ranked: int):
@@ -577,7 +582,16 @@ def _most_over_ranks(a, b, ranked: int):
 
 def fits(setup: Setup, config: ParallelConfig) -> bool:
     """Breakdown.fits of one configuration without its explanation: on ints busiest_totals is
-    exactly the peak and the host bytes per node that evaluate gives (tests/unit/test_search.py)."""
-    peak, host = busiest_totals(setup, config)
-    limit = setup.cluster.host_memory_bytes
-    return peak <= setup.cluster.usable_bytes and (limit is None or host <= limit)
+    exactly the peak and the host bytes per node that evaluate gives (tests/unit/test_search.py).
+    The ranks are taken in turn and the first over a limit answers: a micro-batch past the largest
+    that fits is usually over on the first rank (most micro-batches in flight), so its other ranks
+    are never formed."""
+    cluster = setup.cluster
+    usable, limit = cluster.usable_bytes, cluster.host_memory_bytes
+    for peak, host in _rank_totals(setup, config, RAW, None):
+        if peak > usable:
+            return False
+        if limit is not None and host is not None and OF.per_node_bytes(
+                per_gpu=host, G=cluster.gpus_per_node, N=cluster.num_gpus) > limit:
+            return False
+    return True
