@@ -1,6 +1,4 @@
 """Named presets: models, GPUs, precision recipes, framework profiles. One registry per kind."""
-import difflib
-
 from fitplan.errors import SpecError
 from fitplan.presets.frameworks import FRAMEWORKS
 from fitplan.presets.gpus import GPUS
@@ -11,6 +9,7 @@ from fitplan.presets.recipes import RECIPES
 def _find(registry: dict, kind: str, flag: str, name: str):
     if name in registry:
         return registry[name]
+    import difflib   # only for the hint: a plan that names its presets never loads it
     # Names the user began ("h100" of "h100-80gb") first, then near spellings ("h800").
     begun = [k for k in registry if name and k.startswith(name)]
     close = list(dict.fromkeys(begun + difflib.get_close_matches(name, list(registry), n=3, cutoff=0.5)))[:3]
