@@ -122,25 +122,54 @@ def test_a_record_with_its_own_init_keeps_it_and_its_docstring():
     assert Own.__doc__ is None or Own.__doc__.startswith("Own(")   # dataclass names it by the signature; never a placeholder
 
 
-def test_init_is_compiled_when_the_class_is_first_instantiated():
-    """The stand-in __init__ compiles the real one on the first call and puts it on the class; before and after,
-    the same arguments build the same instance (a command never instantiates about a quarter of the classes it
-    imports, whose __init__ is then never compiled)."""
+def test_init_binds_its_arguments_then_is_compiled():
+    """The stand-in __init__ binds the arguments itself for the first BOUND_CALLS instances (compiling the real
+    one costs more than a few bound calls, and a command makes most of its classes a few times), then compiles the
+    real one and puts it on the class; bound or compiled, the same arguments build the same instance and the same
+    mistakes raise TypeError, as dataclass's __init__ does."""
+    from fitplan.record import BOUND_CALLS
+
     @record(slots=True)
     class Pair:
         a: int
         b: int = 2
+        tags: tuple = dataclasses.field(default_factory=tuple)
+        c: int = dataclasses.field(default=5, kw_only=True)
+        d: int = dataclasses.field(default=7, init=False)
     stand_in = Pair.__init__
-    first = Pair(1)
+
+    def built():
+        return [Pair(1), Pair(1, 3), Pair(a=3, b=4, c=6), Pair(1, tags=(9,))]
+
+    def mistakes():
+        for call in (lambda: Pair(), lambda: Pair(1, 2, (), 4), lambda: Pair(1, a=1), lambda: Pair(1, e=1),
+                     lambda: Pair(1, d=1)):
+            with pytest.raises(TypeError):
+                call()
+    bound = built()
+    assert BOUND_CALLS >= len(bound) and Pair.__init__ is stand_in   # not compiled yet
+    assert [(p.a, p.b, p.tags, p.c, p.d) for p in bound] == [(1, 2, (), 5, 7), (1, 3, (), 5, 7), (3, 4, (), 6, 7),
+                                                             (1, 2, (9,), 5, 7)]
+    mistakes()
+    for _ in range(BOUND_CALLS):
+        Pair(0)
     assert Pair.__init__ is not stand_in and Pair.__init__.__qualname__.endswith("Pair.__init__")
-    assert first == Pair(1) == Pair(1, 2) and Pair(a=3, b=4).b == 4
-    with pytest.raises(TypeError):
-        Pair()   # a is required, by the compiled __init__ as by dataclass's
+    assert built() == bound
+    mistakes()
 
     @record
     class Base:
         n: int
 
-    class Child(Base):   # a subclass that is first to instantiate: the compiled __init__ lands on Base
+        def __post_init__(self):
+            if self.n < 0:
+                raise ValueError("n")
+
+    class Child(Base):   # a subclass made first: bound, then the compiled __init__ lands on Base
         pass
-    assert Child(5).n == 5 and Base(6).n == 6
+    base_stand_in = Base.__init__
+    for _ in range(BOUND_CALLS + 1):
+        assert Child(5).n == 5 and Base(6).n == 6
+        with pytest.raises(ValueError):
+            Child(-1)   # __post_init__ runs, bound or compiled
+    assert Base.__dict__["__init__"] is not base_stand_in and Base.__init__.__qualname__.endswith("Base.__init__")
