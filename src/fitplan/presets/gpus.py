@@ -19,6 +19,7 @@ their source).
 """
 from dataclasses import replace
 
+from fitplan.presets.registry import Registry
 from fitplan.specs.cluster import GpuSpec, LinkSpec
 from fitplan.units import GB, GiB
 
@@ -91,42 +92,49 @@ ETH_400G_8 = LinkSpec(name="400 Gb/s Ethernet/EFA for 8 GPUs", bytes_per_s=400e9
 ETH_100G_4 = LinkSpec(name="100 Gb/s Ethernet for 4 GPUs", bytes_per_s=100e9 / 8 / 4, latency_s=14e-6,
                       bus_efficiency=0.96)
 
+
+def _preset(**fields):
+    """(name, how to build it): a preset's datasheet fields, built with its host link, die generation and TDP
+    (_finished, below) when first asked for (fitplan.presets.registry)."""
+    return fields["name"], lambda: _finished(GpuSpec(**fields))
+
+
 # No preset reserves memory: the CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's pages
 # and the other runtime buffers are terms of the peak (fitplan.memory.runtime), so --reserve is the
 # user's own margin. The exercise's part keeps the 10 GiB its statement reserves. Memory is what the
 # device reports where a public reading exists (COMPONENTS' nvidia-smi totals: H100 SXM 81,559 MiB,
 # H200 143,771 MiB), else the datasheet's.
 _GPUS = (
-    GpuSpec(name="gpu-192gib", blas_workspace_bytes=WS_HOPPER, memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
+    _preset(name="gpu-192gib", blas_workspace_bytes=WS_HOPPER, memory_bytes=192 * GiB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             peak_fp4_flops_per_s=9000e12, hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=8, default_reserve_bytes=10 * GiB,
             source="the exercise's part: 192 GiB, 10 GiB reserved, 8 per node fully connected; rates (HBM 8 TB/s "
                    "and fp4 9 PFLOP/s included) and links assumed equal to b200's"
                    "; board power 1000 W assumed, b200's TDP"),
-    GpuSpec(name="a100-40gb", memory_bytes=40 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
+    _preset(name="a100-40gb", memory_bytes=40 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=1555e9, power_watts=400,
             **CURVES["a100"], intra_node=NVLINK3, inter_node=IB_HDR,
             source="NVIDIA A100 datasheet: 40GB HBM2 (40,960 MiB) at 1,555 GB/s, 312 TFLOP/s bf16 dense, "
                    "NVLink 600 GB/s"
                    "; max TDP 400 W (SXM4; the PCIe card is 250 W)"),
-    GpuSpec(name="a100-80gb", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
+    _preset(name="a100-80gb", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=2039e9, power_watts=400,
             **CURVES["a100"], intra_node=NVLINK3, inter_node=IB_HDR,
             source="NVIDIA A100 datasheet: 80GB HBM2e (81,920 MiB) at 2,039 GB/s (SXM), 312 TFLOP/s bf16 dense, "
                    "NVLink 600 GB/s"
                    "; max TDP 400 W (SXM4; the PCIe card is 300 W)"),
-    GpuSpec(name="h100-80gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    _preset(name="h100-80gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR,
             source="NVIDIA H100 SXM5 datasheet: 80GB HBM3 (nvidia-smi reports 81,559 MiB, NVIDIA/nccl#1264) at 3.35 TB/s, 989 TFLOP/s bf16 dense, 1979 fp8, "
                    "NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable)"),
-    GpuSpec(name="h200-141gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=143_771 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    _preset(name="h200-141gb", blas_workspace_bytes=WS_HOPPER, memory_bytes=143_771 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.8e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR,
             source="NVIDIA H200 SXM datasheet: 141 GB HBM3e (nvidia-smi reports 143,771 MiB, 140.4 GiB) at 4.8 TB/s, H100's compute, NVLink 900 GB/s"
                    "; max TDP up to 700 W (configurable; H200 NVL 600 W)"),
-    GpuSpec(name="b200", blas_workspace_bytes=WS_HOPPER, memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
+    _preset(name="b200", blas_workspace_bytes=WS_HOPPER, memory_bytes=180 * GB, peak_bf16_flops_per_s=2250e12, peak_fp8_flops_per_s=4500e12,
             peak_fp4_flops_per_s=9000e12, hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b200"], intra_node=NVLINK5, inter_node=IB_NDR,
             source="NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs = 180 GB (decimal) each, 64 TB/s HBM3e for 8 = "
@@ -134,7 +142,7 @@ _GPUS = (
                    "; NVIDIA HGX B200 specifications: max TDP up to 1,000 W per GPU; fp4 9 PFLOP/s dense: HGX B200's "
                    "144 PFLOPS fp4 with sparsity for 8 GPUs / 8 / 2 (pytorch/ao torchao/testing/training/"
                    "roofline_utils.py: 9.0e15)"),
-    GpuSpec(name="mi300x", blas_workspace_bytes=WS_GFX94, memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
+    _preset(name="mi300x", blas_workspace_bytes=WS_GFX94, memory_bytes=192 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=5.3e12, power_watts=750,
             **CURVES["mi300x"], intra_node=XGMI, inter_node=IB_NDR,
             source="AMD Instinct MI300X datasheet: 192 GB (decimal) HBM3 at 5.3 TB/s, 1307.4 TFLOP/s bf16 dense, "
@@ -142,7 +150,7 @@ _GPUS = (
                    "; 750 W peak total board power (OAM)"),
     # Parts that published large runs used (issue 13). Figures no vendor publishes are said so in the source
     # and listed in docs/hardware.md.
-    GpuSpec(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    _preset(name="h800", blas_workspace_bytes=WS_HOPPER, memory_bytes=81_559 * 2**20, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=3.35e12, power_watts=700,
             **CURVES["h100"], intra_node=NVLINK4_400, inter_node=IB_NDR,
             source="H800 SXM5: no public NVIDIA datasheet; H100 SXM5's die, so its datasheet figures: 80GB HBM3 at "
@@ -153,7 +161,7 @@ _GPUS = (
                    "~160 GB/s achievable). Inter-node one 400 Gb/s ConnectX-7 per GPU (DeepEP docs/legacy.md, the "
                    "DeepSeek-V3 cluster: ~50 GB/s)"
                    ". TDP 700 W, the H100 SXM5 datasheet's (the same board; not published for H800)"),
-    GpuSpec(name="a800", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
+    _preset(name="a800", memory_bytes=80 * GiB, peak_bf16_flops_per_s=312e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=2039e9, power_watts=400,
             **CURVES["a100"], intra_node=NVLINK3_400, inter_node=IB_HDR,
             source="A800 SXM4 80GB: no public NVIDIA datasheet; NVIDIA said (Reuters, 2022-11-07) it is A100 with "
@@ -161,7 +169,7 @@ _GPUS = (
                    "TFLOP/s bf16 dense, no fp8. NVLink 400 GB/s bidirectional = 200 GB/s per direction (not in a "
                    "datasheet). Inter-node one 200 Gb/s HDR NIC per GPU: 24 GB/s measured in NVIDIA/nccl#412"
                    ". TDP 400 W, the A100 SXM datasheet's (not published for A800)"),
-    GpuSpec(name="h100-pcie", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=756e12, peak_fp8_flops_per_s=1513e12,
+    _preset(name="h100-pcie", blas_workspace_bytes=WS_HOPPER, memory_bytes=80 * GiB, peak_bf16_flops_per_s=756e12, peak_fp8_flops_per_s=1513e12,
             hbm_bytes_per_s=2.0e12, power_watts=350,
             **CURVES["h100"], intra_node=PCIE5, inter_node=IB_NDR,
             source="NVIDIA H100 datasheet, PCIe column: 80GB HBM2e at 2 TB/s, 1,513 TFLOP/s bf16 and 3,026 fp8 with "
@@ -169,7 +177,7 @@ _GPUS = (
                    "directions = 63 GB/s per direction after encoding. 8 cards per node talk over PCIe; the NVLink "
                    "bridge (600 GB/s) joins pairs only and is not modelled. Inter-node 400 Gb/s NDR per GPU assumed"
                    ". Max TDP 350 W (H100 PCIe product brief PB-11133-001)"),
-    GpuSpec(name="h20", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
+    _preset(name="h20", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
             hbm_bytes_per_s=4.0e12, power_watts=400,
             **CURVES["h100"], intra_node=NVLINK4, inter_node=IB_NDR,
             source="H20: NVIDIA publishes no datasheet; the widely reported spec sheet's figures: 96GB HBM3 at 4.0 "
@@ -179,7 +187,7 @@ _GPUS = (
                    "nvidia-smi shows 97,871 MiB. Inter-node one 400 Gb/s ConnectX-7 per GPU assumed, as H800 "
                    "clusters"
                    ". TDP 400 W (the reported spec sheet)"),
-    GpuSpec(name="gh200", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
+    _preset(name="gh200", blas_workspace_bytes=WS_HOPPER, memory_bytes=96 * GiB, peak_bf16_flops_per_s=989e12, peak_fp8_flops_per_s=1979e12,
             hbm_bytes_per_s=4.0e12, power_watts=1000,
             **CURVES["gh200"], intra_node=NVLINK4, inter_node=IB_NDR200, gpus_per_node=4,
             source="NVIDIA GH200 Grace Hopper Superchip (96GB HBM3 version): 96GB HBM3 at 4 TB/s, H100's 989 TFLOP/s "
@@ -190,7 +198,7 @@ _GPUS = (
                    "A single-superchip server is --gpus-per-node 1; NVLink between nodes (NVL32) is not modelled"
                    ". Power 1000 W: the superchip module's maximum (configurable from 450 to 1000 W), Grace CPU and "
                    "LPDDR5X included, so the energy is an upper bound"),
-    GpuSpec(name="gb200", blas_workspace_bytes=WS_HOPPER, memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
+    _preset(name="gb200", blas_workspace_bytes=WS_HOPPER, memory_bytes=186 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             peak_fp4_flops_per_s=10000e12, hbm_bytes_per_s=8e12, power_watts=1200,
             **CURVES["gb200"], intra_node=NVLINK5, inter_node=IB_NDR, gpus_per_node=72,
             source="NVIDIA GB200 NVL72 specifications, per GPU: 186 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 "
@@ -202,7 +210,7 @@ _GPUS = (
                    "B200: 1,000 W); the NVL72 specifications state no per-GPU power, and the Grace CPUs are not "
                    "counted"),
     # Blackwell Ultra (issue 29): bf16 and fp8 as B200/GB200, 288 GB, faster fp4, ConnectX-8 at 800 Gb/s per GPU.
-    GpuSpec(name="b300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2250e12,
+    _preset(name="b300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2250e12,
             peak_fp8_flops_per_s=4500e12, peak_fp4_flops_per_s=13125e12, hbm_bytes_per_s=8e12, power_watts=1000,
             **CURVES["b300"], intra_node=NVLINK5, inter_node=CX8_800G, gpus_per_node=8,
             source="NVIDIA DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs = 288 GB (decimal) each (NVIDIA's Blackwell "
@@ -216,7 +224,7 @@ _GPUS = (
                    "GPU (DGX B300 datasheet: 8 single-port ConnectX-8, up to 800 Gb/s each)"
                    ". TDP 1000 W: the DGX B300 power-capping guide's maximum TGP (tabulated in stas00/ml-engineering; "
                    "HGX B300 boards may allow more)"),
-    GpuSpec(name="gb300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12,
+    _preset(name="gb300", blas_workspace_bytes=WS_HOPPER, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12,
             peak_fp8_flops_per_s=5000e12, peak_fp4_flops_per_s=15000e12, hbm_bytes_per_s=8e12, power_watts=1400,
             **CURVES["gb200"], intra_node=NVLINK5, inter_node=CX8_800G, gpus_per_node=72,
             source="NVIDIA GB300 NVL72 specifications, per GPU (72 GPUs, rack figures with sparsity halved): 288 GB "
@@ -230,7 +238,7 @@ _GPUS = (
                    "per GPU; the Grace CPUs are not counted"),
     # GPUs people fine-tune on (issue 25): GDDR memory (hbm_bytes_per_s is the memory bandwidth), PCIe inside a node.
     # GeForce cards run bf16 tensor ops with fp32 accumulate, what PyTorch uses, at half their fp16-accumulate rate.
-    GpuSpec(name="rtx-4090", memory_bytes=24_564 * 2**20, peak_bf16_flops_per_s=165.2e12, peak_fp8_flops_per_s=330.3e12,
+    _preset(name="rtx-4090", memory_bytes=24_564 * 2**20, peak_bf16_flops_per_s=165.2e12, peak_fp8_flops_per_s=330.3e12,
             hbm_bytes_per_s=1008e9, power_watts=450,
             **CURVES["rtx-4090"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
             source="NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: 24 GB GDDR6X (nvidia-smi reports 24,564 "
@@ -240,7 +248,7 @@ _GPUS = (
                    "peer-to-peer, so NCCL stages through host memory and reaches less; give --intra-node-bandwidth "
                    "from nccl-tests). 4 per node assumed (a 4-card workstation), one 100 GbE port shared = 3.125 GB/s "
                    "per GPU, assumed. Total graphics power 450 W"),
-    GpuSpec(name="rtx-3090", memory_bytes=24_576 * 2**20, peak_bf16_flops_per_s=71e12, peak_fp8_flops_per_s=None,
+    _preset(name="rtx-3090", memory_bytes=24_576 * 2**20, peak_bf16_flops_per_s=71e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=936e9, power_watts=350,
             **CURVES["rtx-3090"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
             source="NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: 24 GB GDDR6X (nvidia-smi "
@@ -249,7 +257,7 @@ _GPUS = (
                    "talk over PCIe 4.0 x16, 31.5 GB/s per direction; the NVLink bridge (112.5 GB/s both directions) "
                    "joins pairs only and is not modelled, as h100-pcie. 4 per node assumed (a 4-card workstation), "
                    "one 100 GbE port shared = 3.125 GB/s per GPU, assumed. Total graphics power 350 W"),
-    GpuSpec(name="rtx-a6000", memory_bytes=49_140 * 2**20, peak_bf16_flops_per_s=154.85e12, peak_fp8_flops_per_s=None,
+    _preset(name="rtx-a6000", memory_bytes=49_140 * 2**20, peak_bf16_flops_per_s=154.85e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=768e9, power_watts=300,
             **CURVES["rtx-a6000"], intra_node=PCIE4, inter_node=ETH_100G_4, gpus_per_node=4,
             source="NVIDIA RTX A6000 datasheet: 48 GB GDDR6 (nvidia-smi reports 49,140 MiB with ECC off, "
@@ -259,7 +267,7 @@ _GPUS = (
                    "NVLink bridge (112.5 GB/s both directions) joins pairs only and is not modelled, as h100-pcie. 4 "
                    "per node assumed (a 4-card workstation), one 100 GbE port shared = 3.125 GB/s per GPU, assumed. "
                    "Max power consumption 300 W"),
-    GpuSpec(name="l40s", memory_bytes=46_068 * 2**20, peak_bf16_flops_per_s=362.05e12, peak_fp8_flops_per_s=733e12,
+    _preset(name="l40s", memory_bytes=46_068 * 2**20, peak_bf16_flops_per_s=362.05e12, peak_fp8_flops_per_s=733e12,
             hbm_bytes_per_s=864e9, power_watts=350,
             **CURVES["l40s"], intra_node=PCIE4, inter_node=ETH_400G_8, gpus_per_node=8,
             source="NVIDIA L40S datasheet: 48 GB GDDR6 (nvidia-smi reports 46,068 MiB with ECC on, "
@@ -268,7 +276,7 @@ _GPUS = (
                    "no fp4. No NVLink: PCIe Gen4 x16, 64 GB/s both directions = 31.5 per direction after encoding. 8 "
                    "per node as AWS g6e.48xlarge, its 400 Gb/s EFA shared = 6.25 GB/s per GPU, assumed. Max power "
                    "consumption 350 W"),
-    GpuSpec(name="l4", memory_bytes=23_034 * 2**20, peak_bf16_flops_per_s=121e12, peak_fp8_flops_per_s=242.5e12,
+    _preset(name="l4", memory_bytes=23_034 * 2**20, peak_bf16_flops_per_s=121e12, peak_fp8_flops_per_s=242.5e12,
             hbm_bytes_per_s=300e9, power_watts=72,
             **CURVES["l4"], intra_node=PCIE4, inter_node=ETH_100G_8, gpus_per_node=8,
             source="NVIDIA L4 datasheet: 24 GB GDDR6 (nvidia-smi reports 23,034 MiB with ECC on, "
@@ -276,7 +284,7 @@ _GPUS = (
                    "with sparsity = 242.5 dense, no fp4. No NVLink: PCIe Gen4 x16, 64 GB/s both directions = 31.5 "
                    "per direction after encoding. 8 per node as AWS g6.48xlarge, its 100 Gb/s EFA shared = 1.5625 "
                    "GB/s per GPU, assumed. Max power 72 W"),
-    GpuSpec(name="a10g", memory_bytes=23_028 * 2**20, peak_bf16_flops_per_s=70e12, peak_fp8_flops_per_s=None,
+    _preset(name="a10g", memory_bytes=23_028 * 2**20, peak_bf16_flops_per_s=70e12, peak_fp8_flops_per_s=None,
             hbm_bytes_per_s=600e9, power_watts=300,
             **CURVES["a10g"], intra_node=PCIE4, inter_node=ETH_100G_8, gpus_per_node=8,
             source="A10G (AWS's variant of A10): NVIDIA publishes no datasheet. 24 GB GDDR6 (nvidia-smi reports "
@@ -286,14 +294,14 @@ _GPUS = (
                    "PCIe Gen4 x16, 31.5 GB/s per direction. 8 per node as AWS g5.48xlarge, its 100 Gb/s EFA shared "
                    "= 1.5625 GB/s per GPU, assumed. Power 300 W: the limit nvidia-smi reports (NVIDIA/DCGM#232; "
                    "A10: 150 W)"),
-    GpuSpec(name="mi325x", blas_workspace_bytes=WS_GFX94, memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
+    _preset(name="mi325x", blas_workspace_bytes=WS_GFX94, memory_bytes=256 * GB, peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
             hbm_bytes_per_s=6.0e12, power_watts=1000,
             **CURVES["mi325x"], intra_node=XGMI, inter_node=IB_NDR,
             source="AMD Instinct MI325X specifications: 256 GB (decimal) HBM3e at 6 TB/s, MI300X's compute (1307.4 "
                    "TFLOP/s bf16 dense, 2614.9 fp8), Infinity Fabric 7 x 128 GB/s = 896 GB/s aggregate, 8 per "
                    "platform. Inter-node 400 Gb/s per GPU assumed, as mi300x"
                    ". 1000 W peak total board power"),
-    GpuSpec(name="mi355x", blas_workspace_bytes=WS_GFX94, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
+    _preset(name="mi355x", blas_workspace_bytes=WS_GFX94, memory_bytes=288 * GB, peak_bf16_flops_per_s=2500e12, peak_fp8_flops_per_s=5000e12,
             peak_fp4_flops_per_s=10100e12, hbm_bytes_per_s=8e12, power_watts=1400,
             **CURVES["mi355x"], intra_node=XGMI_MI355X, inter_node=IB_NDR,
             source="AMD Instinct MI355X specifications: 288 GB (decimal) HBM3e at 8 TB/s, 2.5 PFLOP/s bf16 dense "
@@ -334,7 +342,11 @@ ARCHITECTURES = {
     "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
     "rtx-3090": "ampere", "rtx-a6000": "ampere", "a10g": "ampere", "rtx-4090": "ada", "l40s": "ada", "l4": "ada",
 }
-_GPUS = tuple(replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
-                      architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
-              for g in _GPUS)
-GPUS = {g.name: g for g in _GPUS}
+
+
+def _finished(g: GpuSpec) -> GpuSpec:
+    return replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
+                   architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
+
+
+GPUS = Registry(_GPUS)   # name -> the preset, built when first asked for

@@ -1,5 +1,6 @@
 """Model presets with the training setup their source states. Shapes are cited."""
 
+from fitplan.presets.registry import Registry, deferred
 from fitplan.record import record
 from fitplan.specs.model import MambaSpec, MlaSpec, Mlp, ModelSpec, MoeSpec, Norm, Position, QkNorm
 
@@ -27,6 +28,7 @@ class ModelPreset:
 GPT3 = "Brown et al. 2020 (GPT-3), Table 2.1; vocabulary 50257 (GPT-2 BPE)"
 
 
+@deferred
 def _gpt3(name, params, layers, hidden, heads, batch_tokens, gpu="h100-80gb", note=""):
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
                       ffn_hidden_size=4 * hidden, vocab_size=50257, max_seq_len=2048, published_params=params,
@@ -35,6 +37,7 @@ def _gpt3(name, params, layers, hidden, heads, batch_tokens, gpu="h100-80gb", no
                        attention_kernel="eager", dropout=True, batch_source="GPT-3 Table 2.1's batch in tokens, in 2,048-token sequences")
 
 
+@deferred
 def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, global_batch=None, batch_source="",
            max_seq=None):
     """seq: the sequence length pre-training used (the plan's default); max_seq: the longest the
@@ -46,6 +49,7 @@ def _llama(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, source, globa
     return ModelPreset(model=model, seq_len=seq, micro_batch=1, global_batch=global_batch, batch_source=batch_source)
 
 
+@deferred
 def _mixtral(name, layers, hidden, ffn, heads, vocab, source):
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=8,
                       ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=32768, mlp=Mlp.SWIGLU, norm=Norm.RMSNORM,
@@ -90,6 +94,7 @@ LLAMA3_0 = ("Llama 3 Herd (arXiv:2407.21783) Table 3; HF meta-llama/Meta-Llama-3
             "with an 8,192-token context and no rope_scaling (vocab 128256)")
 
 
+@deferred
 def _qwen25(name, layers, hidden, heads, kv_heads, ffn, repo, counts):
     """Qwen2.5 dense (HF config.json of Qwen/Qwen2.5-*; model type qwen2): SwiGLU, RMSNorm, RoPE, biases on q, k and
     v only, untied embeddings, vocab 152,064; trained on 4,096-token sequences before long context (the model
@@ -102,6 +107,7 @@ def _qwen25(name, layers, hidden, heads, kv_heads, ffn, repo, counts):
     return ModelPreset(model=model, seq_len=4096)
 
 
+@deferred
 def _qwen3_moe(name, layers, hidden, heads, expert_ffn, dense_ffn, repo):
     """Qwen3 MoE (Qwen3 Technical Report, arXiv:2505.09388, Table 2; HF config.json): 128 experts, top-8,
     no shared expert, every layer routed, q/k RMSNorms of head_dim 128, 4 KV heads, untied; pre-trained
@@ -117,6 +123,7 @@ def _qwen3_moe(name, layers, hidden, heads, expert_ffn, dense_ffn, repo):
     return ModelPreset(model=model, seq_len=4096)
 
 
+@deferred
 def _gpt_oss(name, layers, experts, repo):
     """gpt-oss (OpenAI's gpt-oss model card, arXiv:2508.10925; HF config.json)."""
     model = ModelSpec(
@@ -154,6 +161,7 @@ NEMO_GPT3 = ("NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{}.yam
 NEMO_GPT3_BATCH = "NeMo-Framework-Launcher gpt3/{}.yaml: global_batch_size 2048, micro_batch_size {}"
 
 
+@deferred
 def _nemo_gpt3(name, size, layers, hidden, heads, micro_batch):
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
                       ffn_hidden_size=4 * hidden, vocab_size=50257, max_seq_len=2048,
@@ -172,6 +180,7 @@ NEMOTRON = ("nemo/collections/llm/gpt/model/nemotron.py {}: {} layers, h {}, {} 
             "256,000, seq 4096")
 
 
+@deferred
 def _nemotron(name, config, layers, hidden, heads, kv_heads, ffn, source="", global_batch=None, batch_source=""):
     model = ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
                       ffn_hidden_size=ffn, vocab_size=256000, max_seq_len=4096, mlp=Mlp.RELU2, norm=Norm.LAYERNORM,
@@ -192,6 +201,7 @@ NEMOTRON_H = ("HF nvidia/{} config.json (model_type nemotron_h): {}; transformer
               "models/nemotron_h/modeling_nemotron_h.py")
 
 
+@deferred
 def _nemotron_h(name, hf_id, note, *, pattern, hidden, heads, kv_heads, mamba_heads, ffn=1, moe=None, mtp=0,
                 max_seq=262144, seq=8192):
     model = ModelSpec(name=name, num_layers=len(pattern), hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
@@ -259,21 +269,21 @@ _PRESETS = (
     _gpt3("gpt3-175b", 175_000_000_000, 96, 12288, 96, 1536 * 2048, gpu="gpu-192gib"),
     # Shapes chosen so that the exercise's pure-TP (a = 64) and pure-PP (L = 128) layouts both
     # exist on 64 GPUs: 12*L*h^2 = 103.1e9, 103.5e9 with embeddings.
-    ModelPreset(model=ModelSpec(
+    ("dense-100b", lambda: ModelPreset(model=ModelSpec(
         name="dense-100b", num_layers=128, hidden_size=8192, num_heads=64, num_kv_heads=64,
         ffn_hidden_size=32768, vocab_size=51200, max_seq_len=2048,
         source="fitplan: a GPT-3-style ~100B decoder (L=128, h=8192, a=64, f=4h, V=51200, s=2048), "
                "103.5e9 parameters from shapes"), seq_len=2048, micro_batch=1, global_batch=1024, gpu="h100-80gb",
-        attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)"),
+        attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)")),
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
-    ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
+    ("deepseek-v3", lambda: ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
                 fp8_weight_cache=False,   # DeepGEMM's fp8 GEMMs quantize per use (deepseek-ai/DeepGEMM README)
-                batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)"),
-    ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
+                batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)")),
+    ("bloom-176b", lambda: ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
                 attention_kernel="eager", dropout=False,
                 batch_source="BLOOM's training script tr11-176B-ml.slurm (2048 sequences of 2048 tokens after the "
-                             "ramp, micro-batch 2)"),
+                             "ramp, micro-batch 2)")),
     _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024,
            batch_source=LLAMA2_BATCH),
@@ -291,9 +301,9 @@ _PRESETS = (
     _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, 12288, "Qwen/Qwen3-235B-A22B"),
     _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b"),
     _gpt_oss("gpt-oss-120b", 36, 128, "openai/gpt-oss-120b"),
-    ModelPreset(model=KIMI_K2, seq_len=4096, global_batch=16384,
+    ("kimi-k2", lambda: ModelPreset(model=KIMI_K2, seq_len=4096, global_batch=16384,
                 batch_source="Kimi K2 technical report (arXiv:2507.20534): a global batch of 67M tokens throughout "
-                             "pre-training at a 4,096-token context, 16,384 sequences (67.1M tokens)"),
+                             "pre-training at a 4,096-token context, 16,384 sequences (67.1M tokens)")),
     _nemo_gpt3("nemo-gpt3-5b", "5b", 24, 4096, 32, micro_batch=4),
     _nemo_gpt3("nemo-gpt3-20b", "20b", 44, 6144, 48, micro_batch=2),
     _nemotron("nemotron3-8b", "Nemotron3Config8B", 32, 4096, 32, 32, 16384),
@@ -308,5 +318,5 @@ _PRESETS = (
               batch_source="HF nvidia/Nemotron-4-340B-Base model card: global batch 2304 of 4,096-token sequences "
                            "(arXiv:2406.11704's ramp ends there)"),
 )
-_PRESETS = _PRESETS + HYBRID_PRESETS
-MODELS = {p.model.name: p for p in _PRESETS}
+# name -> the preset, built when first asked for (fitplan.presets.registry)
+MODELS = Registry(_PRESETS + HYBRID_PRESETS)
