@@ -188,3 +188,18 @@ def test_a_path_longer_than_the_file_system_allows_is_bad_input(flags):
     code, out, err = run(["plan", *flags, "--gpus", "8"])
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "File name too long" in err and "internal error" not in err
+
+
+def test_the_parser_builds_only_the_command_argv_names():
+    """main() builds the subparser argv names and no other (each costs argparse's gettext lookups); without one, or
+    with an unknown one, all of them, for the top-level --help and the unknown command's message; the command's
+    arguments parse the same either way."""
+    import argparse
+
+    from fitplan.cli import COMMANDS, build_parser
+    choices = lambda p: next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert sorted(choices(build_parser())) == sorted(choices(build_parser("bogus"))) == sorted(COMMANDS)
+    for name in COMMANDS:
+        assert list(choices(build_parser(name))) == [name]
+    argv = ["plan", "--preset", "gpt3-175b", "--gpus", "8", "--suggest", "--top", "4"]
+    assert vars(build_parser("plan").parse_args(argv)) == vars(build_parser().parse_args(argv))
