@@ -51,7 +51,7 @@ def _plot_timeline(path: str, reply) -> None:
     """The busiest GPU's memory over the step: the configuration asked about; with --suggest the
     recommended layout (else the first suggestion, else the least loaded); the seed's DDP."""
     from fitplan.analysis import margin_limit_bytes
-    from fitplan.memory.breakdown import stage_timeline
+    from fitplan.memory.events import stage_timeline
     from fitplan.report.plot import plot_timeline
     from fitplan.report.sentences import layout_words
     a, setup = reply.answer, reply.resolved.setup

@@ -14,7 +14,8 @@ from fitplan.counts import params as P
 from fitplan.explain import RAW
 from fitplan.memory import activations as A
 from fitplan.memory import finetune as FT
-from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate, stage_at, stage_timeline
+from fitplan.memory.breakdown import Setup, Shapes, busiest_total, evaluate, stage_at
+from fitplan.memory.events import stage_timeline
 from fitplan.search import SETTINGS, default_space, search
 from fitplan.specs import ClusterSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.timing.breakdown import evaluate_step

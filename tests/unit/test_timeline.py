@@ -15,7 +15,8 @@ from fitplan.cli import main
 from fitplan.explain import RAW
 from fitplan.memory import runtime as RT
 from fitplan.memory import timeline as TL
-from fitplan.memory.breakdown import busiest_total, evaluate, stage_timeline
+from fitplan.memory.breakdown import busiest_total, evaluate
+from fitplan.memory.events import stage_timeline
 from fitplan.specs import ParallelConfig
 from fitplan.specs.parallel import Recompute, Schedule, ZeroStage
 from fitplan.units import GiB, MiB

@@ -498,21 +498,6 @@ def evaluate(setup: Setup, config: ParallelConfig) -> Breakdown:
                      peak=pk, aux=aux, capacity_bytes=cluster.gpu.memory_bytes)
 
 
-def stage_timeline(setup: Setup, b: Breakdown) -> tuple:
-    """The busiest rank's memory over the step, event by event (fitplan.memory.timeline.timeline):
-    its schedule's forwards and backwards, then the optimizer step; the largest is b's peak."""
-    from fitplan.specs.parallel import Schedule
-    c = b.config
-    st = stage_at(RAW, setup.model, c, b.stage_index)
-    dual = c.schedule == Schedule.DUALPIPE
-    m = UNBOUNDED_MICROBATCHES if setup.training.global_batch is None else setup.training.global_batch // (c.dp * c.micro_batch)
-    v = 2 if dual else c.virtual_stages
-    chunks = int(A.chunks_in_flight(p=c.pp, v=v, r=b.stage_index, m=m, schedule=str(c.schedule)))
-    parts = stage_memory(RAW, setup, c, stage=st)   # each term as its moments hold it, not b.parts' largest
-    return TL.timeline(parts, phi=setup.training.fragmentation, chunks=chunks, m=m, v=v, p=c.pp,
-                       schedule=str(c.schedule), head=bool(st.head))
-
-
 def busiest_total(setup: Setup, c):
     """The step's peak on the busiest stage, over arrays of candidates (the search's path):
     the most of the candidate ranks' closed-form peaks (fitplan.memory.timeline.peak_bytes)."""

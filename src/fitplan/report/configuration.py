@@ -182,8 +182,8 @@ def breakdown(setup, b) -> list:
 def timeline_table(setup, b) -> Table:
     """Each forward and backward of the busiest rank's schedule, then the optimizer step: GiB
     held by group, the peak marked."""
-    from fitplan.memory.timeline import GROUPS
-    from fitplan.memory.breakdown import stage_timeline
+    from fitplan.memory.events import GROUPS
+    from fitplan.memory.events import stage_timeline
     events = stage_timeline(setup, b)
     rows = []
     for e in events:

@@ -89,7 +89,7 @@ def risk_dict(b) -> dict:
 
 def timeline_list(setup, b) -> list:
     """The busiest rank's events: phase, bytes, the steady state's repeat count, bytes by group."""
-    from fitplan.memory.breakdown import stage_timeline
+    from fitplan.memory.events import stage_timeline
     return [{"phase": e.phase, "bytes": e.bytes, "repeat": e.repeat, "by_group": e.by_group()}
             for e in stage_timeline(setup, b)]
 

@@ -6,7 +6,7 @@
                    and its layout ("#1" over "tp8 pp2 sp selective")
   plot_sweep       per-GPU memory against GPU count (or sequence length), with the
                    usable-memory line and the smallest (or largest) x that fits marked
-  plot_timeline    one rank's memory over the step (fitplan.memory.timeline): every forward
+  plot_timeline    one rank's memory over the step (fitplan.memory.events): every forward
                    and backward of its schedule and the optimizer step, stacked by group, with
                    the usable, 80%-of-capacity and capacity lines and the peak marked
 
@@ -187,12 +187,12 @@ GROUP_COLORS = {"states": "#3182bd", "runtime": "#31a354", "activations": "#e655
 
 def plot_timeline(events, path, *, usable_bytes: int, capacity_bytes: int, margin_bytes: int,
                   title: str = "Memory over the step") -> Path:
-    """Stacked steps, one per event (fitplan.memory.timeline.Event), by group (states, runtime
+    """Stacked steps, one per event (fitplan.memory.events.Event), by group (states, runtime
     buffers, activations); a steady-state pair shown once is labelled with its count. Lines:
     usable memory, the 80%-of-capacity margin (Fujii et al.) and the capacity."""
     if not events:
         raise ValueError("nothing to plot: no events")
-    from fitplan.memory.timeline import GROUPS
+    from fitplan.memory.events import GROUPS
     plt = _pyplot()
     n = len(events)
     fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * n + 4.0), 5.5), dpi=DPI)
