@@ -7,7 +7,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fitplan"
 CORE = ["specs", "counts", "memory", "timing", "search.py", "explain.py", "units.py", "arith.py", "sources.py",
-        "analysis.py", "presets", "answers.py", "request.py", "parts.py", "compare.py",
+        "analysis.py", "presets", "answers.py", "sweep.py", "request.py", "parts.py", "compare.py",
         "serving.py"]
 FORBIDDEN_CALLS = {"print", "open", "input", "exit", "quit"}
 FORBIDDEN_IMPORTS = ("torch", "fitplan.cli", "fitplan.report", "fitplan.validate", "fitplan.web", "matplotlib", "sys")

@@ -6,8 +6,8 @@ parses, prints or opens a file.
 
   plan      the seed report (no configuration), one configuration, or the search with
             its lower bound and, when nothing fits, the smallest GPU count that does
-  sweep     the least per-GPU memory any configuration needs, over GPU counts, sequence
-            lengths or micro-batches
+  sweep     (fitplan.sweep) the least per-GPU memory any configuration needs, over GPU counts,
+            sequence lengths or micro-batches
   largest_fitting_micro_batch
             the largest micro-batch one configuration fits with, everything else kept
   chosen    the configuration to export: the one given, or the search's recommended (or
@@ -17,20 +17,18 @@ from dataclasses import replace
 
 from fitplan.analysis import SeedAnswer, seed_answer
 from fitplan.counts.params import num_params
-from fitplan.errors import SpecError
 from fitplan.memory.bound import LowerBound, gpu_state_floor, lower_bound
 from fitplan.memory.breakdown import Breakdown, Setup, evaluate
 from fitplan.memory.breakdown import fits as config_fits
 from fitplan.record import record
 from fitplan.request import SearchOptions
-from fitplan.specs import ClusterSpec, TrainingSpec, compat
+from fitplan.specs import ClusterSpec, compat
 from fitplan.specs.declare import field_bounds
 from fitplan.specs.parallel import OFFLOAD_ORDER, ParallelConfig
 
 SMALLEST_TRIES = 64
 WORK_CANDIDATES = 40_000_000   # one answer's searches together: a few seconds (bench/search.py)
 MAX_GPUS = int(field_bounds(ClusterSpec, "num_gpus")[1])   # the declared range of --gpus
-MAX_SWEEP_POINTS = 64
 
 
 @record(slots=True)
@@ -134,93 +132,6 @@ def smallest_fitting(setup: Setup, micro_batch: int, opts: SearchOptions, fixed:
     powers = [1 << k for k in range((start - 1).bit_length(), MAX_GPUS.bit_length()) if (1 << k) <= MAX_GPUS]
     power = next((p for p in powers[:SMALLEST_TRIES] if fits(p)), None)
     return {"general": general, "power_of_two": power, "searched_up_to": max(seen) if seen else start}
-
-
-@record(slots=True)
-class SweepPoint:
-    x: int
-    per_gpu_bytes: int | None     # the least any legal configuration needs; None: nothing is legal
-    least: Breakdown | None
-
-    def fits(self, usable_bytes: int) -> bool:
-        return self.per_gpu_bytes is not None and self.per_gpu_bytes <= usable_bytes
-
-
-@record(slots=True)
-class SweepAnswer:
-    setup: Setup
-    over: str                     # "gpus", "seq-len" or "micro-batch"
-    points: tuple[SweepPoint, ...]
-
-    @property
-    def usable_bytes(self) -> int:
-        return self.setup.cluster.usable_bytes
-
-    @property
-    def fitting(self) -> list[int]:
-        return [p.x for p in self.points if p.fits(self.usable_bytes)]
-
-    @property
-    def best(self) -> int | None:
-        """The smallest GPU count, or the largest sequence length or micro-batch, that fits."""
-        fitting = self.fitting
-        if not fitting:
-            return None
-        return min(fitting) if self.over == "gpus" else max(fitting)
-
-
-# the x axes: the field each one sets, its flag, and the default values (powers of two)
-SWEEP_AXES = {"gpus": (ClusterSpec, "num_gpus", "--gpus"), "seq-len": (TrainingSpec, "seq_len", "--seq-len"),
-              "micro-batch": (ParallelConfig, "micro_batch", "--micro-batch")}
-MAX_DEFAULT_MICRO_BATCH = 2**12
-
-
-def sweep_values(over: str, values, *, global_batch: int | None = None) -> list[int]:
-    """The x values: given, or powers of two. GPU counts, sequence lengths and micro-batches keep
-    the ranges that --gpus, --seq-len and --micro-batch declare; the default micro-batches stop
-    at the global batch (a micro-batch holds at most the whole batch)."""
-    cls, name, flag = SWEEP_AXES[over]
-    if values is not None:
-        limit = int(field_bounds(cls, name)[1])
-        if not values or min(values) < 1 or max(values) > limit or len(values) > MAX_SWEEP_POINTS:
-            raise SpecError(f"--values: give 1 to {MAX_SWEEP_POINTS} numbers, each 1 to {limit:,} "
-                            f"(the {flag} range)")
-        return sorted(set(values))
-    if over == "gpus":
-        return [2**k for k in range(0, 13)]
-    if over == "micro-batch":
-        top = min(MAX_DEFAULT_MICRO_BATCH, global_batch or MAX_DEFAULT_MICRO_BATCH)
-        return [2**k for k in range(0, top.bit_length()) if 2**k <= top]
-    return [2**k for k in range(9, 18)]
-
-
-def sweep(setup: Setup, micro_batch: int, *, over: str, values, opts: SearchOptions, fixed: dict) -> SweepAnswer:
-    """At each x, the least per-GPU bytes any legal configuration needs, and that configuration.
-    Over micro-batches each point searches that micro-batch alone (not its halvings)."""
-    from fitplan.search import check_size, search, space_size
-    setups = []
-    for x in sweep_values(over, values, global_batch=setup.training.global_batch):
-        if over == "gpus":
-            setups.append((x, replace(setup, cluster=replace(setup.cluster, num_gpus=x))))
-        elif over == "seq-len":
-            setups.append((x, replace(setup, training=replace(setup.training, seq_len=x))))
-        else:
-            setups.append((x, setup))
-    if over == "micro-batch":
-        spaces = [replace(space_for(s, x, opts, fixed), micro_batches=(x,)) for x, s in setups]
-    else:
-        spaces = [space_for(s, micro_batch, opts, fixed) for _, s in setups]
-    work = sum(space_size(s.cluster.num_gpus, space) for (_, s), space in zip(setups, spaces))
-    if work > WORK_CANDIDATES:
-        raise SpecError(f"this sweep would search {work:,} candidates (limit {WORK_CANDIDATES:,}); give fewer or "
-                        f"smaller --values, a smaller --micro-batch or --max-cp, or fix an axis such as --tp")
-    for (x, s), space in zip(setups, spaces):     # each point's own search limit, before any point is searched
-        check_size(s.cluster.num_gpus, space, where=f"--values {x}: ")
-    points = []
-    for (x, s), space in zip(setups, spaces):
-        least = search(s, space, top=1, rank="disturbance").least_loaded
-        points.append(SweepPoint(x, None if least is None else int(least.per_gpu_bytes), least))
-    return SweepAnswer(setup, over, tuple(points))
 
 
 def largest_fitting_micro_batch(setup: Setup, config: ParallelConfig, *, fits: bool | None = None) -> int | None:

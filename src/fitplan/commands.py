@@ -23,7 +23,8 @@ def _write_file(path: str, flag: str, write) -> None:
 
 
 def _plot(path: str, reply) -> None:
-    from fitplan.answers import PlanAnswer, SweepAnswer
+    from fitplan.answers import PlanAnswer
+    from fitplan.sweep import SweepAnswer
     from fitplan.report.plot import plot_breakdowns, plot_sweep, sweep_title
     a, setup = reply.answer, reply.resolved.setup
     if isinstance(a, SweepAnswer):

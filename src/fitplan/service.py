@@ -75,9 +75,9 @@ def _compare(request: Request, r: Resolved) -> Reply:
 
 def _sweep(request: Request, r: Resolved) -> Reply:
     from fitplan.report import sweep as sweep_report
+    from fitplan.sweep import sweep
     opts = options(SweepOptions, request)
-    answer = answers.sweep(r.setup, r.micro_batch, over=opts.over, values=opts.values, opts=r.search,
-                           fixed=fixed_axes(r))
+    answer = sweep(r.setup, r.micro_batch, over=opts.over, values=opts.values, opts=r.search, fixed=fixed_axes(r))
     text = sweep_report.as_json(answer) if opts.format == "json" else render_text(sweep_report.blocks(answer))
     return Reply(0 if answer.fitting else 1, text, answer=answer, resolved=r)
 

@@ -1,5 +1,5 @@
 """`fitplan sweep`: the least per-GPU memory over GPU counts, sequence lengths or micro-batches,
-as a text table or JSON (fitplan.answers.SweepAnswer): the smallest GPU count that fits, or the
+as a text table or JSON (fitplan.sweep.SweepAnswer): the smallest GPU count that fits, or the
 largest sequence length or micro-batch (`largest_fitting`)."""
 
 from fitplan.report.jsonout import dump
