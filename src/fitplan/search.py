@@ -485,8 +485,9 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     segment, start = {}, 0   # each SP setting's stretch of a screened array in the rows' order
     for sp, rows in rows_by_sp.items():
         segment[sp], start = slice(start, start + len(rows)), start + len(rows)
-    # the memory and the time models' memos, the communicators' terms, the slowest rank
-    memo, comms, timing_memo, pacing = Memo(), {}, Memo(), {}
+    # the memory and the time models' memos, the communicators' terms
+    memo, comms, timing_memo = Memo(), {}, Memo()
+    shape = view.shape
     considered = 0
     zeros = np.array([int(z) for z in space.zero], dtype=np.float64).reshape(-1, 1, 1, 1, 1)   # the box's ZeRO axis
     # offload tier -> [recompute, (busiest totals, host bytes), step times or None], every ZeRO stage and SP setting
@@ -517,7 +518,6 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
         idx = rows[keep]
         if len(idx) == 0:
             continue
-        shape = view.shape
         every_zero = replace(view, zero=zeros, recompute=rc, offload=offload)
         if screens.get(offload, (None,))[0] != rc:   # the groups run recompute-major: one screen per offload tier
             with np.errstate(all="ignore"):   # the box's illegal rows may divide by zero; they are dropped below
@@ -550,16 +550,16 @@ def search(setup: Setup, space: SearchSpace, *, top: int = 5, rank: str = "distu
     if timed_groups:
         from fitplan.timing.step import step_time   # the time model is loaded only when something fits
         from fitplan.timing.work import pacing_rank
+        # the slowest rank (the most forward FLOPs, which no recompute mode changes): one array for every screen, so
+        # the stage's terms hit the memo as the layout's do
+        with np.errstate(all="ignore"):
+            slowest = pacing_rank(setup, timed_groups[0][1])
     for screen, every_zero, at, sp, keep, fits in timed_groups:
         if screen[2] is None:
             with np.errstate(all="ignore"):
-                # the slowest rank (the most forward FLOPs, which no recompute mode changes): one array for every
-                # screen, so the stage's terms hit the memo as the layout's do
-                if "rank" not in pacing:
-                    pacing["rank"] = pacing_rank(setup, every_zero)
-                screen[2] = step_time(timing_memo, setup, every_zero, stage_index=pacing["rank"], flops=False)
+                screen[2] = step_time(timing_memo, setup, every_zero, stage_index=slowest, flops=False)
             timing_memo.sweep()
-        on_fits = lambda a: _in_rows(a, len(zeros), view.shape, at, segment[sp])[keep][fits]
+        on_fits = lambda a: _in_rows(a, len(zeros), shape, at, segment[sp])[keep][fits]
         steps.append(on_fits(screen[2]["time/step"]))
         if rank == "cost":
             from fitplan.timing.to_train import gpu_hours_to_train
