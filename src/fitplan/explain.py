@@ -67,7 +67,7 @@ def RAW(f: Formula, /, *, key: str | None = None, **kw):
 
 class Memo:
     """Evaluator for the search's screens: RAW, each formula computed once per distinct set of
-    inputs. The screens (recompute modes, offload tiers) of one SP setting share their box's
+    inputs. The screens (recompute modes, offload tiers) share their box's
     arrays, so a term no mode changes (the embedding's and the logits' activations, the stage's
     parameters, a layer's backward) is computed for the first screen and reused by the rest. Inputs that are not
     plain numbers or strings are told apart by identity: each is held here with the result, so an
@@ -92,7 +92,7 @@ class Memo:
 
     def once(self, inputs: tuple, make):
         """make(), computed once per distinct `inputs` (told apart as a formula's are) while its entry lives: a
-        part the screens of one SP setting share though no single formula holds it (the data-parallel collectives'
+        part the screens share though no single formula holds it (the data-parallel collectives'
         costs, which no recompute mode changes, come out of arithmetic between formulas, so their inputs are new
         arrays in every screen and the formulas' own entries never match)."""
         plain = self._PLAIN
@@ -117,7 +117,7 @@ def once(ev, make, inputs):
 def layout_inputs(part: str, owner, c, *more) -> tuple:
     """once's key for a part of a layout that no recompute mode changes: the part's name (Memo.once tells parts
     apart by their inputs alone), the setup or model it belongs to, what else it reads (`more`), and the layout's
-    fields but its recompute mode (the search's screens of one SP setting share their grid's arrays, so they key
+    fields but its recompute mode (the search's screens share their box's arrays, so they key
     alike)."""
     from dataclasses import fields
     return (part, owner, *more, *(getattr(c, f.name) for f in fields(c) if f.name != "recompute"))

@@ -1,12 +1,12 @@
 """Search: enumerate -> reject with reasons -> evaluate -> rank, over NumPy arrays.
 
 The candidates are every combination of the SearchSpace whose degrees multiply to the
-GPU count. Sequence parallel, recompute and offload split the space into screens; inside a
-screen the numeric axes (the degree triples, micro-batch, virtual stages, ep) and the ZeRO
-stages are broadcast axes of one box (_Grid.box), the candidate ranks a leading axis of
-its Stage, and the same formula functions that explain one configuration evaluate them all
-at once (fitplan.memory.breakdown.busiest_totals, fitplan.timing.step.step_time, with a
-Memo per SP setting that keeps what no recompute mode changes). Each (ZeRO, SP, recompute)
+GPU count. Recompute and offload split the space into screens; inside a screen the numeric
+axes (the degree triples, each with its sequence-parallel setting, micro-batch, virtual stages,
+ep) and the ZeRO stages are broadcast axes of one box (_Grid.box), the candidate ranks a leading
+axis of its Stage, and the same formula functions that explain one configuration evaluate them
+all at once (fitplan.memory.breakdown.busiest_totals, fitplan.timing.step.step_time, with a
+Memo that keeps what no recompute mode changes). Each (ZeRO, SP, recompute)
 group then reads its slice of the screen, in the order the rank and the reject counts
 expect. What the search returns is re-evaluated exactly, one configuration at a time,
 before it is shown.

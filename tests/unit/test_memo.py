@@ -93,7 +93,7 @@ SCREENED = [("gpt3-175b", 64), ("deepseek-v3", 256), ("nemotron-3-nano-30b-a3b",
 
 @pytest.mark.parametrize("name,gpus", SCREENED)
 def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(monkeypatch, name, gpus):
-    """The search times its screens of one SP setting (one per recompute mode) through one Memo, and what no
+    """The search times its screens (one per recompute mode) through one Memo, and what no
     recompute mode changes (the data-parallel collectives' costs, fitplan.timing.data_parallel._dp_costs; the
     slowest rank's stage, the groups' placement, the GEMMs' efficiencies, the optimizer step) is formed for the
     first screen only, the modes sharing one slowest-rank array (as fitplan.search does: the most forward FLOPs,
@@ -135,7 +135,7 @@ def test_the_screens_share_the_data_parallel_costs_and_agree_with_fresh_ones(mon
 
 @pytest.mark.parametrize("name,gpus", SCREENED)
 def test_the_memory_screens_share_the_zero_parts_and_agree_with_fresh_ones(monkeypatch, name, gpus):
-    """The search's memory screens of one SP setting (one per recompute mode) share one Memo, and the parts no
+    """The search's memory screens (one per recompute mode) share one Memo, and the parts no
     recompute mode changes (the states and the weights' copies, fitplan.memory.breakdown._zero_parts; the runtime's
     buffers, _runtime; the ZeRO side of each moment's peak, fitplan.memory.timeline.peak_bytes) are formed for the
     first screen only: each screen's busiest totals equal, to the last bit, what the same box gets through RAW,

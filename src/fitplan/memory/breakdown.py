@@ -55,8 +55,8 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
         stage = stage_at(ev, model, c, 0 * pp if first else pp - 1)
     moe = model.moe
     n_dense = stage.n_dense
-    # no recompute mode changes the states or the copies of the weights: the search's screens of one SP setting
-    # compute them once
+    # no recompute mode changes the states or the copies of the weights: the search's screens (one per
+    # recompute mode) compute them once
     states, trained, psi = once(ev, lambda: _zero_parts(ev, setup, c, stage=stage),
                                 lambda: layout_inputs("states", setup, c, stage))
     out = dict(states)
@@ -110,7 +110,7 @@ def stage_memory(ev, setup: Setup, c, *, first: bool | None = None, stage: Stage
     out["activations/moe_buffers"] = buffers
     out["runtime/dequant_workspace"] = (ev(FT.dequant_workspace_bytes, P_max=FT.largest_linear(model), t=tp)
                                         if lora and FT.base_precision(training) in ("nf4", "int8") else 0)
-    # no recompute mode changes the runtime's buffers: the search's screens of one SP setting compute them once
+    # no recompute mode changes the runtime's buffers: the search's screens (one per recompute mode) compute them once
     out.update(once(ev, lambda: _runtime(ev, setup, c, stage=stage, psi=psi, trained=trained, layer=layer,
                                          comms=comms),
                     lambda: layout_inputs("runtime", setup, c, stage)))

@@ -48,7 +48,7 @@ def stage_at(ev, model: ModelSpec, c, i) -> Stage:
     """Pipeline rank i: its layers from the split (fitplan.counts.stages); under DualPipe
     rank i runs stage i of one direction and stage p-1-i of the other [deepseek-v3 Sec. 3.2.1],
     so it holds both stages' layers, and ranks 0 and p-1 both the embedding and the head. No recompute
-    mode changes it: the search's screens of one SP setting form it once per rank array (its sums are new
+    mode changes it: the search's screens (one per recompute mode) form it once per rank array (its sums are new
     arrays, which would make every term read from them miss the memo)."""
     if ev is RAW and type(i) is int and type(c.pp) is int:   # one configuration's rank: formed once (_EXACT)
         key = (id(model), c.pp, getattr(c, "virtual_stages", 1), getattr(c, "first_stage_layers", None),

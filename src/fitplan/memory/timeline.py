@@ -124,8 +124,8 @@ def peak_bytes(parts: dict, *, phi, ev=RAW, over_ranks=None):
         base = total((always, RT.allocator_bytes(phi=0, D=0, streams=streams))) if no_fragmentation else 0
         return (always, total((train, parts[FSDP_LOSS], base)), total((train, parts["runtime/fsdp_buffers"], base)),
                 over(step, base) if no_fragmentation else None)
-    # the ZeRO stage's side of the moments, which no recompute mode changes: the search's screens of one SP
-    # setting hand over the same arrays for it (fitplan.memory.breakdown's once), so they form it once
+    # the ZeRO stage's side of the moments, which no recompute mode changes: the search's screens (one
+    # per recompute mode) hand over the same arrays for it (fitplan.memory.breakdown's once), so they form it once
     always, loss_zero, layer_zero, step_most = once(
         ev, zero_side, lambda: ("peak/zero_side", phi, over_ranks is None, *(parts[k] for k in ZERO_SIDE)))
     loss = (ev(plus_bytes, a=stored, b=parts["runtime/logits_grad"]), loss_zero)

@@ -17,8 +17,6 @@ L40S, L4, A10G) take A100's curve, the ceiling scaled by the benchmark's ratio t
 their memory bandwidth. Parts without measurements of their own take their die's curve (said in
 their source).
 """
-from dataclasses import replace
-
 from fitplan.presets.registry import Registry
 from fitplan.specs.cluster import GpuSpec, LinkSpec
 from fitplan.units import GB, GiB
@@ -95,8 +93,11 @@ ETH_100G_4 = LinkSpec(name="100 Gb/s Ethernet for 4 GPUs", bytes_per_s=100e9 / 8
 
 def _preset(**fields):
     """(name, how to build it): a preset's datasheet fields, built with its host link, die generation and TDP
-    (_finished, below) when first asked for (fitplan.presets.registry)."""
-    return fields["name"], lambda: _finished(GpuSpec(**fields))
+    (HOST_LINKS and ARCHITECTURES, below) when first asked for (fitplan.presets.registry)."""
+    name = fields["name"]
+    return name, lambda: GpuSpec(**{**fields, "source": f"{fields['source']}; {HOST_LINKS[name][1]}"},
+                                 host_bytes_per_s=HOST_LINKS[name][0], architecture=ARCHITECTURES[name],
+                                 tdp_watts=fields["power_watts"])
 
 
 # No preset reserves memory: the CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's pages
@@ -342,11 +343,6 @@ ARCHITECTURES = {
     "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
     "rtx-3090": "ampere", "rtx-a6000": "ampere", "a10g": "ampere", "rtx-4090": "ada", "l40s": "ada", "l4": "ada",
 }
-
-
-def _finished(g: GpuSpec) -> GpuSpec:
-    return replace(g, host_bytes_per_s=HOST_LINKS[g.name][0], source=f"{g.source}; {HOST_LINKS[g.name][1]}",
-                   architecture=ARCHITECTURES[g.name], tdp_watts=g.power_watts)
 
 
 GPUS = Registry(_GPUS)   # name -> the preset, built when first asked for

@@ -277,13 +277,14 @@ _PRESETS = (
         attention_kernel="eager", dropout=True, batch_source="the exercise's comparison (1024 sequences)")),
     _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32000, MIXTRAL.format("Mixtral-8x7B-v0.1")),
     _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 32768, MIXTRAL.format("Mixtral-8x22B-v0.1")),
-    ("deepseek-v3", lambda: ModelPreset(model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
-                fp8_weight_cache=False,   # DeepGEMM's fp8 GEMMs quantize per use (deepseek-ai/DeepGEMM README)
-                batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)")),
-    ("bloom-176b", lambda: ModelPreset(model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb",
-                attention_kernel="eager", dropout=False,
-                batch_source="BLOOM's training script tr11-176B-ml.slurm (2048 sequences of 2048 tokens after the "
-                             "ramp, micro-batch 2)")),
+    ("deepseek-v3", lambda: ModelPreset(
+        model=DEEPSEEK_V3, seq_len=4096, micro_batch=1, global_batch=15360, moe_dispatcher="deepep",
+        fp8_weight_cache=False,   # DeepGEMM's fp8 GEMMs quantize per use (deepseek-ai/DeepGEMM README)
+        batch_source="DeepSeek-V3 report Sec. 4.2 (15360 sequences of 4K after the batch-size ramp)")),
+    ("bloom-176b", lambda: ModelPreset(
+        model=BLOOM, seq_len=2048, micro_batch=2, global_batch=2048, gpu="a100-80gb", attention_kernel="eager",
+        dropout=False, batch_source="BLOOM's training script tr11-176B-ml.slurm (2048 sequences of 2048 tokens after "
+                                    "the ramp, micro-batch 2)")),
     _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, LLAMA2, global_batch=1024, batch_source=LLAMA2_BATCH),
     _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, LLAMA2, global_batch=1024,
            batch_source=LLAMA2_BATCH),
@@ -301,9 +302,10 @@ _PRESETS = (
     _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, 12288, "Qwen/Qwen3-235B-A22B"),
     _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b"),
     _gpt_oss("gpt-oss-120b", 36, 128, "openai/gpt-oss-120b"),
-    ("kimi-k2", lambda: ModelPreset(model=KIMI_K2, seq_len=4096, global_batch=16384,
-                batch_source="Kimi K2 technical report (arXiv:2507.20534): a global batch of 67M tokens throughout "
-                             "pre-training at a 4,096-token context, 16,384 sequences (67.1M tokens)")),
+    ("kimi-k2", lambda: ModelPreset(
+        model=KIMI_K2, seq_len=4096, global_batch=16384,
+        batch_source="Kimi K2 technical report (arXiv:2507.20534): a global batch of 67M tokens throughout "
+                     "pre-training at a 4,096-token context, 16,384 sequences (67.1M tokens)")),
     _nemo_gpt3("nemo-gpt3-5b", "5b", 24, 4096, 32, micro_batch=4),
     _nemo_gpt3("nemo-gpt3-20b", "20b", 44, 6144, 48, micro_batch=2),
     _nemotron("nemotron3-8b", "Nemotron3Config8B", 32, 4096, 32, 32, 16384),

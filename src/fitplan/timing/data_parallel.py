@@ -65,8 +65,8 @@ def _per_zero_stage(ev, setup: Setup, c, **kw):
 
 def _dp_time(ev, setup: Setup, c, *, zero, m, L, place, T_f, T_b, lay: LayerTimes, bucket_bytes, e2e, rank=0):
     """dp_time of one ZeRO stage (an int), or of an array of stages below 3 (_per_zero_stage): what the
-    collectives cost (_dp_costs: no recompute mode changes it, so the search's screens of one SP setting compute
-    it once, fitplan.explain.once), then how much of it the passes hide."""
+    collectives cost (_dp_costs: no recompute mode changes it, so the search's screens (one per recompute mode)
+    compute it once, fitplan.explain.once), then how much of it the passes hide."""
     costs = once(ev, lambda: _dp_costs(ev, setup, c, zero=zero, m=m, place=place, bucket_bytes=bucket_bytes,
                                        e2e=e2e),
                  lambda: _costs_inputs(setup, c, zero=zero, bucket_bytes=bucket_bytes, e2e=e2e))

@@ -102,7 +102,7 @@ def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> L
     from fitplan.memory.breakdown import Shapes
     sh = Shapes.of(setup)
     # the GEMMs' efficiencies: no recompute mode changes them (the elementwise rerun below is the mode's), so the
-    # search's screens of one SP setting form them once per slowest rank
+    # search's screens (one per recompute mode) form them once per slowest rank
     effs, gemm_kinds, casts = once(
         ev, lambda: _gemm_efficiencies(ev, setup, c, sh, L=L, n_dense=n_dense, e2e=e2e, kinds=kinds, kept=kept),
         lambda: layout_inputs("gemm_efficiencies", setup, c, L, n_dense, *(getattr(e2e, f.name) for f in fields(e2e)),
