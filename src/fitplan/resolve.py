@@ -403,24 +403,35 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, **values), tuple(notes)
 
 
-def _placement_note(cluster) -> tuple:
-    """The assumption line where fitplan's rank placement (fitplan.timing.comm.group_is_intra_node: nodes of G
+def _placement_note(cluster, training, model) -> tuple:
+    """The assumption lines where fitplan's rank placement (fitplan.timing.comm.group_is_intra_node: nodes of G
     consecutive ranks, a group inside one only where its span divides G) sends a group over the network although the
     job's N GPUs all fit in one node: a span d that divides N but that the rule keeps off the node (64 of an NVL72
     rack's 72). The constants were fitted with the rule as it is (docs/calibration.md says why it stays), so it is
-    said, not changed."""
-    from fitplan.timing.comm import group_is_intra_node   # the rule itself, asked of each span the job allows
+    said, not changed. DeepEP's dispatch is placed on the NVLink domains the job fills instead
+    (fitplan.timing.expert.dispatch_domain): where that puts an ep span inside a domain the node rule would not,
+    a second line says so."""
+    from fitplan.timing.comm import domain_ranks, group_is_intra_node   # the rules themselves, asked of each span
     N, G = cluster.num_gpus, cluster.gpus_per_node
-    spans = [d for d in range(2, N + 1) if N % d == 0 and not group_is_intra_node.fn(stride=1, n=d, G=G)] \
-        if N <= G else []
-    if not spans:
-        return ()
-    sizes = ", ".join(map(str, spans[:-1])) + (" or " if len(spans) > 1 else "") + str(spans[-1])
-    return (f"rank placement: a tp, cp, ep or dp group spanning {sizes} consecutive ranks is taken as crossing "
-            f"nodes (timed over {cluster.gpu.inter_node.name}) because {G} is not a multiple of its span, though the "
-            f"job's {N} GPUs fit in one {G}-GPU node "
-            f"(docs/calibration.md#where-the-fit-is-biased-and-what-was-ruled-out: the constants were fitted with this "
-            f"rule)",)
+    deepep = model.moe is not None and training.moe_dispatcher == "deepep"
+    off = lambda d, g: not group_is_intra_node.fn(stride=1, n=d, G=g)
+    listed = lambda spans: ", ".join(map(str, spans[:-1])) + (" or " if len(spans) > 1 else "") + str(spans[-1])
+    out = []
+    spans = [d for d in range(2, N + 1) if N % d == 0 and off(d, G)] if N <= G else []
+    if spans:
+        out.append(f"rank placement: a {'tp, cp' if deepep else 'tp, cp, ep'} or dp group spanning {listed(spans)} "
+                   f"consecutive ranks is taken as crossing nodes (timed over {cluster.gpu.inter_node.name}) because "
+                   f"{G} is not a multiple of its span, though the job's {N} GPUs fit in one {G}-GPU node "
+                   f"(docs/calibration.md#where-the-fit-is-biased-and-what-was-ruled-out: the constants were fitted "
+                   f"with this rule)")
+    domain = domain_ranks.fn(N=N, G=G)
+    moved = [d for d in range(2, domain + 1) if N % d == 0 and off(d, G) and not off(d, domain)] if deepep else []
+    if moved:
+        out.append(f"rank placement: DeepEP's expert dispatch is timed on NVLink domains of {domain} GPUs, the job's "
+                   f"{N} filling them evenly, so an ep group spanning {listed(moved)} consecutive ranks stays on "
+                   f"{cluster.gpu.intra_node.name} (HybridEP's measured rates across a rack's trays; "
+                   f"docs/formulas.md#link-tier)")
+    return tuple(out)
 
 
 def resolve(request: Request) -> Resolved:
@@ -429,7 +440,7 @@ def resolve(request: Request) -> Resolved:
     model, preset, hints = _model(request, spec)
     training, assumed = _training(request, spec, preset, model, hints)
     cluster, gpu_notes = _cluster(request, spec, preset)
-    assumed = model_assumptions(model, hints) + assumed + gpu_notes + _placement_note(cluster)
+    assumed = model_assumptions(model, hints) + assumed + gpu_notes + _placement_note(cluster, training, model)
     setup = Setup(model, training, cluster, assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)

@@ -200,6 +200,26 @@ def test_deepep_sends_a_token_once_per_remote_node():
     assert deepep_s(count=10, S=1e9, k=8, n=1, N=1, D=0, B_in=400e9, B_net=50e9, alpha=14e-6) == 0
 
 
+
+def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
+    """64 GPUs of a 72-GPU GB200 rack, ep 64: the node rule (a span inside a node only where it divides 72) sends an
+    NCCL group of 64 over the network, but DeepEP's group is placed on the job's NVLink domain (comm.domain_ranks:
+    64) and timed as deepep_s with no remote node: count*(alpha_in + a_fw + 63/64*S/B_in), NVLink 5 at 900 GB/s x
+    its bus efficiency. The same job with NCCL's all-to-all still crosses "nodes"."""
+    setup = make_setup("qwen3-30b-a3b", 64, gpu="gb200")
+    c = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch=1)
+    deepep = replace(setup, training=replace(setup.training, moe_dispatcher="deepep"))
+    terms = {t.key: t.value for t in evaluate_step(deepep, c).terms}
+    assert terms["link/ep_domain_ranks"] == 64 and bool(terms["link/ep_domain_intra"])
+    gpu, k = deepep.cluster.gpu, CAL.of_setup(deepep)
+    count, S = terms["comm/moe_a2a_count"], terms["comm/moe_a2a_message"]
+    B_in = gpu.intra_node.bytes_per_s * gpu.intra_node.bus_efficiency
+    want = count * (gpu.intra_node.latency_s + k.collective_overhead_s + 63 / 64 * S / B_in)
+    assert terms["comm/ep_s"] == pytest.approx(want, rel=1e-12)
+    nccl = replace(setup, training=replace(setup.training, moe_dispatcher="alltoall"))
+    assert not bool({t.key: t.value for t in evaluate_step(nccl, c).terms}["link/ep_intra"])
+
+
 # ---------------------------------------------------------------- the band
 
 def test_every_time_carries_its_band():

@@ -350,3 +350,19 @@ def test_nodes_a_group_spans(name, stride, n, G, nodes):
     assert CM.group_nodes(stride=stride, n=n, G=G, intra=intra) == nodes, name
 
 
+
+
+@pytest.mark.parametrize("name, N, G, ranks", [
+    ("64 GPUs of a 72-GPU rack: one domain of 64", 64, 72, 64),
+    ("256 GPUs on racks of 72: four of 64 (Megatron-Bridge's --segment 16 trays)", 256, 72, 64),
+    ("1,024 GPUs: sixteen of 64", 1024, 72, 64),
+    ("96 GPUs: two of 48 (24 trays, segments of 12)", 96, 72, 48),
+    ("whole racks stay whole", 144, 72, 72),
+    ("whole 8-GPU boards stay whole", 64, 8, 8),
+    ("a job smaller than its board is one domain", 6, 8, 6),
+])
+def test_a_job_fills_its_nvlink_domains_evenly(name, N, G, ranks):
+    """comm.domain_ranks: whole domains of G where N is a multiple of G, else the largest divisor of N not above G
+    (Megatron-Bridge scripts/performance/utils/executors.py asks Slurm for the whole job up to 18 trays of 4 GPUs,
+    else the largest divisor of its trays up to 18: 256 GPUs = 64 trays -> 16, 64 GPUs per domain)."""
+    assert CM.domain_ranks(N=N, G=G) == ranks, name

@@ -132,3 +132,27 @@ def test_a_job_inside_one_node_says_which_groups_the_placement_sends_over_the_ne
         assert not [a for a in json.loads(text)["assumed"] if a.startswith("rank placement")]
     _, text, _ = run(["plan", "--preset", "llama3.1-8b", "--gpus", "6", "--format", "json"])
     assert any("spanning 3 or 6 consecutive ranks" in a for a in json.loads(text)["assumed"])   # 6 of 8: 3 and 6
+
+
+def test_deepep_says_it_is_placed_on_the_jobs_nvlink_domains():
+    """DeepEP's dispatch is placed on the NVLink domains the job fills (fitplan.timing.expert.dispatch_domain), so
+    the node rule's line no longer names ep, a second line says where DeepEP's group is, and the links line agrees.
+    256 GPUs on racks of 72 fill four domains of 64: only the DeepEP line (the job needs several racks)."""
+    argv = ["plan", "--preset", "gpt-oss-120b", "--gpus", "64", "--ep", "64", "--gpu", "gb300",
+            "--moe-dispatcher", "deepep"]
+    _, text, _ = run(argv + ["--format", "json"])
+    note = [a for a in json.loads(text)["assumed"] if a.startswith("rank placement")]
+    assert note == ["rank placement: a tp, cp or dp group spanning 16, 32 or 64 consecutive ranks is taken as crossing "
+                    "nodes (timed over ConnectX-8 800 Gb/s) because 72 is not a multiple of its span, though the "
+                    "job's 64 GPUs fit in one 72-GPU node (docs/calibration.md#where-the-fit-is-biased-and-what-was-"
+                    "ruled-out: the constants were fitted with this rule)",
+                    "rank placement: DeepEP's expert dispatch is timed on NVLink domains of 64 GPUs, the job's 64 "
+                    "filling them evenly, so an ep group spanning 16, 32 or 64 consecutive ranks stays on NVLink 5 "
+                    "(HybridEP's measured rates across a rack's trays; docs/formulas.md#link-tier)"]
+    _, text, _ = run(argv)
+    assert "ep 64 inside a node over NVLink 5" in text
+    _, text, _ = run(["plan", "--preset", "deepseek-v3", "--gpus", "256", "--ep", "64", "--pp", "4", "--gpu",
+                      "gb200", "--moe-dispatcher", "deepep", "--format", "json"])
+    note = [a for a in json.loads(text)["assumed"] if a.startswith("rank placement")]
+    assert len(note) == 1 and note[0].startswith("rank placement: DeepEP's expert dispatch is timed on NVLink domains "
+                                                 "of 64 GPUs, the job's 256 filling them evenly")
