@@ -200,7 +200,6 @@ def test_deepep_sends_a_token_once_per_remote_node():
     assert deepep_s(count=10, S=1e9, k=8, n=1, N=1, D=0, B_in=400e9, B_net=50e9, alpha=14e-6) == 0
 
 
-
 def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
     """64 GPUs of a 72-GPU GB200 rack, ep 64: the node rule (a span inside a node only where it divides 72) sends an
     NCCL group of 64 over the network, but DeepEP's group is placed on the job's NVLink domain (comm.domain_ranks:

@@ -350,8 +350,6 @@ def test_nodes_a_group_spans(name, stride, n, G, nodes):
     assert CM.group_nodes(stride=stride, n=n, G=G, intra=intra) == nodes, name
 
 
-
-
 @pytest.mark.parametrize("name, N, G, ranks", [
     ("64 GPUs of a 72-GPU rack: one domain of 64", 64, 72, 64),
     ("256 GPUs on racks of 72: four of 64 (Megatron-Bridge's --segment 16 trays)", 256, 72, 64),

@@ -218,13 +218,14 @@ def group_nodes(*, stride, n, G, intra):
 
 @formula("link/domain_ranks", "G if N % G == 0 else max{d <= G : N % d == 0}",
          Cite("megatron-gb200", "image6 (HybridEP at NVLink rates across a GB200 rack's trays); Megatron-Bridge "
-              "scripts/performance/utils/executors.py @f02b14e6 (Slurm --segment)"), COUNT,
+              "scripts/performance/utils/executors.py @023219ed (Slurm --segment)"), COUNT,
          ("a job fills the NVLink domains it spans evenly: whole domains where its GPU count is a multiple of "
           "their size, else the largest divisor of its GPU count that fits one (64 GPUs of a 72-GPU rack: all 64)",))
 def domain_ranks(*, N, G):
     """GPUs of an N-GPU job in each NVLink domain of G it spans. Megatron-Bridge's launcher asks Slurm for equal
     segments of a GB200/GB300 rack's 4-GPU trays (the whole job up to 18 trays, else the largest divisor of its
-    trays up to 18), so a 64- or 256-GPU job sits in domains of 64; an 8-GPU board holds 8 of any multiple of 8."""
+    trays up to 18), so a 64- or 256-GPU job sits in domains of 64; an 8-GPU board holds 8 of any multiple of 8.
+    N and G are the job's and the domain's sizes, plain ints even in the search (every candidate spans the job)."""
     if N % G == 0:
         return G
     return max(d for d in range(1, min(N, G) + 1) if N % d == 0)
