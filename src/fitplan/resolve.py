@@ -409,7 +409,7 @@ def _placement_note(cluster, training, model) -> tuple:
     job's N GPUs all fit in one node: a span d that divides N but that the rule keeps off the node (64 of an NVL72
     rack's 72). The constants were fitted with the rule as it is (docs/calibration.md says why it stays), so it is
     said, not changed. DeepEP's dispatch is placed on the NVLink domains the job fills instead
-    (fitplan.timing.expert.dispatch_domain): where that puts an ep span inside a domain the node rule would not,
+    (fitplan.timing.axes.placement): where that puts an ep span inside a domain the node rule would not,
     a second line says so."""
     from fitplan.timing.comm import domain_ranks, group_is_intra_node   # the rules themselves, asked of each span
     N, G = cluster.num_gpus, cluster.gpus_per_node

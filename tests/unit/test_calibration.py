@@ -209,7 +209,7 @@ def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
     c = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch=1)
     deepep = replace(setup, training=replace(setup.training, moe_dispatcher="deepep"))
     terms = {t.key: t.value for t in evaluate_step(deepep, c).terms}
-    assert terms["link/ep_domain_ranks"] == 64 and bool(terms["link/ep_domain_intra"])
+    assert terms["link/ep_domain_ranks"] == 64 and bool(terms["link/ep_intra"])
     gpu, k = deepep.cluster.gpu, CAL.of_setup(deepep)
     count, S = terms["comm/moe_a2a_count"], terms["comm/moe_a2a_message"]
     B_in = gpu.intra_node.bytes_per_s * gpu.intra_node.bus_efficiency

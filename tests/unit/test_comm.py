@@ -293,7 +293,8 @@ def _groups_by_rank(tp, cp, dp, pp, ep):
 def _placement(tp, cp, dp, pp, ep, G):
     from fitplan.timing.axes import placement
     c = SimpleNamespace(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, shard_degree=None)
-    setup = SimpleNamespace(cluster=SimpleNamespace(gpus_per_node=G))
+    setup = SimpleNamespace(cluster=SimpleNamespace(gpus_per_node=G), model=SimpleNamespace(moe=None),
+                            training=SimpleNamespace(moe_dispatcher="alltoall"))   # NCCL's groups: whole nodes
     return placement(lambda f, key=None, **kw: f(**kw), setup, c)
 
 

@@ -135,7 +135,7 @@ def test_a_job_inside_one_node_says_which_groups_the_placement_sends_over_the_ne
 
 
 def test_deepep_says_it_is_placed_on_the_jobs_nvlink_domains():
-    """DeepEP's dispatch is placed on the NVLink domains the job fills (fitplan.timing.expert.dispatch_domain), so
+    """DeepEP's dispatch is placed on the NVLink domains the job fills (fitplan.timing.axes.placement), so
     the node rule's line no longer names ep, a second line says where DeepEP's group is, and the links line agrees.
     256 GPUs on racks of 72 fill four domains of 64: only the DeepEP line (the job needs several racks)."""
     argv = ["plan", "--preset", "gpt-oss-120b", "--gpus", "64", "--ep", "64", "--gpu", "gb300",

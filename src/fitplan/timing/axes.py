@@ -36,8 +36,16 @@ def placement(ev, setup: Setup, c) -> dict:
     """Each axis's group: (inside one node, nodes it spans); rank order tp-cp-dp-pp, a node being the
     NVLink domain. dp: the gradient reduction's dp x cp group, cp*dp ranks tp apart (dp_shard: a hybrid
     shard group, shard_degree of them; dp_replica: the shard groups' replicas, tp*shard_degree apart);
-    ep: ep consecutive ranks of a stage; expert_dp: the ranks ep apart that reduce the experts' gradients."""
+    ep: ep consecutive ranks of a stage; expert_dp: the ranks ep apart that reduce the experts' gradients.
+    DeepEP's ep group is placed on the NVLink domains the job fills (comm.domain_ranks) instead of whole nodes:
+    HybridEP, the flex dispatcher's backend on Blackwell, moves tokens across a GB200 rack's trays at NVLink rates
+    (714.66 GB/s dispatch at EP 36, NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization image6
+    @eb0783b6), so a 64-GPU job's ep 64 is one domain; NCCL's groups inside a rack's domain were tested and not
+    kept (docs/calibration.md, the biases). On 8-GPU boards, jobs of whole boards, the two rules agree."""
     strides, G = CM.rank_strides(tp=c.tp, cp=c.cp, dp=c.dp), setup.cluster.gpus_per_node
+    sizes = {}
+    if setup.model.moe is not None and setup.training.moe_dispatcher == "deepep":
+        sizes["ep"] = ev(CM.domain_ranks, key="link/ep_domain_ranks", N=setup.cluster.num_gpus, G=G)
     groups = {"tp": (strides["tp"], c.tp), "cp": (strides["cp"], c.cp), "pp": (strides["pp"], c.pp),
               "dp": (c.tp, c.cp * c.dp), "ep": (1 + 0 * c.ep, c.ep),
               "expert_dp": (c.ep, maximum(c.tp * c.cp * c.dp // c.ep, 1))}
@@ -46,8 +54,9 @@ def placement(ev, setup: Setup, c) -> dict:
         groups["dp_replica"] = (c.tp * c.shard_degree, maximum(c.cp * c.dp // c.shard_degree, 1))
     out = {}
     for axis, (stride, n) in groups.items():
-        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=stride, n=n, G=G)
-        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=stride, n=n, G=G, intra=intra))
+        g = sizes.get(axis, G)
+        intra = ev(CM.group_is_intra_node, key=f"link/{axis}_intra", stride=stride, n=n, G=g)
+        out[axis] = (intra, ev(CM.group_nodes, key=f"link/{axis}_nodes", stride=stride, n=n, G=g, intra=intra))
     return out
 
 

@@ -65,19 +65,6 @@ def deepep_s(*, count, S, k, n, N, D, B_in, B_net, alpha, a_fw=0):
     return select(n > 1, count * t, 0 * t)
 
 
-def dispatch_domain(ev, setup: Setup, c) -> tuple:
-    """DeepEP's group: (inside one NVLink domain, domains it spans), its ep consecutive ranks placed on the NVLink
-    domains the job fills (comm.domain_ranks), where NCCL's groups keep whole nodes of G (axes.placement). HybridEP,
-    the flex dispatcher's backend on Blackwell, moves tokens across a GB200 rack's trays at NVLink rates (714.66 GB/s
-    dispatch at EP 36, NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization image6 @eb0783b6): a
-    64-GPU job's ep 64 is one domain. NCCL inside a rack's domain was tested and not kept (docs/calibration.md, the
-    biases). On 8-GPU boards, jobs of whole boards, the two rules agree."""
-    G = ev(CM.domain_ranks, key="link/ep_domain_ranks", N=setup.cluster.num_gpus, G=setup.cluster.gpus_per_node)
-    one = 1 + 0 * c.ep
-    intra = ev(CM.group_is_intra_node, key="link/ep_domain_intra", stride=one, n=c.ep, G=G)
-    return intra, ev(CM.group_nodes, key="link/ep_domain_nodes", stride=one, n=c.ep, G=G, intra=intra)
-
-
 def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerTimes, place, e2e) -> AxisTime:
     """Expert parallel: all-to-all dispatch and combine per MoE layer, exposed unless overlapped
     (DualPipe, or --overlap-moe-expert-parallel-comm): then each MoE layer's all-to-alls hide
@@ -87,10 +74,8 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
         zero = 0 * like
         return AxisTime(zero, ev(T.exposed_s, key="time/ep_exposed", T_comm=zero, T_window=0, T_tail=0), zero == 0,
                         zero, zero, zero)
-    intra, nodes = place["ep"]
+    intra, nodes = place["ep"]   # DeepEP's: on the NVLink domains the job fills (axes.placement)
     deepep = setup.training.moe_dispatcher == "deepep"
-    if deepep:   # its group placed by the NVLink domains the job fills, not by whole nodes (dispatch_domain)
-        intra, nodes = dispatch_domain(ev, setup, c)
     extra = {} if sh.e_l is None else {"e_l": sh.e_l}
     # LatentMoE dispatches the tokens' latents (Nemotron 3 Super, Ultra: moe_latent_size), not their h-wide states
     S_ep = ev(moe_a2a_bytes, e=sh.e, k=sh.moe.k, rho=sh.moe.rho, s=sh.s, b=c.micro_batch, h=sh.moe.w or sh.h, t=c.tp,
