@@ -193,6 +193,36 @@ def test_fp8_linears_run_at_the_fp8_curve_and_pay_their_casts():
     assert fp8["time/forward_microbatch"] < bf16["time/forward_microbatch"]
 
 
+def test_nvfp4_quantization_costs_what_transformer_engine_measured_against_mxfp8():
+    """Transformer Engine's GEMM profiling page (gemm_profiling.rst@33294178, the 5B example on a B300: h 4096, ffn
+    16384, 15,872 tokens, one layer's 12 GEMMs) measures quantizing at autocast minus pre-quantized per layer:
+    NVFP4 6.439 - 3.754 = 2.685 ms, MXFP8 8.507 - 7.324 = 1.183 ms. fitplan's cast count for that layer (weights
+    cast every call, m = 1) gives NVFP4 (0.5 + 1/16 bytes written) 0.769 of MXFP8's (1 + 1/32) bytes; q scales NVFP4's
+    so the two stand as measured, 2.270 = q*0.769, q = 2.95. Counted by hand for the layer: X = 15872*(3*4096 +
+    16384), Y = 15872*(5*4096 + 16384), W = 4096*(3*4096 + 4096 + 2*16384); forward (2 + e)X + (2 + 2e)W (the amax
+    history's 2*4*1024*3*4 B too), backward (2 + e)Y + e(X + Y)."""
+    from fitplan.timing import elementwise as E
+    X, Y, W = 15872 * (3 * 4096 + 16384), 15872 * (5 * 4096 + 16384), 4096 * (3 * 4096 + 4096 + 2 * 16384)
+    counted = {r: (2 + e) * X + (2 + 2 * e) * W + 2 * 4 * 1024 * 3 * 4 + (2 + e) * Y + e * (X + Y)
+               for r, e in (("mxfp8", 1 + 1 / 32), ("nvfp4", 0.5 + 1 / 16))}
+    for r in counted:
+        assert E._layer_cast_bytes(r, **E.TE_5B_LAYER) == pytest.approx(counted[r], rel=1e-12)
+    assert counted["nvfp4"] / counted["mxfp8"] == pytest.approx(0.769, abs=5e-4)
+    assert E.NVFP4_CAST_TRAFFIC * counted["nvfp4"] / counted["mxfp8"] == pytest.approx(2.685 / 1.183, rel=1e-12)
+    assert E.NVFP4_CAST_TRAFFIC == pytest.approx(2.95, abs=5e-3)
+    # in a plan: NVFP4's cast seconds are q times its counted bytes at HBM bandwidth; MXFP8's are their bytes'
+    c = ParallelConfig(micro_batch=2)
+    base = _setup(gpu="b200", recipe="fp8")
+    nv, mx = ({t.key: t.value for t in evaluate_step(dataclasses.replace(base, training=dataclasses.replace(
+        base.training, recipe=dataclasses.replace(base.training.recipe, compute=r))), c).terms}
+              for r in ("nvfp4", "mxfp8"))
+    for key in ("forward", "backward"):
+        assert nv[f"time/fp8_casts_{key}"] == pytest.approx(
+            E.NVFP4_CAST_TRAFFIC * nv[f"bytes/fp8_casts_{key}"] / 8e12, rel=1e-12)
+        assert mx[f"time/fp8_casts_{key}"] == pytest.approx(mx[f"bytes/fp8_casts_{key}"] / 8e12, rel=1e-12)
+        assert nv[f"time/fp8_casts_{key}"] > mx[f"time/fp8_casts_{key}"]
+
+
 def test_layers_kept_in_bf16_run_their_linears_at_the_bf16_curve():
     """--bf16-last-layers 1 of GPT's 2 layers (Megatron-Core's first_last_layers_bf16: that layer runs outside the
     fp8 autocast, megatron/core/fp8_utils.py): one layer's linears run as the bf16 recipe's and one as the fp8
