@@ -91,8 +91,8 @@ def moe_traffic_s(*, C, kappa_moe, W):
 # Engine measured it on a B300 (docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst@33294178,
 # the worked 5B example: h 4096, ffn 16384, 31 x 512 tokens, one layer's 12 GEMMs): per layer, autocast (inputs
 # quantized before each GEMM) minus --pre-quantize (the kernels alone) is 6.439 - 3.754 = 2.685 ms for NVFP4
-# against 8.507 - 7.324 = 1.183 ms for MXFP8. fitplan's cast count below gives NVFP4 0.77 of MXFP8's bytes for
-# that layer (its smaller writes); NVFP4_CAST_TRAFFIC scales NVFP4's count to the measured 2.27 times MXFP8's.
+# against 8.507 - 7.324 = 1.183 ms for MXFP8. fitplan's cast count (fp8_cast_forward_bytes and
+# fp8_cast_backward_bytes, above) gives NVFP4 0.77 of MXFP8's bytes for that layer (its smaller writes); NVFP4_CAST_TRAFFIC scales NVFP4's count to the measured 2.27 times MXFP8's.
 # MXFP8's own count stays the base: its level is absorbed with the other memory-bound kernels' by the end-to-end
 # fit, and no measurement here prices the fp8 recipes' passes apart from it.
 TE_B300_QUANTIZE_S = {"mxfp8": 8.507e-3 - 7.324e-3, "nvfp4": 6.439e-3 - 3.754e-3}
@@ -119,9 +119,10 @@ CAST_TRAFFIC = {"nvfp4": NVFP4_CAST_TRAFFIC}
 
 
 @formula("time/fp8_casts", "q*bytes/W_hbm", NVFP4_QUANTIZE, SECONDS,
-         ("q: the recipe's quantization traffic over the bytes counted for its casts, 1 but for NVFP4 (its amax "
-          "passes and Hadamard-transformed wgrad copies: 2.27 times MXFP8's time per layer as Transformer Engine "
-          "measured on a B300, q = 2.95)",))
+         (f"q: the recipe's quantization traffic over the bytes counted for its casts, 1 but for NVFP4 (its amax "
+          f"passes and Hadamard-transformed wgrad copies: "
+          f"{TE_B300_QUANTIZE_S['nvfp4'] / TE_B300_QUANTIZE_S['mxfp8']:.2f} times MXFP8's time per layer as "
+          f"Transformer Engine measured on a B300, q = {NVFP4_CAST_TRAFFIC:.2f})",))
 def cast_s(*, bytes_, W, q=1):
     return q * bytes_ / W
 
