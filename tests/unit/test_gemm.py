@@ -227,8 +227,10 @@ def test_layers_kept_in_bf16_run_their_linears_at_the_bf16_curve():
     """--bf16-last-layers 1 of GPT's 2 layers (Megatron-Core's first_last_layers_bf16: that layer runs outside the
     fp8 autocast, megatron/core/fp8_utils.py): one layer's linears run as the bf16 recipe's and one as the fp8
     recipe's, at equal FLOPs, so their seconds average: 1/(peak8*eff) = (1/(peak8*eff8) + 1/(peak16*eff16))/2
-    (eff8, eff16: the linear efficiencies of the all-fp8 and the bf16 plans). The core, the output layer, the casts
-    and the FLOPs do not move."""
+    (eff8, eff16: the linear efficiencies of the all-fp8 and the bf16 plans). The core, the output layer and the
+    FLOPs do not move; the kept layer casts nothing (it runs outside the autocast), so the casts' bytes per layer
+    are the fp8 plan's over half the layers: 3*X/2 forward with the weights' 4*W_el/2 once per step (the amax
+    histories' 2*4*1024*3*4 B stay), (3*Y + X + Y)/2 backward (X, Y, W_el as in the fp8 test above)."""
     c = ParallelConfig(micro_batch=2)
     fp8_setup = _setup(recipe="fp8")
     kept_setup = dataclasses.replace(fp8_setup, training=dataclasses.replace(fp8_setup.training, bf16_last_layers=1))
@@ -237,8 +239,14 @@ def test_layers_kept_in_bf16_run_their_linears_at_the_bf16_curve():
     assert kept["layer/bf16_kept/dense"] == 1
     seconds = (1 / (1979e12 * fp8["ratio/linear_efficiency"]) + 1 / (989e12 * bf16["ratio/linear_efficiency"])) / 2
     assert 1 / (1979e12 * kept["ratio/linear_efficiency"]) == pytest.approx(seconds, rel=1e-12)
-    for key in ("ratio/core_efficiency", "ratio/head_efficiency", "bytes/fp8_casts_forward", "flops/microbatch/forward"):
+    for key in ("ratio/core_efficiency", "ratio/head_efficiency", "flops/microbatch/forward"):
         assert kept[key] == fp8[key], key
+    X = 4096 * (768 + 768 + 768 + 3072)
+    Y = 4096 * (2304 + 768 + 3072 + 768)
+    W_el = 768 * (2304 + 768 + 3072) + 3072 * 768
+    m = 2
+    assert kept["bytes/fp8_casts_forward"] == pytest.approx(3 * X / 2 + (4 * W_el / 2 + 2 * 4 * 1024 * 3 * 4) / m)
+    assert kept["bytes/fp8_casts_backward"] == pytest.approx((3 * Y + X + Y) / 2)
     assert fp8["time/forward_microbatch"] < kept["time/forward_microbatch"] < bf16["time/forward_microbatch"]
 
 

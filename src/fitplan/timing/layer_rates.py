@@ -67,9 +67,9 @@ def bf16_layers_on_stage(model, c, i, *, first: int, last: int) -> dict:
 @formula("layer/bf16_kept", "n  (the stage's layers among the model's first and last kept in bf16, this class's)",
          Cite("megatron", "megatron/core/fp8_utils.py is_first_last_bf16_layer, fp4_utils.py get_fp4_context "
                           "(first_last_layers_bf16) @d98e8a6"), COUNT,
-         ("a layer kept in bf16 runs its linear GEMMs at the bf16 rate; the quantized weight copies and casts are "
-          "still counted for every layer (an overcount of those small terms), and the multi-token-prediction "
-          "modules keep the recipe's precision",))
+         ("a layer kept in bf16 runs its linear GEMMs at the bf16 rate and casts nothing (it runs outside the "
+          "autocast); its quantized weight copies are still counted in memory (an overcount of that small term), and "
+          "the multi-token-prediction modules keep the recipe's precision",))
 def bf16_kept_layers(*, n):
     return n
 
@@ -134,7 +134,8 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
             F_s, T_s = class_flops_and_s(ev, ssd_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"],
                                          gpu)
             eff_ssm = ev(sustained_efficiency, key="ratio/ssd_efficiency", F=F_s, T=T_s, peak=r["bf16"].peak)
-        casts = (gemm_kinds, weights)
+        # the casts: the stage's layers of each kind that run inside the low-precision autocast
+        casts = (gemm_kinds, weights if kept is None else [w - kept[k] for w, k in zip(weights, used)])
     else:
         gemm_kinds = [linear_gemms(model, T=T, t=c.tp)]
         if n_dense is not None:
@@ -147,7 +148,8 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
         else:
             F_lin, T_lin = (sums[0] if n_dense is None else
                             (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
-        casts = None
+        casts = None if kept is None else (gemm_kinds, [L - kept["dense"]] if n_dense is None else
+                                           [n_dense - kept["dense"], L - n_dense - kept["moe"]])
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
         eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, clock=e2e.clock)
