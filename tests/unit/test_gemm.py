@@ -206,7 +206,7 @@ def test_nvfp4_quantization_costs_what_transformer_engine_measured_against_mxfp8
     counted = {r: (2 + e) * X + (2 + 2 * e) * W + 2 * 4 * 1024 * 3 * 4 + (2 + e) * Y + e * (X + Y)
                for r, e in (("mxfp8", 1 + 1 / 32), ("nvfp4", 0.5 + 1 / 16))}
     for r in counted:
-        assert E._layer_cast_bytes(r, **E.TE_5B_LAYER) == pytest.approx(counted[r], rel=1e-12)
+        assert E._layer_cast_bytes(r, E.TE_5B_LAYER) == pytest.approx(counted[r], rel=1e-12)
     assert counted["nvfp4"] / counted["mxfp8"] == pytest.approx(0.769, abs=5e-4)
     assert E.NVFP4_CAST_TRAFFIC * counted["nvfp4"] / counted["mxfp8"] == pytest.approx(2.685 / 1.183, rel=1e-12)
     assert E.NVFP4_CAST_TRAFFIC == pytest.approx(2.95, abs=5e-3)

@@ -12,6 +12,7 @@ from fitplan.arith import maximum, select
 from fitplan.explain import SECONDS, formula
 from fitplan.sources import Cite
 from fitplan.specs.training import LOW_PRECISION_BYTES
+from fitplan.timing.gemm import Gemm
 
 ELEMENTWISE = Cite("fitplan", "formulas.md#elementwise-traffic (kappa: fitplan.timing.calibration)")
 FP8_CASTS = Cite("transformer-engine", "fp8 casts before each fp8 GEMM, transposed copies for wgrad on Hopper, "
@@ -92,29 +93,36 @@ def moe_traffic_s(*, C, kappa_moe, W):
 # the worked 5B example: h 4096, ffn 16384, 31 x 512 tokens, one layer's 12 GEMMs): per layer, autocast (inputs
 # quantized before each GEMM) minus --pre-quantize (the kernels alone) is 6.439 - 3.754 = 2.685 ms for NVFP4
 # against 8.507 - 7.324 = 1.183 ms for MXFP8. fitplan's cast count (fp8_cast_forward_bytes and
-# fp8_cast_backward_bytes, above) gives NVFP4 0.77 of MXFP8's bytes for that layer (its smaller writes); NVFP4_CAST_TRAFFIC scales NVFP4's count to the measured 2.27 times MXFP8's.
+# fp8_cast_backward_bytes, above) gives NVFP4 0.77 of MXFP8's bytes for that layer (its smaller writes);
+# NVFP4_CAST_TRAFFIC scales NVFP4's count to the measured 2.27 times MXFP8's.
 # MXFP8's own count stays the base: its level is absorbed with the other memory-bound kernels' by the end-to-end
 # fit, and no measurement here prices the fp8 recipes' passes apart from it.
 TE_B300_QUANTIZE_S = {"mxfp8": 8.507e-3 - 7.324e-3, "nvfp4": 6.439e-3 - 3.754e-3}
-TE_5B_LAYER = {"tokens": 31 * 512, "h": 4096, "ffn": 16384}
+# the page's layer: 31 x 512 tokens through its four linears (qkv, proj, fc1, fc2; h 4096, ffn 16384, no gating)
+_T, _H, _F = 31 * 512, 4096, 16384
+TE_5B_LAYER = (Gemm("qkv", _T, 3 * _H, _H), Gemm("proj", _T, _H, _H), Gemm("fc1", _T, _F, _H), Gemm("fc2", _T, _H, _F))
 NVFP4_QUANTIZE = Cite("transformer-engine", "docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst"
                                             "@33294178 (5B layer on B300: autocast minus pre-quantized, NVFP4 "
                                             "2.685 ms, MXFP8 1.183 ms); nvfp4/nvfp4.rst (amax, RHT, SR)")
 
 
-def _layer_cast_bytes(compute, *, tokens, h, ffn):
-    """fitplan's cast count for one layer of the measured model: its four GEMMs (qkv, proj, fc1, fc2, no
-    gating), weights cast every call (m = 1: the benchmark quantizes both operands each time)."""
-    X = tokens * (h + h + h + ffn)
-    Y = tokens * (3 * h + h + ffn + h)
-    W_el = h * 3 * h + h * h + h * ffn + ffn * h
+def cast_elements(gemms) -> tuple:
+    """X, Y, W_el of a set of linear GEMMs: their inputs', outputs' and weights' elements, what the casts move."""
+    return (sum(gm.g * gm.m * gm.k for gm in gemms), sum(gm.g * gm.m * gm.n for gm in gemms),
+            sum(gm.g * gm.k * gm.n for gm in gemms))
+
+
+def _layer_cast_bytes(compute, gemms):
+    """fitplan's cast count for one layer of the measured model, weights cast every call (m = 1: the benchmark
+    quantizes both operands each time)."""
+    X, Y, W_el = cast_elements(gemms)
     e_lp = LOW_PRECISION_BYTES[compute]
-    return (fp8_cast_forward_bytes.fn(X=X, W_el=W_el, n_g=4, e=2, m=1, e_lp=e_lp)
+    return (fp8_cast_forward_bytes.fn(X=X, W_el=W_el, n_g=len(gemms), e=2, m=1, e_lp=e_lp)
             + fp8_cast_backward_bytes.fn(X=X, Y=Y, e=2, e_lp=e_lp))
 
 
 NVFP4_CAST_TRAFFIC = (TE_B300_QUANTIZE_S["nvfp4"] / TE_B300_QUANTIZE_S["mxfp8"]) / (
-    _layer_cast_bytes("nvfp4", **TE_5B_LAYER) / _layer_cast_bytes("mxfp8", **TE_5B_LAYER))
+    _layer_cast_bytes("nvfp4", TE_5B_LAYER) / _layer_cast_bytes("mxfp8", TE_5B_LAYER))
 CAST_TRAFFIC = {"nvfp4": NVFP4_CAST_TRAFFIC}
 
 
@@ -198,8 +206,7 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
         zero = 0 * like
         return zero, zero
     e_lp = LOW_PRECISION_BYTES[compute]
-    elements = [(sum(gm.g * gm.m * gm.k for gm in gs), sum(gm.g * gm.m * gm.n for gm in gs),
-                 sum(gm.g * gm.k * gm.n for gm in gs)) for gs in kinds]
+    elements = [cast_elements(gs) for gs in kinds]
     if weights is not None:
         X, Y, W_el = (mix_kinds(weights, L, list(col)) for col in zip(*elements))
     else:

@@ -76,19 +76,21 @@ def bf16_kept_layers(*, n):
 
 def _linear_mix(ev, weights, L, sums, gemm_kinds, names, r, gpu, kept):
     """The stage's linear GEMMs' FLOPs and seconds per layer: each class's (sums: (F, T) at the recipe's rate) times
-    its layers (weights), over the L layers; the layers kept in bf16 (kept, by class name) at the bf16 rate."""
+    its layers (weights), over the L layers; the layers kept in bf16 (kept, by class name) at the bf16 rate. Also
+    each class's layers inside the low-precision autocast, the ones that cast (all of them without kept)."""
     F_parts, T_parts = [x[0] for x in sums], [x[1] for x in sums]
     if kept is not None:
         names = names[:len(gemm_kinds)]
         n_kept = [ev(bf16_kept_layers, key=f"layer/bf16_kept/{name}", n=kept[name]) for name in names]
         at_bf16 = [class_flops_and_s(ev, g, r["bf16"], gpu, prefix=f"bf16/{name}/")
                    for g, name in zip(gemm_kinds, names)]
-        weights = [w - n for w, n in zip(weights, n_kept)] + n_kept
+        inside = [w - n for w, n in zip(weights, n_kept)]
+        weights = inside + n_kept
         F_parts, T_parts = F_parts + [x[0] for x in at_bf16], T_parts + [x[1] for x in at_bf16]
         # a stage without layers (--first-stage-layers 0) takes the first class's rates, which no layer multiplies
         return (select(L > 0, E.mix_kinds(weights, L, F_parts), F_parts[0]),
-                select(L > 0, E.mix_kinds(weights, L, T_parts), T_parts[0]))
-    return E.mix_kinds(weights, L, F_parts), E.mix_kinds(weights, L, T_parts)
+                select(L > 0, E.mix_kinds(weights, L, T_parts), T_parts[0]), inside)
+    return E.mix_kinds(weights, L, F_parts), E.mix_kinds(weights, L, T_parts), weights
 
 
 def layer_rates(ev, setup, c, *, L, n_dense, m, e2e, kinds=None, kept=None) -> LayerRates:
@@ -129,13 +131,12 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
         sums = [class_flops_and_s(ev, g, r["linear"], gpu, prefix=f"{k}/", grouped=r.get("grouped"))
                 for g, k in zip(gemm_kinds, used)]
         weights = [kinds[k] for k in used]
-        F_lin, T_lin = _linear_mix(ev, weights, L, sums, gemm_kinds, used, r, gpu, kept)
+        F_lin, T_lin, inside = _linear_mix(ev, weights, L, sums, gemm_kinds, used, r, gpu, kept)
         if "M" in used and model.mamba.version.value == "mamba2":
             F_s, T_s = class_flops_and_s(ev, ssd_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"],
                                          gpu)
             eff_ssm = ev(sustained_efficiency, key="ratio/ssd_efficiency", F=F_s, T=T_s, peak=r["bf16"].peak)
-        # the casts: the stage's layers of each kind that run inside the low-precision autocast
-        casts = (gemm_kinds, weights if kept is None else [w - kept[k] for w, k in zip(weights, used)])
+        casts = (gemm_kinds, inside)   # the casts: each kind's layers inside the low-precision autocast
     else:
         gemm_kinds = [linear_gemms(model, T=T, t=c.tp)]
         if n_dense is not None:
@@ -144,12 +145,12 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
                 for g, prefix in zip(gemm_kinds, ("", "moe/"))]
         if kept is not None:
             weights = [L] if n_dense is None else [n_dense, L - n_dense]
-            F_lin, T_lin = _linear_mix(ev, weights, L, sums, gemm_kinds, ("dense", "moe"), r, gpu, kept)
+            F_lin, T_lin, inside = _linear_mix(ev, weights, L, sums, gemm_kinds, ("dense", "moe"), r, gpu, kept)
+            casts = (gemm_kinds, inside)   # the kept layers cast nothing
         else:
             F_lin, T_lin = (sums[0] if n_dense is None else
                             (E.mix(n_dense, L, sums[0][0], sums[1][0]), E.mix(n_dense, L, sums[0][1], sums[1][1])))
-        casts = None if kept is None else (gemm_kinds, [L - kept["dense"]] if n_dense is None else
-                                           [n_dense - kept["dense"], L - n_dense - kept["moe"]])
+            casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
         eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, clock=e2e.clock)
