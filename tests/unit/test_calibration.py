@@ -129,6 +129,37 @@ def test_a_part_rated_above_its_generation_sustains_the_base_parts_rate():
     assert k(gb200).clock * gb200.peak_bf16_flops_per_s == pytest.approx(k(b200).clock * b200.peak_bf16_flops_per_s)
 
 
+def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_mean():
+    """docs/calibration.md#unseen-generations: an architecture no constant covers (MI300X's cdna3) sustains the
+    geometric mean of the clock constants, here (0.8 x 0.9 x 1.0 x 0.9)^(1/4) = 0.6480^(1/4) = 0.89721 (exact
+    arithmetic, 1e-9), not its boost clock; a covered one keeps its own."""
+    values = dict(CAL.SHIPPED, clock_ampere=0.8, clock_hopper=0.9, clock_blackwell=1.0, clock_blackwell_ultra=0.9)
+    k = lambda arch: CAL.resolve(architecture=arch, kernel="flash", kernels="fused", cuda_graphs=False,   # noqa
+                                 values=values)
+    assert presets.gpu("mi300x").architecture not in CAL.CLOCK_OF
+    assert k(presets.gpu("mi300x").architecture).clock == pytest.approx(0.6480 ** 0.25, rel=1e-9)
+    assert k("hopper").clock == 0.9
+    setup = make_setup("llama3-8b", 8, gpu="mi300x")
+    plan = band(setup, 1.0)
+    assert "geometric mean (docs/calibration.md#unseen-generations)" in plan.basis
+
+
+def test_cross_validation_pools_the_clock_of_a_generation_it_leaves_out(calibration_runs):
+    """Leaving the Megatron GPT family out leaves no A100 run: with pooling (what bench/fidelity.py runs) the
+    A100 clock is the geometric mean of the three fitted ones, exactly; without it, the prior's pseudo-observation
+    alone pulls it from the shipped 0.93 back to 1 (to 1e-6 in three steps; no run moves it: sensitivity 0). A fit on one's own runs (fitplan calibrate --runs) does not pool."""
+    runs, _ = calibration_runs
+    train = [r for r in runs if r.group != "megatron-gpt"]
+    assert not any(r.setup.cluster.gpu.architecture == "ampere" for r in train)
+    pooled = R.fit(train, start=CAL.SHIPPED, pool_unseen_clocks=True, iterations=3)
+    plain = R.fit(train, start=CAL.SHIPPED, iterations=3)
+    seen = ("clock_hopper", "clock_blackwell", "clock_blackwell_ultra")
+    assert pooled.sensitivity["clock_ampere"] == 0
+    assert pooled.values["clock_ampere"] == pytest.approx(
+        math.prod(pooled.values[n] for n in seen) ** (1 / 3), rel=1e-12)
+    assert plain.values["clock_ampere"] == pytest.approx(CAL.PRIORS["clock_ampere"], rel=1e-6)   # only its prior
+
+
 def test_host_overhead_is_a_floor_under_each_pass():
     """m = 4 micro-batches of L = 32 layers, omega = 0.1 ms per layer pass: a 2 ms forward waits for the host's
     3.2 ms (1.2 ms per micro-batch), a 10 ms backward does not; 2 MoE layers of 8 local experts add, per forward

@@ -83,8 +83,12 @@ def _residuals_and_jacobian(runs, measured, base: dict, free, u):
     return r_all[:, 0], (r_all[:, 1:] - r_all[:, :1]) / DELTA
 
 
-def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iterations=40) -> Fit:
-    """Least squares on ln(predicted/measured) with the priors' pseudo-observations, by Levenberg-Marquardt."""
+def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iterations=40,
+        pool_unseen_clocks=False) -> Fit:
+    """Least squares on ln(predicted/measured) with the priors' pseudo-observations, by Levenberg-Marquardt.
+    pool_unseen_clocks: a free clock constant no run depends on (a GPU generation the runs leave out) takes
+    the geometric mean of the clocks they fit (calibration.unseen_clock), the rule a plan on an architecture
+    without a constant follows; off, it stays at its prior (one's own runs: the shipped value)."""
     start = dict(CAL.SHIPPED if start is None else start)
     prior_values = CAL.PRIORS if prior_values is None else prior_values
     free = tuple(CAL.NAMES if free is None else free)
@@ -122,6 +126,10 @@ def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iter
     values = dict(start)
     values.update({n: math.exp(x) for n, x in zip(free, u)})
     sensitivity = {n: float(np.sum(np.abs(J[:, j]))) for j, n in enumerate(free)}
+    clocks = [n for n in free if n in CAL.CLOCK_OF.values()]
+    seen = [n for n in clocks if sensitivity[n] > 0]
+    if pool_unseen_clocks and seen:
+        values.update({n: CAL.unseen_clock(values, seen) for n in clocks if sensitivity[n] == 0})
     return Fit(values=values, free=free, residuals=r, cost=cost, iterations=done, sensitivity=sensitivity)
 
 

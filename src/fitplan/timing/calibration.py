@@ -81,6 +81,17 @@ SHIPPED = {name: fitted.VALUES.get(name, prior) for name, prior in PRIORS.items(
 # GPU architecture -> its clock constant (fitplan.specs.cluster.GpuSpec.architecture)
 CLOCK_OF = {"ampere": "clock_ampere", "hopper": "clock_hopper", "blackwell": "clock_blackwell",
             "blackwell-ultra": "clock_blackwell_ultra"}
+
+
+def unseen_clock(values, names=tuple(CLOCK_OF.values())):
+    """The sustained clock fraction of a generation no run covers: the geometric mean of the generations' that
+    runs do (names; default every clock constant). Every generation fitted so far sustains less than its boost
+    clock in long runs, so the boost clock (1) would make an unseen one the fastest of all; the mean says "like
+    the others", and the error band says that no run stands behind it. Floats or NumPy arrays."""
+    product = 1.0
+    for name in names:
+        product = product * values[name]
+    return product ** (1.0 / len(names))
 # The dense bf16 peak each generation's clock constant refers to: its base part's (A100 SXM, H100 SXM, B200,
 # B300). A part rated above it on the same die (GB200 and GB300: 2.5 against 2.25 PFLOP/s, at a higher power
 # limit) is taken to sustain only the base part's rate: in Megatron-Bridge's tables the same layouts run within
@@ -157,9 +168,10 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
             peak=None, values=None, expert_gemm: str = "per-expert") -> EndToEnd:
     """The constants for one GPU architecture, attention kernel ("eager" or a flash variant), kernel family
     and CUDA-graph choice; values: name -> number or array (default SHIPPED). An architecture without a
-    clock constant (AMD, or unknown) runs at its boost clock (1), the band saying no run stands behind it."""
+    clock constant (AMD, or unknown) sustains the fitted generations' geometric mean (unseen_clock), the band
+    saying no run stands behind it."""
     v = SHIPPED if values is None else values
-    clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else 1.0
+    clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else unseen_clock(v)
     if peak is not None and architecture in REFERENCE_PEAK:
         clock = clock * min(1.0, REFERENCE_PEAK[architecture] / peak)
     if power is not None and tdp is not None:

@@ -19,6 +19,7 @@ import math
 
 from fitplan.record import record
 from fitplan.timing import fitted
+from fitplan.timing.calibration import CLOCK_OF
 
 COVERAGE = 0.8
 N0 = 4   # runs of prior weight: the band widens by sqrt(1 + N0/(n + 1)) where n runs support the plan
@@ -78,5 +79,8 @@ def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
         basis = (f"cross-validated errors over {runs} published runs (leave one model family out; their "
                  f"{table.get('alpha', 0.1):.0%}-{1 - table.get('alpha', 0.1):.0%} quantiles); {n} of them share this "
                  f"plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
+        if setup.cluster.gpu.architecture not in CLOCK_OF:
+            basis += ("; no clock constant for its architecture: it sustains the fitted generations' geometric "
+                      "mean (docs/calibration.md#unseen-generations)")
     return Band(low_s=step_s * math.exp(w * min(lo, 0.0)), high_s=step_s * math.exp(w * max(hi, 0.0)),
                 coverage=COVERAGE, basis=basis, runs=runs)
