@@ -129,6 +129,21 @@ def test_a_part_rated_above_its_generation_sustains_the_base_parts_rate():
     assert k(gb200).clock * gb200.peak_bf16_flops_per_s == pytest.approx(k(b200).clock * b200.peak_bf16_flops_per_s)
 
 
+@pytest.mark.parametrize(("arch", "kernel", "fwd", "bwd"), [
+    # NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training results/llama3.1/{gb200,gb300}/llama3.1_20260424_*.csv
+    # @60e572b7 (cuDNN 9.22, batch 2, 64/8 heads, causal 8K, non-deterministic backward), TFLOP/s
+    ("blackwell", "cudnn", 1574, 1332),          # 1,393 of 2,250 -> 0.619
+    ("blackwell-ultra", "cudnn", 1856, 1435),    # 1,534 of 2,250 -> 0.682
+    # artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv @bb37575d, flash_attention (2.7.4), 8K causal
+    ("blackwell", "flash2", 399.925, 318.004),   # 338 of 2,250 -> 0.150
+])
+def test_blackwell_attention_is_the_published_kernel_benchmark(arch, kernel, fwd, bwd):
+    """ATTENTION_EFFICIENCY: forward and backward together, 3.5/(1/fwd + 2.5/bwd) over the 2,250 TFLOP/s dense
+    bf16 peak, rounded to the table's two digits (so within 0.005)."""
+    combined = 3.5 / (1 / fwd + 2.5 / bwd)
+    assert CAL.ATTENTION_EFFICIENCY[(arch, kernel)] == pytest.approx(combined / 2250, abs=0.005)
+
+
 def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_mean():
     """docs/calibration.md#unseen-generations: an architecture no constant covers (MI300X's cdna3) sustains the
     geometric mean of the clock constants, here (0.8 x 0.9 x 1.0 x 0.9)^(1/4) = 0.6480^(1/4) = 0.89721 (exact

@@ -104,14 +104,21 @@ REFERENCE_PEAK = {"ampere": 312e12, "hopper": 989e12, "blackwell": 2250e12, "bla
 # 8K tokens, weighting the backward's 2.5x FLOPs: 3.5/(1/fwd + 2.5/bwd). Read off the published
 # benchmarks: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691 Fig. 4, causal, head dim 128: fwd+bwd
 # about 200 of 312 TFLOP/s); on H100 FlashAttention-2 370 fwd / 300 bwd, cuDNN 600 / 480,
-# FlashAttention-3 646 / 530 TFLOP/s of 989 (Shah et al. 2024, arXiv:2407.08608 Fig. 5, 6); Blackwell's
-# (FlashAttention-4 / cuDNN) 1.88x FlashAttention-3 on H200 at 8K (stas00/ml-engineering
-# insights/when-to-upgrade-gpus), 1,040 of 2,250. Entries no benchmark covers take the closest one, said.
+# FlashAttention-3 646 / 530 TFLOP/s of 989 (Shah et al. 2024, arXiv:2407.08608 Fig. 5, 6); Blackwell's:
+# cuDNN's own training benchmark at Llama 3.1's shape (batch 2, 64 query and 8 KV heads, causal, 8K, cuDNN 9.22,
+# NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/llama3.1_20260424_*.csv
+# @60e572b7), GB200 1,574 / 1,332 and GB300 1,856 / 1,435 TFLOP/s, 1,393 and 1,534 of 2,250; the GB300's
+# lead is Blackwell Ultra's doubled exponential units (the softmax, which bounds Blackwell's forward). On B200
+# (same repository, artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv @bb37575d: 128 query heads, 8K,
+# causal) cuDNN 9.13 measured 1,171 / 943 (0.44) and FlashAttention-2 2.7.4 400 / 318 (0.15: Hopper's kernel on
+# Blackwell); FlashAttention-4 1,426 / 1,284 (0.59; Zadouri et al. 2026, arXiv:2603.05451). The calibration
+# set's releases (25.09-26.08) ran their containers' cuDNN, most of them 2026's. Entries no benchmark covers take
+# the closest one, said.
 ATTENTION_EFFICIENCY = {
-    ("blackwell-ultra", "flash2"): 0.32, ("blackwell-ultra", "cudnn"): 0.46, ("blackwell-ultra", "flash3"): 0.46,
+    ("blackwell-ultra", "flash2"): 0.15, ("blackwell-ultra", "cudnn"): 0.68, ("blackwell-ultra", "flash3"): 0.68,
     ("ampere", "flash2"): 0.64, ("ampere", "cudnn"): 0.64, ("ampere", "flash3"): 0.64,   # FA3 needs Hopper: FA2's
     ("hopper", "flash2"): 0.32, ("hopper", "cudnn"): 0.52, ("hopper", "flash3"): 0.56,
-    ("blackwell", "flash2"): 0.32, ("blackwell", "cudnn"): 0.46, ("blackwell", "flash3"): 0.46,   # FA2: Hopper's
+    ("blackwell", "flash2"): 0.15, ("blackwell", "cudnn"): 0.62, ("blackwell", "flash3"): 0.62,   # FA2: B200's
 }
 # The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's
 # (fitplan.specs.framework), else these
