@@ -161,8 +161,9 @@ def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_
 
 def test_cross_validation_pools_the_clock_of_a_generation_it_leaves_out(calibration_runs):
     """Leaving the Megatron GPT family out leaves no A100 run: with pooling (what bench/fidelity.py runs) the
-    A100 clock is the geometric mean of the three fitted ones, exactly; without it, the prior's pseudo-observation
-    alone pulls it from the shipped 0.93 back to 1 (to 1e-6 in three steps; no run moves it: sensitivity 0). A fit on one's own runs (fitplan calibrate --runs) does not pool."""
+    A100 clock is the geometric mean of the three fitted ones, exactly; without it (the default, which
+    `fitplan calibrate --runs` keeps), the prior's pseudo-observation alone pulls it from the shipped 0.94 back
+    to 1 (to 1e-6 in three steps; no run moves it: sensitivity 0)."""
     runs, _ = calibration_runs
     train = [r for r in runs if r.group != "megatron-gpt"]
     assert not any(r.setup.cluster.gpu.architecture == "ampere" for r in train)

@@ -92,6 +92,8 @@ def unseen_clock(values, names=tuple(CLOCK_OF.values())):
     for name in names:
         product = product * values[name]
     return product ** (1.0 / len(names))
+
+
 # The dense bf16 peak each generation's clock constant refers to: its base part's (A100 SXM, H100 SXM, B200,
 # B300). A part rated above it on the same die (GB200 and GB300: 2.5 against 2.25 PFLOP/s, at a higher power
 # limit) is taken to sustain only the base part's rate: in Megatron-Bridge's tables the same layouts run within
