@@ -29,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from fitplan.arith import geometric_mean  # noqa: E402
 from fitplan import presets  # noqa: E402
 from fitplan.calibrate import fit  # noqa: E402
 from fitplan.calibrate.fit import Curve, Points  # noqa: E402
@@ -72,7 +73,7 @@ def _measured_eff(points, gpus, dtype, kind):
         if p["gpu"] in gpus and p["dtype"] == dtype and p["source"].split(":")[0] == kind:
             g = presets.gpu(p["gpu"])
             effs.append(float(p["tflops"]) * 1e12 / (g.peak_fp8_flops_per_s if dtype == "fp8" else g.peak_bf16_flops_per_s))
-    return fit.geometric_mean(effs)
+    return geometric_mean(effs)
 
 
 def sibling_curve(points, gpus, die: Curve, die_gpus) -> Curve:
@@ -86,7 +87,7 @@ def sibling_curve(points, gpus, die: Curve, die_gpus) -> Curve:
                   for a, b in [(_measured_eff(points, gpus, dtype, kind), _measured_eff(points, die_gpus, dtype, kind))]
                   if a is not None and b is not None]
         base = die.eff_bf16 if dtype == "bf16" else die.eff_fp8
-        effs[dtype] = None if not ratios or base is None else base * fit.geometric_mean(ratios)
+        effs[dtype] = None if not ratios or base is None else base * geometric_mean(ratios)
     d = _arrays(points, gpus)
     pred = fit.predict(d, effs["bf16"], effs["fp8"], die.t0_s, die.W)
     r = np.log(pred / d.t)
@@ -110,7 +111,7 @@ def fit_a100(points, h100: Curve) -> dict:
     W = h100.W * base.hbm_bytes_per_s / presets.gpu("h100-80gb").hbm_bytes_per_s
     mamf = _arrays(points, {"a100-80gb"})
     assert np.all(mamf.t - h100.t0_s > mamf.B / W), "an A100 row is bandwidth-bound: it cannot set the ceiling"
-    eff = fit.geometric_mean(mamf.F / (mamf.peak * (mamf.t - h100.t0_s)))
+    eff = geometric_mean(mamf.F / (mamf.peak * (mamf.t - h100.t0_s)))
     ratio = list(fit.predict(mamf, eff, None, h100.t0_s, W) / mamf.t)
     return dict(eff=eff, t0_s=h100.t0_s, W=W, names=["MAMF row"] * len(ratio), measured=list(mamf.t), ratio=ratio)
 
@@ -140,7 +141,7 @@ def square_mm_curves(a100: dict) -> dict:
     ceiling is capped at 1, the rated peak (the spec field's range), which understates such a card."""
     def frac(name):
         g = presets.gpu(name)
-        return fit.geometric_mean([t * 1e12 / g.peak_bf16_flops_per_s for t in SQUARE_MM_BF16[name]]), g
+        return geometric_mean([t * 1e12 / g.peak_bf16_flops_per_s for t in SQUARE_MM_BF16[name]]), g
     f_a100, g_a100 = frac("a100-80gb")
     out = {}
     for name in SQUARE_MM_BF16:
@@ -207,7 +208,7 @@ def main() -> None:
     print(f"\nsquare torch.mm only ({', '.join(n for n in SQUARE_MM_BF16 if n != 'a100-80gb')}): A100's curve, "
           f"ceiling x the ratio of fractions of peak, W x the memory-bandwidth ratio")
     for name, (eb, _, t0, w) in square_mm_curves(a100).items():
-        print(f"  {name:<10} best/peak {fit.geometric_mean(SQUARE_MM_BF16[name]) * 1e12 / presets.gpu(name).peak_bf16_flops_per_s:.3f}"
+        print(f"  {name:<10} best/peak {geometric_mean(SQUARE_MM_BF16[name]) * 1e12 / presets.gpu(name).peak_bf16_flops_per_s:.3f}"
               f"  eff_max {eb:.3f}, t0 {t0 * 1e6:.2f} us, W {w / 1e12:.3f} TB/s")
     fitted = stored_form(curves, a100)
     stored = {die: tuple(curve.values()) for die, curve in presets.gpus.CURVES.items()}

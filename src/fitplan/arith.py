@@ -93,3 +93,14 @@ def total(values):
     for v in values[1:]:
         out = out + v
     return out
+
+
+def geometric_mean(values):
+    """(v_1 * ... * v_n)^(1/n): floats or NumPy arrays alike (elementwise over arrays); None for no values."""
+    values = list(values)
+    if not values:
+        return None
+    product = 1.0
+    for v in values:
+        product = product * v
+    return product ** (1.0 / len(values))

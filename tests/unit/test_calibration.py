@@ -154,6 +154,11 @@ def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_
     assert presets.gpu("mi300x").architecture not in CAL.CLOCK_OF
     assert k(presets.gpu("mi300x").architecture).clock == pytest.approx(0.6480 ** 0.25, rel=1e-9)
     assert k("hopper").clock == 0.9
+    # the fit's arrays, one column per trial value: elementwise, the first column the same 0.6480^(1/4)
+    import numpy as np
+    arrays = dict(values, clock_ampere=np.array([0.8, 1.6]))
+    got = CAL.resolve(architecture="cdna3", kernel="flash", kernels="fused", cuda_graphs=False, values=arrays).clock
+    assert got == pytest.approx([0.6480 ** 0.25, 1.2960 ** 0.25], rel=1e-9)
     setup = make_setup("llama3-8b", 8, gpu="mi300x")
     plan = band(setup, 1.0)
     assert "geometric mean (docs/calibration.md#unseen-generations)" in plan.basis

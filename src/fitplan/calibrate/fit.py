@@ -115,8 +115,3 @@ def fit_curve(d: Points, *, log10_w=(10.0, 14.0)) -> Curve:
     pred = predict(d, eb, ef, t0_us * 1e-6, 10 ** logw)
     return Curve(eb if has_bf16 else None, ef if has_fp8 else None, t0_us * 1e-6, 10 ** logw, math.sqrt(err),
                  residuals(d, pred))
-
-
-def geometric_mean(values):
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None

@@ -126,10 +126,11 @@ def fit(runs, *, free=None, start=None, prior_values=None, prior_scale=1.0, iter
     values = dict(start)
     values.update({n: math.exp(x) for n, x in zip(free, u)})
     sensitivity = {n: float(np.sum(np.abs(J[:, j]))) for j, n in enumerate(free)}
-    clocks = [n for n in free if n in CAL.CLOCK_OF.values()]
-    seen = [n for n in clocks if sensitivity[n] > 0]
-    if pool_unseen_clocks and seen:
-        values.update({n: CAL.unseen_clock(values, seen) for n in clocks if sensitivity[n] == 0})
+    if pool_unseen_clocks:
+        clocks = [n for n in free if n in CAL.CLOCK_OF.values()]
+        seen = [n for n in clocks if sensitivity[n] > 0]
+        if seen:
+            values.update({n: CAL.unseen_clock(values, seen) for n in clocks if sensitivity[n] == 0})
     return Fit(values=values, free=free, residuals=r, cost=cost, iterations=done, sensitivity=sensitivity)
 
 

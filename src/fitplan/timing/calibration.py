@@ -18,7 +18,7 @@ corrects them end to end.
 Pure: numbers and arithmetic; a field may be a NumPy array (the fit evaluates many values at once).
 """
 
-from fitplan.arith import maximum, minimum
+from fitplan.arith import geometric_mean, maximum, minimum
 from fitplan.record import record
 from fitplan.timing import fitted
 
@@ -88,10 +88,7 @@ def unseen_clock(values, names=tuple(CLOCK_OF.values())):
     runs do (names; default every clock constant). Every generation fitted so far sustains less than its boost
     clock in long runs, so the boost clock (1) would make an unseen one the fastest of all; the mean says "like
     the others", and the error band says that no run stands behind it. Floats or NumPy arrays."""
-    product = 1.0
-    for name in names:
-        product = product * values[name]
-    return product ** (1.0 / len(names))
+    return geometric_mean(values[name] for name in names)
 
 
 # The dense bf16 peak each generation's clock constant refers to: its base part's (A100 SXM, H100 SXM, B200,
@@ -117,7 +114,7 @@ REFERENCE_PEAK = {"ampere": 312e12, "hopper": 989e12, "blackwell": 2250e12, "bla
 # set's releases (25.09-26.08) ran their containers' cuDNN, most of them 2026's. Entries no benchmark covers take
 # the closest one, said.
 ATTENTION_EFFICIENCY = {
-    ("blackwell-ultra", "flash2"): 0.15, ("blackwell-ultra", "cudnn"): 0.68, ("blackwell-ultra", "flash3"): 0.68,
+    ("blackwell-ultra", "flash2"): 0.15, ("blackwell-ultra", "cudnn"): 0.68, ("blackwell-ultra", "flash3"): 0.68,   # FA2: B200's
     ("ampere", "flash2"): 0.64, ("ampere", "cudnn"): 0.64, ("ampere", "flash3"): 0.64,   # FA3 needs Hopper: FA2's
     ("hopper", "flash2"): 0.32, ("hopper", "cudnn"): 0.52, ("hopper", "flash3"): 0.56,
     ("blackwell", "flash2"): 0.15, ("blackwell", "cudnn"): 0.62, ("blackwell", "flash3"): 0.62,   # FA2: B200's
