@@ -144,6 +144,47 @@ def test_blackwell_attention_is_the_published_kernel_benchmark(arch, kernel, fwd
     assert CAL.ATTENTION_EFFICIENCY[(arch, kernel)] == pytest.approx(combined / 2250, abs=0.005)
 
 
+def test_head_dim_64_runs_at_the_benchmarked_fraction_of_head_dim_128():
+    """ATTENTION_D64 (docs/calibration.md#attention). H100, FlashAttention-3 paper Fig. 5/6, non-causal 8K: cuDNN
+    412/432 TFLOP/s forward/backward at d 64 against 600/518 at d 128, so 3.5/(1/412 + 2.5/432) = 426.1 over
+    3.5/(1/600 + 2.5/518) = 539.1 = 0.7904; FlashAttention-2 296.2/331.3 = 0.8940; FlashAttention-3 478.6/581.4 =
+    0.8233. GB200: cuDNN 9.19 runs gpt-oss's shape (d 64, 1,024 window) at 3.5/(1/609 + 2.5/646) = 635.0 and
+    Llama 3.1's at 3.5/(1/1598 + 2.5/1311) = 1,381.9 (0.4595); H200 312.5 and 566.9 (0.5513); so Blackwell's
+    factor is 0.7904 x 0.4595/0.5513 = 0.6588. Each to 5e-4 (hand arithmetic at four digits)."""
+    assert CAL.ATTENTION_D64[("hopper", "cudnn")] == pytest.approx(0.7904, abs=5e-4)
+    assert CAL.ATTENTION_D64[("hopper", "flash2")] == pytest.approx(0.8940, abs=5e-4)
+    assert CAL.ATTENTION_D64[("hopper", "flash3")] == pytest.approx(0.8233, abs=5e-4)
+    assert CAL.ATTENTION_D64[("blackwell", "cudnn")] == pytest.approx(0.6588, abs=5e-4)
+    assert CAL.ATTENTION_D64[("blackwell-ultra", "cudnn")] == pytest.approx(0.6519, abs=5e-4)
+    assert CAL.ATTENTION_D64[("ampere", "flash2")] == CAL.ATTENTION_D64[("hopper", "flash2")]
+    # interpolated in d between 64 and 128: d 96 halfway, 1 at 128 and above (MLA's 192), r_64 below 64
+    from fitplan.timing.gemm import head_dim_factor
+    r = CAL.ATTENTION_D64[("hopper", "cudnn")]
+    assert head_dim_factor.fn(d=96, r_64=r) == pytest.approx((1 + r) / 2, rel=1e-12)
+    assert head_dim_factor.fn(d=128, r_64=r) == head_dim_factor.fn(d=192, r_64=r) == 1.0
+    assert head_dim_factor.fn(d=32, r_64=r) == pytest.approx(r, rel=1e-12)
+
+
+def test_a_plans_attention_core_carries_its_head_dim_factor():
+    """gpt-oss-120b (64 query heads of 64) on H100 against Llama 3 8B (32 of 128): the core's efficiency is
+    eta*r_d*clock/0.5, r_d = 0.7904 for gpt-oss and 1 for Llama (exact: both read the same eta and clock)."""
+    from fitplan.explain import Trace
+    from fitplan.timing.step import step_time
+    flash = lambda name: (lambda s: replace(s, training=replace(s.training, attention_kernel="flash")))(  # noqa
+        make_setup(name, 8, gpu="h100-80gb"))
+    eff = {}
+    for name in ("gpt-oss-120b", "llama3-8b"):
+        setup = flash(name)
+        t = Trace()
+        step_time(t, setup, ParallelConfig(micro_batch=1, ep=8 if name.startswith("gpt") else 1))
+        eff[name] = t.get("ratio/core_efficiency").value
+    k = CAL.of_setup(flash("llama3-8b"))
+    assert k.attention > 0
+    assert eff["llama3-8b"] == pytest.approx(k.attention * k.clock / 0.5, rel=1e-12)
+    assert eff["gpt-oss-120b"] == pytest.approx(k.attention * CAL.ATTENTION_D64[("hopper", "cudnn")] * k.clock / 0.5,
+                                                rel=1e-12)
+
+
 def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_mean():
     """docs/calibration.md#unseen-generations: an architecture no constant covers (MI300X's cdna3) sustains the
     geometric mean of the clock constants, here (0.8 x 0.9 x 1.0 x 0.9)^(1/4) = 0.6480^(1/4) = 0.89721 (exact

@@ -119,6 +119,43 @@ ATTENTION_EFFICIENCY = {
     ("hopper", "flash2"): 0.32, ("hopper", "cudnn"): 0.52, ("hopper", "flash3"): 0.56,
     ("blackwell", "flash2"): 0.15, ("blackwell", "cudnn"): 0.62, ("blackwell", "flash3"): 0.62,   # FA2: B200's
 }
+# Head dim 64 against 128: the same kernel at d 64 sustains a fraction of its d 128 rate (the softmax's
+# exponentials and the rescaling are per score, whatever d, while the matmul FLOPs per score halve). On H100 the
+# FlashAttention-3 paper measures each kernel at both (arXiv:2407.08608 Fig. 5a/5b and 6a/6b, non-causal, 8K, BF16:
+# forward / backward TFLOP/s at d 64 and d 128): FlashAttention-2 322/287 and 370/318, cuDNN 412/432 and 600/518,
+# FlashAttention-3 496/472 and 646/559, weighted as above 3.5/(1/fwd + 2.5/bwd). On Blackwell no benchmark
+# separates the head dim; cuDNN 9.19's training benchmark runs gpt-oss's attention (d 64, a 1,024-token window,
+# 64 query and 8 KV heads, batch 2) and Llama 3.1's (d 128, causal) on GB200, GB300 and H200 alike
+# (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/{gb200,gb300,h200}_919_only_cudnn/
+# {gpt_oss,llama3.1}_202602*.csv @df73764, 8K): gpt-oss's shape at 0.459 (GB200), 0.455 (GB300) and 0.551 (H200)
+# of Llama's rate. Blackwell's factor is Hopper's cuDNN one times its ratio over H200's (the window costing the
+# same share on both): 0.659 and 0.652. FlashAttention-2 on Blackwell and Ampere takes its H100 factor (the same
+# kernel). Between 64 and 128 the factor is interpolated in d; at 128 and above it is 1 (the table's own).
+FA3_PAPER_D64 = {"flash2": ((322, 287), (370, 318)), "cudnn": ((412, 432), (600, 518)),
+                 "flash3": ((496, 472), (646, 559))}   # kernel: ((fwd, bwd) at d 64, (fwd, bwd) at d 128), TFLOP/s
+CUDNN_919_8K = {"blackwell": ((609, 646), (1598, 1311)), "blackwell-ultra": ((718, 668), (1887, 1385)),
+                "hopper": ((349, 300), (644, 541))}   # ((gpt-oss fwd, bwd), (Llama 3.1 fwd, bwd)), TFLOP/s
+
+
+def fwd_bwd_rate(fwd, bwd):
+    """A kernel's rate over its forward and backward together, the backward doing 2.5x the FLOPs."""
+    return 3.5 / (1 / fwd + 2.5 / bwd)
+
+
+def _ratio(pair):
+    return fwd_bwd_rate(*pair[0]) / fwd_bwd_rate(*pair[1])
+
+
+_HOPPER_D64 = {kernel: _ratio(pair) for kernel, pair in FA3_PAPER_D64.items()}
+_BLACKWELL_D64 = {arch: _HOPPER_D64["cudnn"] * _ratio(CUDNN_919_8K[arch]) / _ratio(CUDNN_919_8K["hopper"])
+                  for arch in ("blackwell", "blackwell-ultra")}
+ATTENTION_D64 = {
+    **{("hopper", kernel): r for kernel, r in _HOPPER_D64.items()},
+    **{("ampere", kernel): _HOPPER_D64["flash2"] for kernel in FA3_PAPER_D64},   # FlashAttention-2 on Ampere
+    **{(arch, kernel): (_HOPPER_D64["flash2"] if kernel == "flash2" else r)
+       for arch, r in _BLACKWELL_D64.items() for kernel in FA3_PAPER_D64},
+}
+
 # The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's
 # (fitplan.specs.framework), else these
 DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn"}
@@ -154,6 +191,7 @@ class EndToEnd:
     """The constants that apply to one setup, resolved: floats for a plan, NumPy arrays in the fit."""
     clock: object              # fraction of the boost clock compute-bound kernels sustain (power cap included)
     attention: object          # a flash kernel's efficiency, fraction of the bf16 peak (0: eager, the GEMM curve)
+    attention_d64: object      # the same kernel's rate at head dim 64 over its rate at 128 (ATTENTION_D64)
     elementwise: object        # HBM bytes per stored activation byte of the memory-bound kernels
     moe_traffic: object        # HBM bytes per routed-copy byte of an MoE layer's token handling
     sm_sharing: object         # compute seconds lost per second of overlapped communication
@@ -183,12 +221,13 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
     if power is not None and tdp is not None:
         clock = clock * power_clock(power=power, tdp=tdp)
     if kernel == "eager":
-        attention = 0.0
+        attention, d64 = 0.0, 1.0
     else:
         impl = DEFAULT_FLASH.get(architecture, "flash2") if kernel == "flash" else kernel
         base = ATTENTION_EFFICIENCY.get((architecture, impl), ATTENTION_EFFICIENCY[("hopper", impl)])
         attention = minimum(base * v["attention_scale"], 1.0)
-    return EndToEnd(clock=clock, attention=attention,
+        d64 = ATTENTION_D64.get((architecture, impl), ATTENTION_D64[("hopper", impl)])
+    return EndToEnd(clock=clock, attention=attention, attention_d64=d64,
                     elementwise=ELEMENTWISE_TRAFFIC[kernels] * v["elementwise_scale"] / (
                         1.0 if kernels in COUNTED_FAMILIES else SHIPPED["elementwise_scale"]),
                     moe_traffic=v["moe_traffic"],

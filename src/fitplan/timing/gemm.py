@@ -18,7 +18,7 @@ A class of GEMMs (a layer's linears, its attention core, the output layer: fitpl
 lists them) runs at its sustained efficiency, the FLOP-weighted harmonic mean of its GEMMs'
 (sum F / (peak * sum T)); fitplan.timing.layer_rates takes a stage's classes so.
 """
-from fitplan.arith import maximum
+from fitplan.arith import maximum, minimum
 from fitplan.explain import RATIO, SECONDS, formula
 from fitplan.record import record
 from fitplan.sources import Cite
@@ -125,11 +125,21 @@ def grouped_mxfp8_ceiling(*, eff_max, scale):
 CAUSAL_FRACTION = 0.5
 
 
-@formula("ratio/flash_core_efficiency", "eta*clock/causal  (of the counted, full-mask FLOPs)",
+@formula("ratio/attention_head_dim", "r_64 + (1 - r_64)*(min(max(d, 64), 128) - 64)/64",
+         Cite("fitplan", "docs/calibration.md#attention (head dim 64 against 128: FlashAttention-3 paper Fig. 5, 6; "
+                         "cuDNN 9.19's training benchmark)"),
+         RATIO, ("a flash kernel at head dim d sustains this fraction of its rate at 128: r_64 at 64 (the same "
+                 "kernel measured at both), 1 at 128 and above, linear between",))
+def head_dim_factor(*, d, r_64):
+    return r_64 + (1 - r_64) * (minimum(maximum(d, 64), 128) - 64) / 64
+
+
+@formula("ratio/flash_core_efficiency", "eta*r_d*clock/causal  (of the counted, full-mask FLOPs)",
          Cite("fitplan", "docs/calibration.md#attention (the kernels' published benchmarks, fitted end to end)"),
-         RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta of the bf16 peak",))
-def flash_core_efficiency(*, eta, clock, causal=CAUSAL_FRACTION):
-    return eta * clock / causal
+         RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta of the bf16 peak (eta*r_d "
+                 "at the model's head dim)",))
+def flash_core_efficiency(*, eta, clock, r_d=1.0, causal=CAUSAL_FRACTION):
+    return eta * r_d * clock / causal
 
 
 def operand_bandwidth(gpu):

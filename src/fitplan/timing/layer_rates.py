@@ -10,7 +10,8 @@ from fitplan.explain import COUNT, formula, layout_inputs, once
 from fitplan.record import record
 from fitplan.sources import Cite
 from fitplan.timing import elementwise as E
-from fitplan.timing.gemm import class_flops_and_s, flash_core_efficiency, rates, sustained_efficiency
+from fitplan.timing.gemm import (class_flops_and_s, flash_core_efficiency, head_dim_factor, rates,
+                                 sustained_efficiency)
 from fitplan.timing.layer_gemms import block_gemms, core_gemms, head_gemms, linear_gemms, ssd_gemms
 
 
@@ -30,6 +31,13 @@ class LayerRates:
     cast_backward_s: object
     ssm: object = 1     # the Mamba-2 scans' sustained efficiency (bf16), hybrid models
 
+
+
+def attention_head_dim(model) -> int:
+    """The width of one query-key product: head_dim (or hidden/heads), MLA's nope + rope part."""
+    if model.mla is not None:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+    return model.head_dim or model.hidden_size // model.num_heads
 
 
 def bf16_layers_on_stage(model, c, i, *, first: int, last: int) -> dict:
@@ -153,7 +161,8 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
             casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
-        eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, clock=e2e.clock)
+        r_d = ev(head_dim_factor, d=attention_head_dim(model), r_64=e2e.attention_d64)
+        eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, r_d=r_d, clock=e2e.clock)
     else:
         F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"], gpu)
         eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
