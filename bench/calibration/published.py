@@ -312,7 +312,7 @@ def _bridge(row):
         else:
             flags += ["--first-stage-layers", pins[0], "--last-stage-layers", pins[1]]
     if other.get("fp8_dot_product_attention") == "True":
-        assumed.append("fp8 attention planned as bf16")
+        flags += ["--attention-precision", "fp8"]
     return flags, ("step_s", _step_from_tokens(row)), assumed
 
 

@@ -274,12 +274,19 @@ def _training(request: Request, spec, preset, model, hints: dict) -> tuple[Train
 
 
 def _check_bf16_layers(training: TrainingSpec, model: ModelSpec) -> None:
-    """Layers kept in bf16 exist only beside low-precision ones, and only as many as the model has."""
+    """Layers kept in bf16 exist only beside low-precision ones, and only as many as the model has; fp8
+    attention only in a low-precision recipe's fused kernel."""
     first, last = training.bf16_first_layers, training.bf16_last_layers
     flag = "--bf16-last-layers" if last else "--bf16-first-layers"
     if (first or last) and training.recipe.compute == "bf16":
         raise SpecError(f"{flag}: every GEMM is bf16 already; give --compute-precision fp8, mxfp8 or nvfp4, or drop "
                         f"{flag}")
+    if training.attention_precision == "fp8" and training.recipe.compute == "bf16":
+        raise SpecError("--attention-precision fp8: Transformer Engine runs fp8 attention inside a low-precision "
+                        "recipe; give --compute-precision fp8, mxfp8 or nvfp4, or drop it")
+    if training.attention_precision == "fp8" and training.attention_kernel == "eager":
+        raise SpecError("--attention-precision fp8: fp8 attention is a fused kernel (cuDNN's); give --attention-kernel "
+                        "flash or cudnn, or drop it")
     if first + last > model.num_layers:
         raise SpecError(f"{flag}: {first} first + {last} last layers kept in bf16 exceed the model's "
                         f"{model.num_layers}; give at most {model.num_layers} in all")
@@ -403,6 +410,23 @@ def _cluster(request: Request, spec, preset) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, **values), tuple(notes)
 
 
+def _attention_note(cluster, training, model) -> tuple:
+    """The assumption line of fp8 attention: the measured rate it runs at, or that none was measured."""
+    if training.attention_precision != "fp8":
+        return ()
+    from fitplan.timing import calibration as CAL
+    from fitplan.timing.layer_rates import attention_head_dim
+    arch, d = cluster.gpu.architecture, attention_head_dim(model)
+    fmt = "MXFP8" if training.recipe.compute == "mxfp8" else "per-tensor fp8"
+    shape = "MLA" if model.mla is not None else f"head dim {d}"
+    if CAL.fp8_attention_speedups(arch, d, model.mla is not None, training.recipe.compute) is None:
+        return (f"fp8 attention ({fmt}): no fp8 measurement fitplan uses for {shape} on {arch}, so it runs at "
+                f"bf16's rate (docs/calibration.md#fp8-attention); memory as bf16 attention",)
+    return (f"fp8 attention ({fmt}) at cuDNN's measured speed over bf16 for {shape} on {arch} "
+            f"(docs/calibration.md#fp8-attention); memory as bf16 attention (its fp8 copies of Q, K and V not "
+            f"counted)",)
+
+
 def _placement_note(cluster, training, model) -> tuple:
     """The assumption lines where fitplan's rank placement (fitplan.timing.comm.group_is_intra_node: nodes of G
     consecutive ranks, a group inside one only where its span divides G) sends a group over the network although the
@@ -440,7 +464,8 @@ def resolve(request: Request) -> Resolved:
     model, preset, hints = _model(request, spec)
     training, assumed = _training(request, spec, preset, model, hints)
     cluster, gpu_notes = _cluster(request, spec, preset)
-    assumed = model_assumptions(model, hints) + assumed + gpu_notes + _placement_note(cluster, training, model)
+    assumed = (model_assumptions(model, hints) + assumed + gpu_notes + _placement_note(cluster, training, model)
+               + _attention_note(cluster, training, model))
     setup = Setup(model, training, cluster, assumed=assumed)
     config = {path[0]: v for path, v in given(request, "config").items()}
     micro_batch = config.pop("micro_batch", preset.micro_batch if preset else 1)

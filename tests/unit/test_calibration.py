@@ -185,6 +185,60 @@ def test_a_plans_attention_core_carries_its_head_dim_factor():
                                                 rel=1e-12)
 
 
+def test_fp8_attention_runs_at_the_benchmarked_speedup_over_bf16():
+    """FP8_ATTENTION_SPEEDUP (docs/calibration.md#fp8-attention): bf16's forward + backward time over fp8's in cuDNN's
+    training benchmark. DeepSeek-V3's MLA on GB300 at 4K: bf16 0.864 + 3.127 = 3.991 ms, MXFP8 0.546 + 2.348 =
+    2.894 ms: 1.379; Llama 3.1 on GB300 at 8K: 5.017 ms against fp8's 0.759 + 3.087 = 3.846 ms: 1.304; on H200 at 8K
+    fp8 is slower, 6.791 against 7.533 ms: 0.902 (each to 5e-4, the table's three digits). Between lengths the
+    ratio is linear in log2 s: at 6K, 0.585 of the way from 4K's to 8K's; held below 2K and above 32K."""
+    T = CAL.FP8_ATTENTION_SPEEDUP
+    assert T[("blackwell-ultra", "mla", "mxfp8")][1] == pytest.approx(3.991 / 2.894, abs=5e-4)
+    assert T[("blackwell-ultra", "d128", "fp8")][2] == pytest.approx(5.017 / 3.846, abs=5e-4)
+    assert T[("hopper", "d128", "fp8")][2] == pytest.approx(6.791 / 7.533, abs=5e-4)
+    from fitplan.timing.gemm import fp8_attention_speedup
+    q = T[("blackwell", "mla", "fp8")]
+    at = lambda s: fp8_attention_speedup.fn(s=s, seq=CAL.FP8_ATTENTION_SEQ, q=q)   # noqa: E731
+    assert at(4096) == pytest.approx(q[1], rel=1e-12)
+    assert at(6144) == pytest.approx(q[1] + (math.log2(6144) - 12) * (q[2] - q[1]), rel=1e-12)
+    assert at(1024) == pytest.approx(q[0], rel=1e-12) and at(131072) == pytest.approx(q[4], rel=1e-12)
+    # the shape classes: MLA, head dim 64 (no fp8 case fitplan uses: None) and 128; Hopper has no MXFP8
+    assert CAL.fp8_attention_speedups("blackwell", 192, True, "mxfp8") == T[("blackwell", "mla", "mxfp8")]
+    assert CAL.fp8_attention_speedups("blackwell", 64, False, "fp8") is None
+    assert CAL.fp8_attention_speedups("hopper", 128, False, "fp8") == T[("hopper", "d128", "fp8")]
+    assert CAL.fp8_attention_speedups("hopper", 128, False, "mxfp8") is None
+
+
+def test_a_plan_with_fp8_attention_runs_its_core_at_the_speedup():
+    """DeepSeek-V3 on GB300 under MXFP8 at 4K: --attention-precision fp8 multiplies the core's efficiency by the
+    table's 1.379 exactly (same eta, head-dim factor and clock); bf16 compute or an eager kernel is refused (exit 2),
+    and Megatron-LM's export refuses it (its argument list has no flag for fp8_dot_product_attention)."""
+    from fitplan.explain import Trace
+    from fitplan.timing.step import step_time
+    flags = ["--preset", "deepseek-v3", "--gpu", "gb300", "--gpus", "256", "--pp", "2", "--ep", "32", "--zero", "1",
+             "--precision", "fp8", "--compute-precision", "mxfp8", "--seq-len", "4096", "--global-batch", "4096",
+             "--virtual-stages", "8", "--framework", "nemo"]
+    from fitplan.cli import build_parser, request_from_args
+    from fitplan.resolve import config_of, resolve
+    eff = {}
+    for precision in ("bf16", "fp8"):
+        r = resolve(request_from_args(build_parser().parse_args(["plan", *flags, "--attention-precision", precision])))
+        t = Trace()
+        step_time(t, r.setup, config_of(r))
+        eff[precision] = t.get("ratio/core_efficiency").value
+    assert eff["fp8"] == pytest.approx(eff["bf16"] * CAL.FP8_ATTENTION_SPEEDUP[("blackwell-ultra", "mla", "mxfp8")][1],
+                                       rel=1e-12)
+    for bad in (["--preset", "llama3-8b", "--gpus", "8", "--attention-precision", "fp8"],
+                ["--preset", "llama3-8b", "--gpus", "8", "--compute-precision", "fp8", "--attention-kernel", "eager",
+                 "--attention-precision", "fp8"]):
+        err = io.StringIO()
+        assert main(["plan", *bad], out=io.StringIO(), err=err) == 2
+        assert err.getvalue().count("\n") == 1 and "--attention-precision fp8" in err.getvalue()
+    out = io.StringIO()
+    assert main(["export", "--format", "megatron", *flags, "--attention-precision", "fp8"], out=out,
+                err=io.StringIO()) == 1
+    assert out.getvalue().startswith("megatron cannot express this plan: --attention-precision fp8")
+
+
 def test_a_generation_without_a_clock_sustains_the_fitted_generations_geometric_mean():
     """docs/calibration.md#unseen-generations: an architecture no constant covers (MI300X's cdna3) sustains the
     geometric mean of the clock constants, here (0.8 x 0.9 x 1.0 x 0.9)^(1/4) = 0.6480^(1/4) = 0.89721 (exact

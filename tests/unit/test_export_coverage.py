@@ -113,6 +113,7 @@ def megatron_view(plan, result) -> dict:
     view["training.recipe"] = (1 if a.fp8_param_gather else 2 if a.bf16 else 4, 2 if a.grad_reduce_in_bf16 else 4,
                                4 if a.bf16 else 0, SGD if a.optimizer == "sgd" else ADAM, compute)
     # megatron/core/fp8_utils.py is_first_last_bf16_layer: the counts apply only under --first-last-layers-bf16
+    view["training.attention_precision"] = "bf16"   # fp8 attention is refused (no flag at the pinned commit)
     view["training.bf16_first_layers"] = a.num_layers_at_start_in_bf16 if a.first_last_layers_bf16 else 0
     view["training.bf16_last_layers"] = a.num_layers_at_end_in_bf16 if a.first_last_layers_bf16 else 0
     dp = world // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size * a.context_parallel_size)
@@ -231,6 +232,7 @@ def titan_view(plan, result, version) -> dict:
     view["training.act_bytes"] = 2 if dtype == "bfloat16" else 4
     # every GEMM at the training dtype (low-precision compute is refused): no layer kept apart in bf16
     view["training.bf16_first_layers"] = view["training.bf16_last_layers"] = 0
+    view["training.attention_precision"] = "bf16"   # fp8 attention needs low-precision GEMMs (refused)
     mode = ac["mode"]
     view["parallel.recompute"] = {"none": "none", "full": "full"}.get(mode, "op" if ac.get("selective_ac_option")
                                                                         == "op" else "full")
@@ -279,6 +281,7 @@ def deepspeed_view(plan, result) -> dict:
                  "training.act_bytes": 2 if bf16 else 4,
                  # no low-precision GEMMs (refused): no layer kept apart in bf16
                  "training.bf16_first_layers": 0, "training.bf16_last_layers": 0,
+                 "training.attention_precision": "bf16",   # needs low-precision GEMMs (refused)
                  "parallel.overlap_grad_reduce": z.get("overlap_comm", c.overlap_grad_reduce),
                  "parallel.offload": {None: "none", "cpu": "optimizer"}[z.get("offload_optimizer", {}).get("device")],
                  "parallel.ep": d.get("expert_parallel", {}).get("autoep_size", 1)})

@@ -46,7 +46,10 @@ SPEC_COMPANIONS = {"full_attention_every": (["--sliding-window", "4096"], {"slid
                       for name in ("lora_rank", "lora_targets", "base_precision")},
                    # layers kept in bf16 exist only beside low-precision GEMMs
                    **{name: (["--compute-precision", "fp8"], {"compute_precision": "fp8"})
-                      for name in ("bf16_first_layers", "bf16_last_layers")}}
+                      for name in ("bf16_first_layers", "bf16_last_layers")},
+                   # fp8 attention runs in a low-precision recipe's fused kernel
+                   "attention_precision": (["--compute-precision", "fp8", "--attention-kernel", "flash"],
+                                           {"compute_precision": "fp8", "attention_kernel": "flash"})}
 
 
 def _argv_value(f, value) -> list[str]:

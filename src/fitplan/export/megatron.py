@@ -329,6 +329,11 @@ def _precision(plan: Plan, reasons: list, notes: list) -> list:
         if zero == ZeroStage.NONE:
             reasons.append("fp8 primary weights (--fp8-param-gather) need the distributed optimizer or FSDP "
                            "(Megatron asserts it); plan ZeRO-1 or higher")
+    if plan.training.attention_precision == "fp8":
+        reasons.append("--attention-precision fp8: Megatron-LM's argument list (megatron/training/arguments.py at "
+                       "d98e8a64) has no flag for TransformerConfig's "
+                       "fp8_dot_product_attention, which Megatron-Bridge sets as mixed_precision."
+                       "fp8_dot_product_attention; plan --attention-precision bf16 to export")
     first, last = plan.training.bf16_first_layers, plan.training.bf16_last_layers
     if first or last:   # megatron/core/fp8_utils.py is_first_last_bf16_layer (both counts given: their default is 1)
         out += [_flag("--first-last-layers-bf16"), _flag("--num-layers-at-start-in-bf16", first),

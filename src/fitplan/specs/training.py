@@ -27,6 +27,7 @@ KERNEL_FAMILIES = ("fused", "compiled", "eager")
 # GEMM, weight cast and quantisation per local expert, launched by the host once it has read the token counts) or
 # grouped (one grouped-GEMM kernel over all of them: torch._grouped_mm, grouped_gemm's gmm)
 EXPERT_GEMMS = ("per-expert", "grouped")
+ATTENTION_PRECISIONS = ("bf16", "fp8")
 # The frozen base's linear weights: 2 B, 1 B (LLM.int8), or NF4 with double quantization (~0.516 B)
 BASE_PRECISIONS = ("bf16", "int8", "nf4")
 
@@ -102,6 +103,12 @@ class TrainingSpec:
                                      help="eager stores the s^2 scores; flash (or a named one: flash2, flash3, "
                                           "cudnn, each at its published speed) keeps only an fp32 logsumexp; "
                                           "flash is the framework's, else the GPU generation's usual one")
+    attention_precision: str = declared("choice", default="bf16", choices=ATTENTION_PRECISIONS,
+                                        flag="--attention-precision", group="training", example="fp8",
+                                        help="the flash attention core's precision: bf16, or fp8 (Transformer "
+                                             "Engine's fp8 dot-product attention, Megatron-Core's "
+                                             "fp8_dot_product_attention: MXFP8 under an MXFP8 recipe, per-tensor "
+                                             "fp8 otherwise) at cuDNN's measured speed; needs a low-precision recipe")
     framework: str | None = declared("choice", default=None, choices=FRAMEWORKS, flag="--framework",
                                      group="training", example="torchtitan", omitted="none named: each setting at "
                                      "the default of the framework that implements it",

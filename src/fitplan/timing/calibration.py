@@ -156,6 +156,35 @@ ATTENTION_D64 = {
        for arch, r in _BLACKWELL_D64.items() for kernel in FA3_PAPER_D64},
 }
 
+# fp8 attention (Transformer Engine's fp8 dot-product attention on cuDNN): the bf16 kernel's forward + backward
+# time over the fp8 one's, by sequence length (2K, 4K, 8K, 16K, 32K), as cuDNN's training benchmark measures the
+# three attention shapes it runs (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/, causal,
+# non-deterministic backward): Llama 3.1's (d 128, 64 query and 8 KV heads) and DeepSeek-V3's MLA (d 192/128,
+# 128 heads) on GB200 and GB300 with cuDNN 9.22 (llama3.1/, dsv3/ @60e572b7), gpt-oss's (d 64, 64 query and 8 KV
+# heads, its 128-token window) on the same, and Llama 3.1's fp8 on H200 with cuDNN 9.19 (h200_919_only_cudnn/
+# @df73764; Hopper has no MXFP8, and its fp8 kernels refuse d 64 and ran no MLA case). Under an MXFP8 recipe
+# the attention is MXFP8, else per-tensor fp8. A shape or generation the benchmark did not run keeps bf16's rate.
+FP8_ATTENTION_SEQ = (2048, 4096, 8192, 16384, 32768)
+FP8_ATTENTION_SPEEDUP = {   # (architecture, shape, format): bf16 time / fp8 time at FP8_ATTENTION_SEQ
+    ("blackwell", "d128", "fp8"): (1.006, 1.079, 1.138, 1.236, 1.371),
+    ("blackwell", "d128", "mxfp8"): (0.911, 0.974, 1.018, 1.101, 1.184),
+    ("blackwell-ultra", "d128", "fp8"): (1.051, 1.185, 1.304, 1.402, 1.463),
+    ("blackwell-ultra", "d128", "mxfp8"): (0.907, 0.985, 1.051, 1.109, 1.133),
+    ("blackwell", "mla", "fp8"): (1.551, 1.575, 1.611, 1.676, 1.653),
+    ("blackwell", "mla", "mxfp8"): (1.277, 1.308, 1.283, 1.376, 1.406),
+    ("blackwell-ultra", "mla", "fp8"): (1.680, 1.738, 1.773, 1.842, 1.829),
+    ("blackwell-ultra", "mla", "mxfp8"): (1.327, 1.379, 1.412, 1.437, 1.454),
+    ("hopper", "d128", "fp8"): (1.133, 1.075, 0.902, 0.756, 0.747),
+}
+
+
+def fp8_attention_speedups(architecture: str, d_qk: int, mla: bool, compute: str):
+    """FP8_ATTENTION_SPEEDUP's row for a GPU generation, a model's query-key width and the recipe, or None where
+    the benchmark ran no such case (bf16's rate kept)."""
+    shape = "mla" if mla else ("d64" if d_qk <= 96 else "d128")
+    return FP8_ATTENTION_SPEEDUP.get((architecture, shape, "mxfp8" if compute == "mxfp8" else "fp8"))
+
+
 # The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's
 # (fitplan.specs.framework), else these
 DEFAULT_FLASH = {"ampere": "flash2", "hopper": "cudnn", "blackwell": "cudnn", "blackwell-ultra": "cudnn"}

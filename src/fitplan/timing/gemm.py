@@ -134,6 +134,15 @@ def head_dim_factor(*, d, r_64):
     return r_64 + (1 - r_64) * (minimum(maximum(d, 64), 128) - 64) / 64
 
 
+@formula("ratio/attention_fp8_speedup", "q(s): the benchmark's bf16/fp8 time ratio, linear in log2 s between its "
+                                        "lengths, held beyond",
+         Cite("fitplan", "docs/calibration.md#fp8-attention (cuDNN's training benchmark, fp8 against bf16)"),
+         RATIO, ("fp8 attention (--attention-precision fp8) runs q times bf16's rate at its shape and length",))
+def fp8_attention_speedup(*, s, seq, q):
+    import numpy as np
+    return np.interp(np.log2(s), np.log2(seq), q)
+
+
 @formula("ratio/flash_core_efficiency", "eta*r_d*clock/causal  (of the counted, full-mask FLOPs)",
          Cite("fitplan", "docs/calibration.md#attention (the kernels' published benchmarks, fitted end to end)"),
          RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta of the bf16 peak (eta*r_d "

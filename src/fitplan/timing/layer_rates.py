@@ -9,8 +9,9 @@ from fitplan.arith import select
 from fitplan.explain import COUNT, formula, layout_inputs, once
 from fitplan.record import record
 from fitplan.sources import Cite
+from fitplan.timing import calibration as CAL
 from fitplan.timing import elementwise as E
-from fitplan.timing.gemm import (class_flops_and_s, flash_core_efficiency, head_dim_factor, rates,
+from fitplan.timing.gemm import (class_flops_and_s, flash_core_efficiency, fp8_attention_speedup, head_dim_factor, rates,
                                  sustained_efficiency)
 from fitplan.timing.layer_gemms import block_gemms, core_gemms, head_gemms, linear_gemms, ssd_gemms
 
@@ -162,6 +163,11 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
         r_d = ev(head_dim_factor, d=attention_head_dim(model), r_64=e2e.attention_d64)
+        q = (None if setup.training.attention_precision == "bf16" else
+             CAL.fp8_attention_speedups(gpu.architecture, attention_head_dim(model), model.mla is not None,
+                                        setup.training.recipe.compute))
+        if q is not None:
+            r_d = r_d * ev(fp8_attention_speedup, s=sh.s, seq=CAL.FP8_ATTENTION_SEQ, q=q)
         eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, r_d=r_d, clock=e2e.clock)
     else:
         F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"], gpu)
