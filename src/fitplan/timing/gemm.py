@@ -143,12 +143,12 @@ def fp8_attention_speedup(*, s, seq, q):
     return np.interp(np.log2(s), np.log2(seq), q)
 
 
-@formula("ratio/flash_core_efficiency", "eta*r_d*clock/causal  (of the counted, full-mask FLOPs)",
+@formula("ratio/flash_core_efficiency", "eta*r*clock/causal  (of the counted, full-mask FLOPs)",
          Cite("fitplan", "docs/calibration.md#attention (the kernels' published benchmarks, fitted end to end)"),
-         RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta of the bf16 peak (eta*r_d "
-                 "at the model's head dim)",))
-def flash_core_efficiency(*, eta, clock, r_d=1.0, causal=CAUSAL_FRACTION):
-    return eta * r_d * clock / causal
+         RATIO, ("a causal flash kernel executes about half the counted s^2 FLOPs, at eta*r of the bf16 peak (r: the "
+                 "head dim's factor, times fp8 attention's speedup where it runs in fp8)",))
+def flash_core_efficiency(*, eta, clock, r=1.0, causal=CAUSAL_FRACTION):
+    return eta * r * clock / causal
 
 
 def operand_bandwidth(gpu):

@@ -162,13 +162,13 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
             casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
-        r_d = ev(head_dim_factor, d=attention_head_dim(model), r_64=e2e.attention_d64)
+        d = attention_head_dim(model)
+        r_core = ev(head_dim_factor, d=d, r_64=e2e.attention_d64)
         q = (None if setup.training.attention_precision == "bf16" else
-             CAL.fp8_attention_speedups(gpu.architecture, attention_head_dim(model), model.mla is not None,
-                                        setup.training.recipe.compute))
+             CAL.fp8_attention_speedups(gpu.architecture, d, model.mla is not None, setup.training.recipe.compute))
         if q is not None:
-            r_d = r_d * ev(fp8_attention_speedup, s=sh.s, seq=CAL.FP8_ATTENTION_SEQ, q=q)
-        eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, r_d=r_d, clock=e2e.clock)
+            r_core = r_core * ev(fp8_attention_speedup, s=sh.s, seq=CAL.FP8_ATTENTION_SEQ, q=q)
+        eff_core = ev(flash_core_efficiency, key="ratio/core_efficiency", eta=e2e.attention, r=r_core, clock=e2e.clock)
     else:
         F_c, T_c = class_flops_and_s(ev, core_gemms(model, b=c.micro_batch, s=sh.s, t=c.tp, c=c.cp), r["bf16"], gpu)
         eff_core = ev(sustained_efficiency, key="ratio/core_efficiency", F=F_c, T=T_c, peak=r["bf16"].peak)
