@@ -415,9 +415,8 @@ def _attention_note(cluster, training, model) -> tuple:
     if training.attention_precision != "fp8":
         return ()
     from fitplan.timing import calibration as CAL
-    from fitplan.timing.layer_rates import attention_head_dim
-    arch, d = cluster.gpu.architecture, attention_head_dim(model)
-    fmt = "MXFP8" if training.recipe.compute == "mxfp8" else "per-tensor fp8"
+    arch, d = cluster.gpu.architecture, model.qk_head_dim
+    fmt = {"mxfp8": "MXFP8", "fp8": "per-tensor fp8"}[CAL.fp8_attention_format(training.recipe.compute)]
     shape = "MLA" if model.mla is not None else f"head dim {d}"
     if CAL.fp8_attention_speedups(arch, d, model.mla is not None, training.recipe.compute) is None:
         return (f"fp8 attention ({fmt}): no fp8 measurement fitplan uses for {shape} on {arch}, so it runs at "

@@ -294,7 +294,7 @@ class ModelSpec:
             raise SpecError(f"model.num_heads {self.num_heads} is not divisible by num_kv_heads "
                             f"{self.num_kv_heads}; grouped-query attention needs whole groups")
         rotary = (self.mla.qk_rope_head_dim if self.mla is not None else
-                  self.head_dim or self.hidden_size // self.num_heads) if self.position is Position.ROPE else 0
+                  self.qk_head_dim) if self.position is Position.ROPE else 0
         if rotary % 2:   # RoPE rotates pairs of dimensions
             raise SpecError(f"model: rotary embeddings need an even head dimension, got {rotary}; change "
                             f"{'qk_rope_head_dim' if self.mla is not None else 'head_dim or the heads'}")
@@ -381,6 +381,11 @@ class ModelSpec:
         if self.mla is not None:
             return self.num_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.num_heads * self.head_dim if self.head_dim is not None else self.hidden_size
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query-key product, q_size per head: head_dim (or h/a), MLA's qk_nope + qk_rope."""
+        return self.q_size // self.num_heads
 
     @property
     def kv_size(self) -> int:

@@ -180,11 +180,16 @@ FP8_ATTENTION_SPEEDUP = {   # (architecture, shape, format): bf16 time / fp8 tim
 }
 
 
+def fp8_attention_format(compute: str) -> str:
+    """The fp8 attention a recipe runs: MXFP8 under an MXFP8 recipe, per-tensor fp8 otherwise."""
+    return "mxfp8" if compute == "mxfp8" else "fp8"
+
+
 def fp8_attention_speedups(architecture: str, d_qk: int, mla: bool, compute: str):
     """FP8_ATTENTION_SPEEDUP's row for a GPU generation, a model's query-key width and the recipe, or None where
     the benchmark ran no such case (bf16's rate kept)."""
     shape = "mla" if mla else ("d64" if d_qk <= 96 else "d128")
-    return FP8_ATTENTION_SPEEDUP.get((architecture, shape, "mxfp8" if compute == "mxfp8" else "fp8"))
+    return FP8_ATTENTION_SPEEDUP.get((architecture, shape, fp8_attention_format(compute)))
 
 
 # The flash kernel each generation runs when none is named (--attention-kernel flash): the framework's

@@ -34,13 +34,6 @@ class LayerRates:
 
 
 
-def attention_head_dim(model) -> int:
-    """The width of one query-key product: head_dim (or hidden/heads), MLA's nope + rope part."""
-    if model.mla is not None:
-        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-    return model.head_dim or model.hidden_size // model.num_heads
-
-
 def bf16_layers_on_stage(model, c, i, *, first: int, last: int) -> dict:
     """Pipeline rank i's layers among the model's first `first` and last `last`, which keep their GEMMs in bf16
     (--bf16-first-layers, --bf16-last-layers: Megatron-Core runs a layer outside the fp8/fp4 autocast when
@@ -162,7 +155,7 @@ def _gemm_efficiencies(ev, setup, c, sh, *, L, n_dense, e2e, kinds, kept) -> tup
             casts = None
     eff_lin = ev(sustained_efficiency, key="ratio/linear_efficiency", F=F_lin, T=T_lin, peak=r["linear"].peak)
     if sh.kernel == "flash":
-        d = attention_head_dim(model)
+        d = model.qk_head_dim
         r_core = ev(head_dim_factor, d=d, r_64=e2e.attention_d64)
         q = (None if setup.training.attention_precision == "bf16" else
              CAL.fp8_attention_speedups(gpu.architecture, d, model.mla is not None, setup.training.recipe.compute))
