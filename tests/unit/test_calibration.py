@@ -120,13 +120,28 @@ def test_the_power_cap_slows_the_clock_by_the_cube_root():
     assert evaluate_step(capped, c).step_time_s > evaluate_step(setup, c).step_time_s
 
 
-def test_a_part_rated_above_its_generation_sustains_the_base_parts_rate():
-    """GB200 is rated 2,500 TFLOP/s bf16 against B200's 2,250 (the reference of the Blackwell clock): its clock
-    is scaled by 2250/2500, so both sustain the same rate (Megatron-Bridge's same-layout GB200/B200 pairs)."""
-    gb200, b200 = presets.gpu("gb200"), presets.gpu("b200")
-    k = lambda g: CAL.resolve(architecture=g.architecture, kernel="flash", kernels="fused", cuda_graphs=False,   # noqa
-                              peak=g.peak_bf16_flops_per_s)
-    assert k(gb200).clock * gb200.peak_bf16_flops_per_s == pytest.approx(k(b200).clock * b200.peak_bf16_flops_per_s)
+def test_a_part_at_a_higher_power_limit_sustains_a_higher_clock():
+    """The clock constant is the base part's (B200, B300: 2,250 TFLOP/s bf16 at 1,000 W). GB200 (2,500 at
+    1,200 W) sustains (1200/1000)^(1/3) = 1.0627 times B200's clock, the cube law of a power cap the other way:
+    its clock fraction is 2250/2500 x 1.0627 = 0.95639 of B200's, its sustained rate 1.0627 times. GB300 (2,500 at
+    1,400 W) would sustain 1.1187 times B300's, above its own boost (2500/2250 = 1.111): held at its boost, the
+    fraction 1 and the rate 1.111 times. A part rated below its base part (H100 PCIe, 756 TFLOP/s at 350 W) and
+    the base parts themselves: 1."""
+    k = lambda gpu: CAL.of_setup(make_setup("llama3-8b", 8, gpu=gpu))   # noqa: E731
+    rate = lambda gpu: k(gpu).clock * presets.gpu(gpu).peak_bf16_flops_per_s   # noqa: E731
+    assert k("gb200").clock / k("b200").clock == pytest.approx(0.9 * 1.2 ** (1 / 3), rel=1e-12)
+    assert rate("gb200") / rate("b200") == pytest.approx(1.2 ** (1 / 3), rel=1e-12)
+    assert k("gb300").clock == k("b300").clock
+    assert rate("gb300") / rate("b300") == pytest.approx(2500 / 2250, rel=1e-12)
+    assert k("h100-pcie").clock == k("h100-80gb").clock
+    assert CAL.rated_clock(peak=756e12, tdp=350, peak_ref=989e12, tdp_ref=700) == 1.0
+    # the constants' reference is each generation's base part as its preset states it
+    for gpu in ("a100-80gb", "h100-80gb", "b200", "b300"):
+        g = presets.gpu(gpu)
+        assert (CAL.REFERENCE_PEAK[g.architecture], CAL.REFERENCE_TDP_W[g.architecture]) == (
+            g.peak_bf16_flops_per_s, g.tdp_watts), gpu
+        assert CAL.rated_clock(peak=g.peak_bf16_flops_per_s, tdp=g.tdp_watts, peak_ref=g.peak_bf16_flops_per_s,
+                               tdp_ref=g.tdp_watts) == 1.0
 
 
 @pytest.mark.parametrize(("arch", "kernel", "fwd", "bwd"), [

@@ -64,7 +64,8 @@ def test_the_fastest_tight_layout_is_recommended_when_none_has_margin():
     fastest = plan("--preset", "gpt3-175b", "--gpus", "16", "--suggest", "--rank", "throughput")["suggestions"][0]
     keys = ("tp", "pp", "dp", "cp", "zero", "recompute", "micro_batch", "virtual_stages", "sequence_parallel")
     assert {k: data["recommended"][k] for k in keys} == {k: fastest[k] for k in keys}
-    assert data["recommended"]["time"]["step_s"] < min(s["time"]["step_s"] for s in data["suggestions"])
+    # the fastest layout may be one of the default list's (ranked by memory) too: then it ties with it
+    assert data["recommended"]["time"]["step_s"] <= min(s["time"]["step_s"] for s in data["suggestions"])
 
 
 def test_the_issue_cases():

@@ -91,12 +91,12 @@ def unseen_clock(values, names=tuple(CLOCK_OF.values())):
     return geometric_mean(values[name] for name in names)
 
 
-# The dense bf16 peak each generation's clock constant refers to: its base part's (A100 SXM, H100 SXM, B200,
-# B300). A part rated above it on the same die (GB200 and GB300: 2.5 against 2.25 PFLOP/s, at a higher power
-# limit) is taken to sustain only the base part's rate: in Megatron-Bridge's tables the same layouts run within
-# -7% to +4% on GB200 and B200 and within +3% to +6% on GB300 and B300 (docs/calibration.md#generations).
-# Parts rated below it (PCIe cards, the export parts) have fewer SMs or a lower clock in their own rating.
+# The part each generation's clock constant refers to, its base part (A100 SXM, H100 SXM, B200, B300): its dense
+# bf16 peak and power limit, as fitplan.presets.gpus cites them. A part of the same die at a higher power limit
+# (GB200 at 1,200 W, GB300 at 1,400 W) sustains a higher clock, by the cube law of a power cap (power_clock) the
+# other way, within its own boost rating (rated_clock; docs/calibration.md#generations).
 REFERENCE_PEAK = {"ampere": 312e12, "hopper": 989e12, "blackwell": 2250e12, "blackwell-ultra": 2250e12}
+REFERENCE_TDP_W = {"ampere": 400, "hopper": 700, "blackwell": 1000, "blackwell-ultra": 1000}
 
 # Attention kernels' efficiency: the fraction of the dense bf16 peak a fused attention kernel sustains on
 # the FLOPs it executes (a causal mask skips half), forward and backward together at head dim 128 and
@@ -244,6 +244,14 @@ def power_clock(*, power, tdp):
     return (minimum(power, tdp) / tdp) ** POWER_EXPONENT
 
 
+def rated_clock(*, peak, tdp, peak_ref, tdp_ref):
+    """A part's sustained fraction of its boost clock over its generation's base part's (the clock constant's):
+    its boost is peak/peak_ref times the base part's, its sustained clock (tdp/tdp_ref)^(1/3) times, within its
+    boost: min(1, (peak_ref/peak)*(tdp/tdp_ref)^(1/3)). The base part: 1; a card rated at its peak with less power
+    sustains less (an A100 PCIe at 300 W: 0.91), one whose rating is already lower, usually 1 (H100 PCIe)."""
+    return minimum(1.0, peak_ref / peak * (tdp / tdp_ref) ** POWER_EXPONENT)
+
+
 def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, power=None, tdp=None,
             peak=None, values=None, expert_gemm: str = "per-expert") -> EndToEnd:
     """The constants for one GPU architecture, attention kernel ("eager" or a flash variant), kernel family
@@ -253,7 +261,9 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
     v = SHIPPED if values is None else values
     clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else unseen_clock(v)
     if peak is not None and architecture in REFERENCE_PEAK:
-        clock = clock * min(1.0, REFERENCE_PEAK[architecture] / peak)
+        ref_tdp = REFERENCE_TDP_W[architecture]
+        clock = clock * rated_clock(peak=peak, tdp=ref_tdp if tdp is None else tdp,
+                                    peak_ref=REFERENCE_PEAK[architecture], tdp_ref=ref_tdp)
     if power is not None and tdp is not None:
         clock = clock * power_clock(power=power, tdp=tdp)
     if kernel == "eager":
