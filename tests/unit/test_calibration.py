@@ -138,8 +138,7 @@ def test_a_part_at_a_higher_power_limit_sustains_a_higher_clock():
     # the constants' reference is each generation's base part as its preset states it, which runs at the constant
     for gpu in ("a100-80gb", "h100-80gb", "b200", "b300"):
         g = presets.gpu(gpu)
-        assert (CAL.REFERENCE_PEAK[g.architecture], CAL.REFERENCE_TDP_W[g.architecture]) == (
-            g.peak_bf16_flops_per_s, g.tdp_watts), gpu
+        assert CAL.BASE_PART[g.architecture] == (g.peak_bf16_flops_per_s, g.tdp_watts), gpu
         assert k(gpu).clock == CAL.SHIPPED[CAL.CLOCK_OF[g.architecture]], gpu
 
 

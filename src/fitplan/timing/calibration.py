@@ -91,12 +91,10 @@ def unseen_clock(values, names=tuple(CLOCK_OF.values())):
     return geometric_mean(values[name] for name in names)
 
 
-# The part each generation's clock constant refers to, its base part (A100 SXM, H100 SXM, B200, B300): its dense
-# bf16 peak and power limit, as fitplan.presets.gpus cites them. A part of the same die at a higher power limit
-# (GB200 at 1,200 W, GB300 at 1,400 W) sustains a higher clock, by the cube law of a power cap (power_clock) the
-# other way, within its own boost rating (rated_clock; docs/calibration.md#generations).
-REFERENCE_PEAK = {"ampere": 312e12, "hopper": 989e12, "blackwell": 2250e12, "blackwell-ultra": 2250e12}
-REFERENCE_TDP_W = {"ampere": 400, "hopper": 700, "blackwell": 1000, "blackwell-ultra": 1000}
+# The part each generation's clock constant refers to (A100 SXM, H100 SXM, B200, B300): its dense bf16 FLOP/s and
+# power limit in W, as fitplan.presets.gpus cites them; other parts of the die scale from it (rated_clock).
+BASE_PART = {"ampere": (312e12, 400), "hopper": (989e12, 700), "blackwell": (2250e12, 1000),
+             "blackwell-ultra": (2250e12, 1000)}
 
 # Attention kernels' efficiency: the fraction of the dense bf16 peak a fused attention kernel sustains on
 # the FLOPs it executes (a causal mask skips half), forward and backward together at head dim 128 and
@@ -217,10 +215,6 @@ EAGER_MEASURED_TRAFFIC = round(EAGER_COUNTED * SCALE_WHEN_MEASURED * EAGER_MEASU
 ELEMENTWISE_TRAFFIC = {"fused": 1.35, "compiled": 1.5, "eager": EAGER_MEASURED_TRAFFIC}
 COUNTED_FAMILIES = ("fused", "compiled")   # their traffic times elementwise_scale; eager's is measured whole
 
-# dynamic power ~ C*V^2*f with the voltage following the clock along the DVFS curve: P ~ f^3, so a cap
-# P below the board's limit P_tdp sustains (P/P_tdp)^(1/3) of the clock (an assumption, printed)
-POWER_EXPONENT = 1 / 3
-
 
 @record(slots=True)
 class EndToEnd:
@@ -239,9 +233,15 @@ class EndToEnd:
     straggler_cv: object
 
 
+def clock_at_power(power, reference):
+    """The sustained clock at a power over the clock at a reference power, (P/P_ref)^(1/3): dynamic power goes as
+    C*V^2*f with the voltage following the clock along the DVFS curve, so P ~ f^3 (an assumption, printed)."""
+    return (power / reference) ** (1 / 3)
+
+
 def power_clock(*, power, tdp):
     """The clock fraction a power cap leaves: (min(P, P_tdp)/P_tdp)^(1/3)."""
-    return (minimum(power, tdp) / tdp) ** POWER_EXPONENT
+    return clock_at_power(minimum(power, tdp), tdp)
 
 
 def rated_clock(*, peak, tdp, peak_ref, tdp_ref):
@@ -249,7 +249,7 @@ def rated_clock(*, peak, tdp, peak_ref, tdp_ref):
     its boost is peak/peak_ref times the base part's, its sustained clock (tdp/tdp_ref)^(1/3) times, within its
     boost: min(1, (peak_ref/peak)*(tdp/tdp_ref)^(1/3)). The base part: 1; a card rated at its peak with less power
     sustains less (an A100 PCIe at 300 W: 0.91), one whose rating is already lower, usually 1 (H100 PCIe)."""
-    return minimum(1.0, peak_ref / peak * (tdp / tdp_ref) ** POWER_EXPONENT)
+    return minimum(1.0, peak_ref / peak * clock_at_power(tdp, tdp_ref))
 
 
 def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, power=None, tdp=None,
@@ -260,10 +260,9 @@ def resolve(*, architecture: str, kernel: str, kernels: str, cuda_graphs: bool, 
     saying no run stands behind it."""
     v = SHIPPED if values is None else values
     clock = v[CLOCK_OF[architecture]] if architecture in CLOCK_OF else unseen_clock(v)
-    if peak is not None and architecture in REFERENCE_PEAK:
-        ref_tdp = REFERENCE_TDP_W[architecture]
-        clock = clock * rated_clock(peak=peak, tdp=ref_tdp if tdp is None else tdp,
-                                    peak_ref=REFERENCE_PEAK[architecture], tdp_ref=ref_tdp)
+    if peak is not None and architecture in BASE_PART:
+        ref_peak, ref_tdp = BASE_PART[architecture]
+        clock = clock * rated_clock(peak=peak, tdp=ref_tdp if tdp is None else tdp, peak_ref=ref_peak, tdp_ref=ref_tdp)
     if power is not None and tdp is not None:
         clock = clock * power_clock(power=power, tdp=tdp)
     if kernel == "eager":
