@@ -468,7 +468,7 @@ def _ddp_buckets(spec, *, rank, world, seq_len, b):
             loss = lm_loss(model(ids), targets)
             loss.backward()
             del loss
-            out["view" if view else "copy"] = live.now()
+            out["view" if view else "copy"] = live.settled()
         del model, net
     return out
 
@@ -513,7 +513,7 @@ def _step_trace(spec, world, *, seq_len, b):
     live.base = live.now()
     live.add_all((ids, targets))
     at = []
-    hooks = [layer.register_forward_pre_hook(lambda m, a: at.append(live.now())) for layer in net.layers]
+    hooks = [layer.register_forward_pre_hook(lambda m, a: at.append(live.settled())) for layer in net.layers]
     mark_head_done(net, live)
     with live:
         live.mark("forward")
