@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fitplan import presets
-from fitplan.explain import RAW
+from fitplan.explain import RAW, Trace
 from fitplan.memory.breakdown import Setup
 from fitplan.specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from fitplan.timing import compute as C
@@ -150,10 +150,43 @@ def test_the_forward_is_its_gemms_plus_the_layers_memory_bound_traffic():
     mem = e2e.elementwise * stored / 3.35e12
     assert e2e.elementwise == pytest.approx(1.35 * CAL.SHIPPED["elementwise_scale"])
     assert term["time/layer_elementwise"] == pytest.approx(mem, rel=1e-12)
-    assert term["time/forward_microbatch"] == pytest.approx(2 * (lin + core + mem) + head, rel=1e-9)
+    # the loss (F.cross_entropy on an fp32 copy, the default --cross-entropy pytorch) over 4096 x 50304 bf16
+    # logits: 22 bytes each forward, 26 backward (docs/formulas.md#loss-traffic)
+    logits = 4096 * 50304
+    assert term["time/loss_traffic_forward"] == pytest.approx(22 * logits / 3.35e12, rel=1e-12)
+    assert term["time/loss_traffic_backward"] == pytest.approx(26 * logits / 3.35e12, rel=1e-12)
+    assert term["time/forward_microbatch"] == pytest.approx(2 * (lin + core + mem) + head + 22 * logits / 3.35e12,
+                                                             rel=1e-9)
     # backward: twice the GEMMs, 1.5 times the memory-bound traffic
-    assert term["time/backward_microbatch"] == pytest.approx(2 * (2 * (lin + core) + 1.5 * mem) + 2 * head,
-                                                              rel=1e-9)
+    assert term["time/backward_microbatch"] == pytest.approx(2 * (2 * (lin + core) + 1.5 * mem) + 2 * head
+                                                              + 26 * logits / 3.35e12, rel=1e-9)
+
+
+@pytest.mark.parametrize("kernel, forward, backward", [("pytorch", 22, 26), ("chunked", 22, 26), ("fused", 8, 14),
+                                                       ("linear", 6, 0)])
+def test_the_loss_moves_its_kernels_bytes_per_logit_on_the_stage_with_the_output_layer(kernel, forward, backward):
+    """Bytes per bf16 logit, counted from each loss's source (docs/formulas.md#loss-traffic): F.cross_entropy on
+    an fp32 copy 2 + 4 + 16 forward, 4 + 16 + 4 + 2 backward (torchtune's chunks the same); Transformer Engine's
+    parallel cross-entropy 2 + 2 + 4 forward, 4 + 4 + 4 + 2 backward; Liger's fused linear loss 2 + 2 + 2, all in
+    the forward. tp 2 splits the vocabulary: 2048 tokens x 50304/2 logits per micro-batch. Pipeline stage 0 of 2
+    holds no output layer and pays nothing; a multi-token-prediction module pays its own loss."""
+    setup = _setup()
+    setup = dataclasses.replace(setup, training=dataclasses.replace(setup.training, cross_entropy=kernel),
+                                cluster=dataclasses.replace(setup.cluster, num_gpus=4))
+    c = ParallelConfig(micro_batch=1, tp=2, pp=2, sequence_parallel=True)
+    logits = 2048 * 50304 / 2
+
+    def terms(setup, stage_index):
+        trace = Trace()
+        step_time(trace, setup, c, stage_index=stage_index)
+        return {t.key: t.value for t in trace.terms}
+    last, first = terms(setup, 1), terms(setup, 0)
+    assert last["time/loss_traffic_forward"] == pytest.approx(forward * logits / 3.35e12, rel=1e-12)
+    assert last["time/loss_traffic_backward"] == pytest.approx(backward * logits / 3.35e12, rel=1e-12)
+    assert first["time/loss_traffic_forward"] == first["time/loss_traffic_backward"] == 0
+    mtp = dataclasses.replace(setup, model=dataclasses.replace(GPT, mtp_depth=1))
+    two = terms(mtp, 1)
+    assert two["time/loss_traffic_forward"] == pytest.approx(2 * forward * logits / 3.35e12, rel=1e-12)
 
 
 def test_eager_attention_writes_its_scores_and_reruns_their_traffic_under_selective_recompute():

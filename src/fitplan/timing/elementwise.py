@@ -217,3 +217,53 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
     b = ev(cast_s, key="time/fp8_casts_backward", W=W, q=q, bytes_=ev(fp8_cast_backward_bytes, X=X, Y=Y, e=sh.e,
                                                                       e_lp=e_lp))
     return f, b
+
+
+# The loss's memory-bound kernels: HBM bytes per logit element (e: the logits' element size, as the output layer
+# writes them), forward and backward, counted kernel by kernel from each loss's source. The logits are V/t per token
+# on a vocabulary-parallel rank, so a large vocabulary on a small hidden size makes this a layer's worth of traffic.
+#   fused    Transformer Engine's parallel cross-entropy, which Megatron-Bridge's recipes select
+#            (cross_entropy_fusion_impl "te"; transformer_engine/common/triton/cross_entropy.py, pytorch/triton/
+#            cross_entropy.py): the online-softmax kernel reads the logits (e), the loss kernel reads them again (e)
+#            and writes the fp32 gradient (4); the backward scales it in place by the per-token loss gradient
+#            (element_mul_kernel: 4 + 4) and autograd casts it to the logits' dtype (4 + e). Megatron-Core's own
+#            fused loss (fusions/fused_cross_entropy.py) makes the same passes in fp32 with one more: counted as TE's.
+#   pytorch  F.cross_entropy on an fp32 copy (torchtitan, Hugging Face, DeepSpeed's models): the copy (e + 4),
+#            log_softmax's kernel reading its input three times (maximum, sum of exponentials, output) and writing
+#            once (16); backward nll_loss's zero-filled gradient (4), log_softmax's backward reading the gradient
+#            twice and the output once and writing (16), the copy's backward cast (4 + e).
+#   chunked  torchtune's chunked loss: the same kernels, a chunk at a time.
+#   linear   Liger's fused linear cross-entropy: per chunk the GEMM writes the logits (counted with the GEMM), its
+#            kernel reads them twice and writes the gradient in their place (3e), all in the forward.
+def loss_traffic_per_logit(kernel: str, e) -> tuple:
+    """(forward, backward) HBM bytes per logit element of the loss kernel (--cross-entropy)."""
+    if kernel == "linear":
+        return 3 * e, 0 * e
+    if kernel == "fused":
+        return 2 * e + 4, 12 + e
+    return e + 20, 24 + e   # pytorch, chunked
+
+
+LOSS_TRAFFIC = Cite("fitplan", "formulas.md#loss-traffic (transformer_engine/common/triton/cross_entropy.py; "
+                               "torch log_softmax and nll_loss kernels; Liger-Kernel ops/cross_entropy.py)")
+
+
+@formula("time/loss_traffic", "n*beta*s*b*V/(t*c*W_hbm)", LOSS_TRAFFIC, SECONDS,
+         ("the loss's memory-bound kernels move beta bytes per logit element each way (fitplan.timing.elementwise."
+          "loss_traffic_per_logit, by --cross-entropy), on the stage with the output layer, n losses per micro-batch "
+          "(the multi-token-prediction modules' each)",))
+def loss_traffic_s(*, n, beta, s, b, V, t, c, W):
+    return n * beta * s * b * V / (t * c * W)
+
+
+def loss_traffic(ev, setup, c, sh, *, n):
+    """(forward, backward) seconds of the loss's memory-bound kernels per micro-batch on a stage holding n losses
+    (0 without the output layer); none without an HBM figure."""
+    W = setup.cluster.gpu.hbm_bytes_per_s
+    if W is None:
+        zero = 0 * c.micro_batch
+        return zero, zero
+    f, b = loss_traffic_per_logit(setup.training.cross_entropy, sh.e)
+    kw = dict(n=n, s=sh.s, b=c.micro_batch, V=setup.model.vocab_size, t=c.tp, c=c.cp, W=W)
+    return (ev(loss_traffic_s, key="time/loss_traffic_forward", beta=f, **kw),
+            ev(loss_traffic_s, key="time/loss_traffic_backward", beta=b, **kw))

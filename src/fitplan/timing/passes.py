@@ -20,18 +20,19 @@ from fitplan.timing.layer_rates import LayerRates
 
 def _pass_text(*, F_ssm=0, **_):
     ssm = " + F_ssm/(peak*eff_ssm)" if not isinstance(F_ssm, int) or F_ssm else ""
-    return f"(F_lin/(peak_lin*eff_lin) + F_core/(peak*eff_core){ssm} + F_head/(peak*eff_head))/(t*c) + l*T_mem"
+    return f"(F_lin/(peak_lin*eff_lin) + F_core/(peak*eff_core){ssm} + F_head/(peak*eff_head))/(t*c) + l*T_mem + T_loss"
 
 
 @formula("time/pass", _pass_text, Cite("fitplan", "formulas.md#compute-time"), SECONDS,
          ("the layers' linear GEMMs (fp8 under an fp8 recipe), the attention core and the output layer each at "
-          "their sustained efficiency (fitplan.timing.gemm); T_mem: a layer's memory-bound kernels and fp8 casts",))
+          "their sustained efficiency (fitplan.timing.gemm); T_mem: a layer's memory-bound kernels and fp8 casts; "
+          "T_loss: the loss's (on the stage with the output layer)",))
 def pass_s(*, F_lin, F_core, F_head, peak_lin, peak, eff_lin, eff_core, eff_head, t, c, l, T_mem, F_ssm=0,
-           eff_ssm=1):
+           eff_ssm=1, T_loss=0):
     """One micro-batch's pass (forward, or backward with its recompute) through l layers on one GPU.
     F_ssm: a hybrid model's Mamba-2 scans, bf16 batched GEMMs at their own efficiency."""
     return (F_lin / (peak_lin * eff_lin) + F_core / (peak * eff_core) + F_ssm / (peak * eff_ssm)
-            + F_head / (peak * eff_head)) / (t * c) + l * T_mem
+            + F_head / (peak * eff_head)) / (t * c) + l * T_mem + T_loss
 
 
 @record(slots=True)
@@ -52,11 +53,11 @@ def layer_s(*, F, t, c, peak, eff):
     return F / (t * c * peak * eff)
 
 
-def compute_passes(ev, c, *, m, flops, L, rates: LayerRates):
+def compute_passes(ev, c, *, m, flops, L, rates: LayerRates, loss=(0, 0)):
     """One micro-batch's forward and backward through the busiest stage, split over tp and
     cp, and all m of them: each class of GEMM at its sustained efficiency, plus the layers'
     memory-bound kernels (the backward moves twice the forward's bytes, and a recompute
-    reruns the forward's for what it did not store)."""
+    reruns the forward's for what it did not store). loss: the loss kernels' (forward, backward) seconds."""
     lin, core, head = flops["linear"], L * flops["core"], flops["logits"]
     kw = dict(peak_lin=rates.peak_linear, peak=rates.peak, eff_lin=rates.linear, eff_core=rates.core,
               eff_head=rates.head, t=c.tp, c=c.cp, l=L)
@@ -65,11 +66,12 @@ def compute_passes(ev, c, *, m, flops, L, rates: LayerRates):
         ssm_f = dict(F_ssm=L * flops["ssm"], eff_ssm=rates.ssm)
         ssm_b = dict(F_ssm=2 * L * flops["ssm"] + flops["rerun_ssm"], eff_ssm=rates.ssm)
     T_f = ev(pass_s, key="time/forward_microbatch", F_lin=lin, F_core=core, F_head=head,
-             T_mem=rates.mem_s + rates.cast_forward_s, **kw, **ssm_f)
+             T_mem=rates.mem_s + rates.cast_forward_s, T_loss=loss[0], **kw, **ssm_f)
     # frozen matrices (adapters' fine-tuning) compute only their input's gradient in the backward
     T_b = ev(pass_s, key="time/backward_microbatch", F_lin=2 * lin + flops["rerun_linear"] - flops.get("frozen_linear", 0),
              F_core=2 * core + flops["rerun_core"], F_head=2 * head - flops.get("frozen_head", 0),
-             T_mem=E.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, **kw, **ssm_b)
+             T_mem=E.BACKWARD_TRAFFIC * rates.mem_s + rates.rerun_mem_s + rates.cast_backward_s, T_loss=loss[1],
+             **kw, **ssm_b)
     return T_f, T_b, ev(PL.microbatches_s, key="time/compute", m=m, T_f=T_f, T_b=T_b)
 
 

@@ -30,6 +30,7 @@ from fitplan.sources import Cite
 from fitplan.specs.parallel import Schedule
 from fitplan.timing import calibration as CAL
 from fitplan.timing import compute as C
+from fitplan.timing import elementwise as E
 from fitplan.timing import layer_rates as LR
 from fitplan.timing import offload as OFF
 from fitplan.timing import overheads as OV
@@ -80,7 +81,8 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     kept = None if not (first or last) else {
         name: halved(n) for name, n in LR.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
     rates = LR.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
-    T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates)
+    loss = E.loss_traffic(ev, setup, c, sh, n=select(stage.head, half, 0) * (1 + stage.mtp))
+    T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates, loss=loss)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
     # no recompute mode changes the groups' placement or the optimizer step: the search's screens form them once
     place = once(ev, lambda: placement(ev, setup, c), lambda: layout_inputs("placement", setup, c))
