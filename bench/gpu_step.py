@@ -126,7 +126,8 @@ def category(kernel: str) -> str:
 def predicted_parts(seq_len: int, micro_batch: int, gpu: str, kernels: str = "eager") -> dict:
     """fitplan's step by the same categories: the layers' linear GEMMs and the logits' (gemm), the attention core
     (forward, twice that backward), the memory-bound kernels (the layer's forward traffic, BACKWARD_TRAFFIC times it
-    backward), the optimizer step; seconds per step."""
+    backward), the loss's kernels (its fp32 copy and cast back included, which the profile counts as elementwise),
+    the optimizer step; seconds per step."""
     import shlex
     sys.path.insert(0, str(ROOT / "bench" / "calibration"))
     from published import resolve
@@ -142,10 +143,11 @@ def predicted_parts(seq_len: int, micro_batch: int, gpu: str, kernels: str = "ea
     m, L = out["pipeline/microbatches"], setup.model.num_layers
     core, mem = v["time/layer/forward_core"], v["time/layer_elementwise"]
     layer_f, layer_b = v["time/layer/forward"], v["time/layer/backward"]
-    head = (v["time/forward_microbatch"] - L * layer_f) + (v["time/backward_microbatch"] - L * layer_b)
+    loss = v["time/loss_traffic_forward"] + v["time/loss_traffic_backward"]
+    head = (v["time/forward_microbatch"] - L * layer_f) + (v["time/backward_microbatch"] - L * layer_b) - loss
     return {"gemm": m * (L * (v["time/layer/forward_linear"] + v["time/layer/backward_linear"]) + head),
             "attention": m * L * 3 * core, "elementwise": m * L * (1 + BACKWARD_TRAFFIC) * mem,
-            "optimizer": v["time/optimizer"], "step": out["time/step"]}
+            "loss": m * loss, "optimizer": v["time/optimizer"], "step": out["time/step"]}
 
 
 def profiled(seq_len: int, micro_batch: int, compiled: bool = False) -> dict:

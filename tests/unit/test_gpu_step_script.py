@@ -45,8 +45,10 @@ def test_kernels_fall_in_the_categories_fitplan_times():
 
 def test_the_predicted_parts_are_the_whole_step():
     # one GPU, no communication, the host ahead of the GPU: the layers' GEMMs and the logits', the attention core,
-    # the memory-bound kernels and the optimizer step are the step, to rounding
+    # the memory-bound kernels, the loss's and the optimizer step are the step, to rounding
     parts = GS.predicted_parts(4096, 4, "h200-141gb")
-    assert parts["gemm"] + parts["attention"] + parts["elementwise"] + parts["optimizer"] == \
+    assert parts["gemm"] + parts["attention"] + parts["elementwise"] + parts["loss"] + parts["optimizer"] == \
         pytest.approx(parts["step"], rel=1e-12)
+    # the loss: F.cross_entropy on an fp32 copy of 16,384 x 32,000 bf16 logits, 18 + 26 bytes each at 4.8 TB/s
+    assert parts["loss"] == pytest.approx(44 * 16384 * 32000 / 4.8e12, rel=1e-12)
     assert parts["step"] == GS.predicted(4096, 4, "h200-141gb")["step_s"]

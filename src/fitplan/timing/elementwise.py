@@ -229,9 +229,12 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
 #            (element_mul_kernel: 4 + 4) and autograd casts it to the logits' dtype (4 + e). Megatron-Core's own
 #            fused loss (fusions/fused_cross_entropy.py) makes the same passes in fp32 with one more: counted as TE's.
 #   pytorch  F.cross_entropy on an fp32 copy (torchtitan, Hugging Face, DeepSpeed's models): the copy (e + 4),
-#            log_softmax's kernel reading its input three times (maximum, sum of exponentials, output) and writing
-#            once (16); backward nll_loss's zero-filled gradient (4), log_softmax's backward reading the gradient
-#            twice and the output once and writing (16), the copy's backward cast (4 + e).
+#            log_softmax's forward kernel (cunn_SoftMaxForward) reading its input twice and writing once (12);
+#            backward nll_loss's zero-filled gradient (4), log_softmax's backward (cunn_SoftMaxBackward) reading the
+#            gradient twice and the output once and writing (16), the copy's backward cast (4 + e). Measured on one
+#            H200 (docs/measurements/gpu-step-profile-2026-12-04-nvidia-h200.json, 16,384 tokens x 32,000 logits):
+#            the two softmax kernels took 1.651 and 2.142 ms, 12 and 16 bytes per logit at 3.81 and 3.92 TB/s, the
+#            rate a device copy reached there (3.78).
 #   chunked  torchtune's chunked loss: the same kernels, a chunk at a time.
 #   linear   Liger's fused linear cross-entropy: per chunk the GEMM writes the logits (counted with the GEMM), its
 #            kernel reads them twice and writes the gradient in their place (3e), all in the forward.
@@ -241,7 +244,7 @@ def loss_traffic_per_logit(kernel: str, e) -> tuple:
         return 3 * e, 0 * e
     if kernel == "fused":
         return 2 * e + 4, 12 + e
-    return e + 20, 24 + e   # pytorch, chunked
+    return e + 16, 24 + e   # pytorch, chunked
 
 
 LOSS_TRAFFIC = Cite("fitplan", "formulas.md#loss-traffic (transformer_engine/common/triton/cross_entropy.py; "
