@@ -227,7 +227,8 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
 #            cross_entropy.py): the online-softmax kernel reads the logits (e), the loss kernel reads them again (e)
 #            and writes the fp32 gradient (4); the backward scales it in place by the per-token loss gradient
 #            (element_mul_kernel: 4 + 4) and autograd casts it to the logits' dtype (4 + e). Megatron-Core's own
-#            fused loss (fusions/fused_cross_entropy.py) makes the same passes in fp32 with one more: counted as TE's.
+#            fused loss (fusions/fused_cross_entropy.py) makes the same passes in fp32 with one more, and Megatron-LM's
+#            command line without --cross-entropy-loss-fusion runs them unfused (about 52 bytes): counted as TE's.
 #   pytorch  F.cross_entropy on an fp32 copy (torchtitan, Hugging Face, DeepSpeed's models): the copy (e + 4),
 #            log_softmax's forward kernel (cunn_SoftMaxForward) reading its input twice and writing once (12);
 #            backward nll_loss's zero-filled gradient (4), log_softmax's backward (cunn_SoftMaxBackward) reading the
