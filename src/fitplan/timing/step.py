@@ -74,14 +74,15 @@ def step_time(ev, setup: Setup, c, *, bucket_bytes: int = DDP_BUCKET_BYTES, stag
     L = halved(stage.layers)   # layers one micro-batch crosses on the slowest stage
     n_dense = None if model.moe is None or model.hybrid else halved(stage.n_dense)
     kinds = None if not model.hybrid else {kind: halved(n) for kind, n in stage.kinds().items()}
+    head = select(stage.head, half, 0)   # the output layers a micro-batch crosses here (DualPipe: half)
     mb = step_flops(ev, setup, "flops/microbatch", B=c.micro_batch, L=L, recompute=c.recompute, n_dense=n_dense,
-                    rho=1 if sh.moe is None else sh.moe.rho, head=select(stage.head, half, 0), mtp=stage.mtp,
+                    rho=1 if sh.moe is None else sh.moe.rho, head=head, mtp=stage.mtp,
                     frac=recomputed_share_of(ev, c, stage.layers), kinds=kinds)
     first, last = setup.training.bf16_first_layers, setup.training.bf16_last_layers   # resolve: low precision only
     kept = None if not (first or last) else {
         name: halved(n) for name, n in LR.bf16_layers_on_stage(model, c, pacing, first=first, last=last).items()}
     rates = LR.layer_rates(ev, setup, c, L=L, n_dense=n_dense, m=m, e2e=k, kinds=kinds, kept=kept)
-    loss = E.loss_traffic(ev, setup, c, sh, n=select(stage.head, half, 0) * (1 + stage.mtp))
+    loss = E.loss_traffic(ev, setup, c, sh, n=head * (1 + stage.mtp))   # each MTP module adds its own loss
     T_f, T_b, compute = compute_passes(ev, c, m=m, flops=mb, L=L, rates=rates, loss=loss)
     lay = layer_times(ev, setup, c, L=L, flops=mb, rates=rates, kinds=kinds)
     # no recompute mode changes the groups' placement or the optimizer step: the search's screens form them once
