@@ -48,35 +48,53 @@ def quantiles(r, alpha=0.1) -> tuple[float, float]:
     return float(np.quantile(x, alpha)), float(np.quantile(x, 1 - alpha))
 
 
-def cv_bands(runs, cv_res, alpha) -> list:
-    """Each row's band as the fit without its family would have drawn it: quantiles and support from the
-    other families' rows only. Returns (low, high) multipliers of the row's cross-validated prediction."""
+def cv_bands(runs, cv_res, alphas: dict, rows=None) -> list:
+    """Each row's band as the fit without its family would have drawn it: quantiles from the other families'
+    rows of its class (fitplan.timing.uncertainty.model_class), support from all the other families' rows.
+    alphas: {class: alpha}; rows: the indices to draw (all by default, (None, None) for the rest). Returns
+    (low, high) multipliers of the row's cross-validated prediction."""
+    kind = [U.model_class(r.setup.model) for r in runs]
     out = []
     for i, r in enumerate(runs):
-        others = [j for j, o in enumerate(runs) if o.group != r.group]
-        if not others:   # one family only (--only): no other family to draw its band from
+        if rows is not None and i not in rows:
             out.append((None, None))
             continue
-        table = {"runs": len(others), "support": support([runs[j] for j in others])}
-        table["q_low"], table["q_high"] = quantiles(cv_res[others], alpha)
+        others = [j for j, o in enumerate(runs) if o.group != r.group]
+        alike = [j for j in others if kind[j] == kind[i]]
+        if not alike:   # no other family of its class (--only): nothing to draw its band from
+            out.append((None, None))
+            continue
+        q_low, q_high = quantiles(cv_res[alike], alphas[kind[i]])
+        table = {"runs": len(others), "support": support([runs[j] for j in others]),
+                 "classes": {kind[i]: {"runs": len(alike), "alpha": alphas[kind[i]], "q_low": q_low,
+                                       "q_high": q_high}}}
         b = U.band(r.setup, 1.0, basis_table=table)
         out.append((b.low_s, b.high_s))
     return out
 
 
-# The band's quantiles: the narrowest pair (alpha, 1 - alpha) whose bands, drawn for each run from the other
-# families' cross-validated errors, hold at least U.COVERAGE of the runs. The 10th/90th percentiles would do for
-# errors alike across families; families err apart, so the band reaches further into the tails.
+# The band's quantiles, class by class: the narrowest pair (alpha, 1 - alpha) whose bands, drawn for each run
+# from the other families' cross-validated errors in its class, hold at least U.COVERAGE of the class's runs.
+# The 10th/90th percentiles would do for errors alike across families; families err apart, so the band may
+# reach further into the tails.
 ALPHAS = (0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)
 
 
 def band_quantile(runs, cv_res):
-    for alpha in ALPHAS:
-        bands = cv_bands(runs, cv_res, alpha)
-        covered = [lo is not None and lo <= math.exp(-r) <= hi for (lo, hi), r in zip(bands, cv_res)]
-        if sum(covered) / len(runs) >= U.COVERAGE:
-            return alpha, bands, covered
-    return alpha, bands, covered
+    """({class: alpha}, each row's (low, high), whether each row's band holds its published figure)."""
+    kind = [U.model_class(r.setup.model) for r in runs]
+    alphas, bands, covered = {}, [None] * len(runs), [False] * len(runs)
+    for cls in sorted(set(kind)):
+        idx = [i for i, k in enumerate(kind) if k == cls]
+        for alpha in ALPHAS:
+            alphas[cls] = alpha
+            drawn = cv_bands(runs, cv_res, alphas, rows=set(idx))
+            held = {i: drawn[i][0] is not None and drawn[i][0] <= math.exp(-cv_res[i]) <= drawn[i][1] for i in idx}
+            if sum(held.values()) / len(idx) >= U.COVERAGE:
+                break
+        for i in idx:
+            bands[i], covered[i] = drawn[i], held[i]
+    return alphas, bands, covered
 
 
 def rel(r):
@@ -99,7 +117,7 @@ def main(argv=None) -> int:
     before = np.log(R.predict(runs, CAL.PRIORS)[:, 0] / measured)
     fit = R.fit(runs, start=CAL.PRIORS, pool_unseen_clocks=True)
     cv = R.cross_validate(runs, start=fit.values, pool_unseen_clocks=True)
-    alpha, bands, covered = band_quantile(runs, cv.residuals)
+    alphas, bands, covered = band_quantile(runs, cv.residuals)
     n = len(runs) + len(missed)
     cv_abs = sorted([abs(rel(r)) for r in cv.residuals] + [math.inf] * len(missed))
     fit_abs = sorted([abs(rel(r)) for r in fit.residuals] + [math.inf] * len(missed))
@@ -110,8 +128,13 @@ def main(argv=None) -> int:
         "before_median_abs_error": float(np.median(sorted([abs(rel(r)) for r in before] + [math.inf] * len(missed)))),
         "band_coverage_cv": sum(covered) / len(runs), "groups": len(cv.fits),
         "cpu_s": round(time.process_time() - t0, 2)}
-    band_table = {"runs": len(runs), "support": support(runs), "alpha": alpha}
-    band_table["q_low"], band_table["q_high"] = quantiles(cv.residuals, alpha)
+    band_table = {"runs": len(runs), "support": support(runs), "classes": {}}
+    kind = [U.model_class(r.setup.model) for r in runs]
+    for cls, alpha in alphas.items():
+        res = cv.residuals[[i for i, k in enumerate(kind) if k == cls]]
+        q_low, q_high = quantiles(res, alpha)
+        band_table["classes"][cls] = {"runs": len(res), "alpha": alpha, "q_low": q_low, "q_high": q_high,
+                                      "coverage_cv": sum(c for c, k in zip(covered, kind) if k == cls) / len(res)}
     constants = {name: {"value": fit.values[name], "prior": CAL.PRIORS[name], "unit": CAL.BY_NAME[name].unit,
                         "meaning": CAL.BY_NAME[name].meaning, "rows": _determining(runs, fit, name)}
                  for name in CAL.NAMES}
@@ -140,9 +163,11 @@ def main(argv=None) -> int:
     print("\nconstants (fitted on every stated row; prior: the component estimate it starts from)")
     for name, c in constants.items():
         print(f"  {name:<20} {c['value']:>10.4g} {c['unit']:<6} prior {c['prior']:<8.4g} rows: {', '.join(c['rows'])}")
-    print(f"\nband: the {alpha:.0%} and {1 - alpha:.0%} quantiles of ln(published/predicted) under cross-validation "
-          f"{band_table['q_low']:+.3f} / {band_table['q_high']:+.3f} (the narrowest pair that holds {U.COVERAGE:.0%} "
-          f"of the runs, each band drawn from the other families)")
+    for cls, q in band_table["classes"].items():
+        print(f"\nband, {U.CLASSES[cls]} runs ({q['runs']}): the {q['alpha']:.0%} and {1 - q['alpha']:.0%} quantiles of "
+              f"ln(published/predicted) under cross-validation {q['q_low']:+.3f} / {q['q_high']:+.3f} (the narrowest "
+              f"pair that holds {U.COVERAGE:.0%} of the class's runs, each band drawn from the other families' runs of "
+              f"the class; holds {q['coverage_cv']:.1%})")
     print("summary " + json.dumps(summary))
     return 0
 
@@ -173,8 +198,10 @@ def markdown(rows, summary, constants, band) -> str:
            f"**{summary['cv_median_abs_error']:.1%} under leave-one-family-out cross-validation**; within 15%: "
            f"{summary['fit_within_15']:.0%} fitted, **{summary['cv_within_15']:.0%} cross-validated**. The 80% band "
            f"holds the published figure for {summary['band_coverage_cv']:.0%} of the stated rows under "
-           f"cross-validation. Band: the {band['alpha']:.0%} and {1 - band['alpha']:.0%} quantiles of "
-           f"ln(published/predicted) under cross-validation, {band['q_low']:+.3f} and {band['q_high']:+.3f}.", "",
+           f"cross-validation. Band, class by class: " + "; ".join(
+               f"{U.CLASSES[cls]} runs ({q['runs']}), the {q['alpha']:.0%} and {1 - q['alpha']:.0%} quantiles of "
+               f"ln(published/predicted) under cross-validation, {q['q_low']:+.3f} and {q['q_high']:+.3f} (holds "
+               f"{q['coverage_cv']:.0%})" for cls, q in band["classes"].items()) + ".", "",
            "| constant | value | unit | prior | what it is | the rows that move it most |", "|---|---|---|---|---|---|"]
     for name, c in constants.items():
         out.append(f"| `{name}` | {c['value']:.4g} | {c['unit']} | {c['prior']:.4g} | {c['meaning']} | "
@@ -200,8 +227,11 @@ def write_doc(rows, summary, constants, band) -> None:
 def write(values: dict, band: dict) -> None:
     lines = [FITTED.read_text().split("\nVALUES")[0].rstrip("\n"), "", "", "VALUES = {"]   # the docstring, kept once
     lines += [f"    {name!r}: {float(f'{values[name]:.4g}')!r}," for name in CAL.NAMES]
-    lines += ["}", "", "BAND = {", f"    \"runs\": {band['runs']}, \"alpha\": {band['alpha']!r}, "
-              f"\"q_low\": {round(band['q_low'], 4)!r}, \"q_high\": {round(band['q_high'], 4)!r},", "    \"support\": {"]
+    lines += ["}", "", "BAND = {", f"    \"runs\": {band['runs']},", "    \"classes\": {"]
+    for cls, q in band["classes"].items():
+        lines.append(f"        {cls!r}: {{\"runs\": {q['runs']}, \"alpha\": {q['alpha']!r}, "
+                     f"\"q_low\": {round(q['q_low'], 4)!r}, \"q_high\": {round(q['q_high'], 4)!r}}},")
+    lines += ["    },", "    \"support\": {"]
     for dim, counts in band["support"].items():
         lines.append(f"        {dim!r}: {dict(sorted(counts.items()))!r},")
     lines += ["    },", "}", ""]

@@ -135,8 +135,8 @@ def test_predicted_speedup_of_selective_over_full_recompute(row):
 @pytest.mark.parametrize("row", TABLE5, ids=IDS)
 def test_published_times_fall_inside_the_printed_band(row):
     """Predicted vs published, Table 5 with the a100-80gb preset, both recompute settings: each published
-    time lies inside the 80% band fitplan prints (time.uncertainty: the cross-validated errors'
-    7%/93% quantiles, fitplan.timing.fitted.BAND), and the model's MFU is above the published (it runs
+    time lies inside the 80% band fitplan prints (time.uncertainty: the dense runs' cross-validated errors'
+    10%/90% quantiles, fitplan.timing.fitted.BAND), and the model's MFU is above the published (it runs
     fast on these rows) by less than the band's upper factor."""
     for recompute, sp, published in ((Recompute.SELECTIVE, True, row[10]), (Recompute.FULL, False, row[9])):
         setup = _setup(row)

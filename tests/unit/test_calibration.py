@@ -16,6 +16,7 @@ from fitplan.timing import calibration as CAL
 from fitplan.timing import evaluate_step, fitted
 from fitplan.timing import overheads as OV
 from fitplan.timing.expert import deepep_s, remote_nodes
+from fitplan.timing import uncertainty as U
 from fitplan.timing.uncertainty import band
 from tests.conftest import make_setup
 from tests.scripts import ROOT, load
@@ -94,6 +95,8 @@ def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
         assert f.values[name] == pytest.approx(fitted.VALUES[name], rel=1e-3), name
     assert fitted.BAND["runs"] == len(runs)
     assert fitted.BAND["support"] == fidelity.support(runs)
+    kinds = [U.model_class(r.setup.model) for r in runs]
+    assert {k: q["runs"] for k, q in fitted.BAND["classes"].items()} == {k: kinds.count(k) for k in set(kinds)}
 
 
 def test_each_constant_is_named_with_a_unit_and_a_prior():
@@ -383,9 +386,10 @@ def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
 
 def test_every_time_carries_its_band():
     """Each suggestion, the recommended and the minimum viable layout: time.uncertainty holds the step between
-    low_s and high_s, at 80% coverage, the basis naming the runs behind it; the factors are the shipped
-    quantiles exp(q_low), exp(q_high), widened by sqrt(1 + N0/(n + 1)) for the n runs that share the plan's
-    least-represented tag."""
+    low_s and high_s, at 80% coverage, the basis naming the runs behind it; the factors are the shipped dense
+    class's quantiles exp(q_low), exp(q_high) (Llama 3 8B is a dense model), widened by sqrt(1 + N0/(n + 1))
+    for the n runs that share the plan's least-represented tag."""
+    dense = fitted.BAND["classes"]["dense"]
     code, out, _ = run(["plan", "--preset", "llama3-8b", "--gpus", "64", "--gpu", "h100-80gb", "--suggest",
                         "--json"])
     data = json.loads(out)
@@ -394,10 +398,27 @@ def test_every_time_carries_its_band():
         t = p["time"]
         u = t["uncertainty"]
         assert u["low_s"] < t["step_s"] < u["high_s"] and u["coverage"] == 0.8
-        assert f"over {fitted.BAND['runs']} published runs" in u["basis"]
+        assert f"over {dense['runs']} published dense runs" in u["basis"]
         lo, hi = u["low_s"] / t["step_s"], u["high_s"] / t["step_s"]
-        w = math.log(lo) / fitted.BAND["q_low"]
-        assert math.log(hi) / fitted.BAND["q_high"] == pytest.approx(w, rel=1e-9) and w >= 1
+        w = math.log(lo) / dense["q_low"]
+        assert math.log(hi) / dense["q_high"] == pytest.approx(w, rel=1e-9) and w >= 1
+
+
+def test_the_band_is_drawn_from_the_plans_class():
+    """The set's dense runs err about a third as much as its MoE and hybrid ones (docs/calibration.md#the-band),
+    so each class has its own quantiles: a Mixtral or Nemotron-H plan takes the MoE-or-hybrid class's, a Llama
+    plan the dense class's, on the same GPU (so the same support and widening w): log(high/T) = w*q_high."""
+    classes = fitted.BAND["classes"]
+    plans = {"llama3-8b": "dense", "mixtral-8x7b": "moe_or_hybrid", "nemotron-h-8b": "moe_or_hybrid"}
+    for preset, kind in plans.items():
+        setup = make_setup(preset, 8, gpu="h100-80gb")
+        assert U.model_class(setup.model) == kind
+        b = band(setup, 1.0)
+        w = math.log(b.high_s) / classes[kind]["q_high"]
+        assert math.log(b.low_s) == pytest.approx(w * classes[kind]["q_low"], rel=1e-9) and 1 <= w < 1.1
+        assert f"published {U.CLASSES[kind]} runs" in b.basis
+    assert classes["dense"]["q_high"] - classes["dense"]["q_low"] < classes["moe_or_hybrid"]["q_high"] \
+        - classes["moe_or_hybrid"]["q_low"]
 
 
 def test_a_plan_far_from_the_set_gets_a_wider_band():
@@ -406,7 +427,7 @@ def test_a_plan_far_from_the_set_gets_a_wider_band():
     nvidia = make_setup("llama3-8b", 8, gpu="h100-80gb")
     wide, narrow = band(setup, 1.0), band(nvidia, 1.0)
     assert wide.high_s > narrow.high_s and wide.low_s < narrow.low_s
-    assert "0 of them share" in wide.basis
+    assert "0 of the set's 354 runs share" in wide.basis
 
 
 def test_a_power_cap_no_run_tests_gets_a_wider_band():
@@ -417,9 +438,10 @@ def test_a_power_cap_no_run_tests_gets_a_wider_band():
         s = make_setup("llama3-8b", 8, gpu="h100-80gb")
         return replace(s, cluster=replace(s.cluster, gpu=replace(s.cluster.gpu, power_watts=watts)))
     wide, narrow, same = band(at(500.0), 1.0), band(at(None), 1.0), band(at(700.0), 1.0)
-    assert math.log(wide.high_s) == pytest.approx(math.sqrt(5) * fitted.BAND["q_high"], rel=1e-12)
-    assert math.log(wide.low_s) == pytest.approx(math.sqrt(5) * fitted.BAND["q_low"], rel=1e-12)
-    assert "0 of them share this plan's power limit (below the TDP)" in wide.basis
+    dense = fitted.BAND["classes"]["dense"]
+    assert math.log(wide.high_s) == pytest.approx(math.sqrt(5) * dense["q_high"], rel=1e-12)
+    assert math.log(wide.low_s) == pytest.approx(math.sqrt(5) * dense["q_low"], rel=1e-12)
+    assert f"0 of the set's {fitted.BAND['runs']} runs share this plan's power limit (below the TDP)" in wide.basis
     assert same == narrow and narrow.high_s < wide.high_s
 
 

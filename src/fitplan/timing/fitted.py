@@ -21,7 +21,11 @@ VALUES = {
 }
 
 BAND = {
-    "runs": 354, "alpha": 0.07, "q_low": -0.182, "q_high": 0.267,
+    "runs": 354,
+    "classes": {
+        'dense': {"runs": 155, "alpha": 0.1, "q_low": -0.0767, "q_high": 0.1061},
+        'moe_or_hybrid': {"runs": 199, "alpha": 0.1, "q_low": -0.1829, "q_high": 0.2732},
+    },
     "support": {
         'architecture': {'ampere': 18, 'blackwell': 132, 'blackwell-ultra': 119, 'hopper': 85},
         'precision': {'bf16': 66, 'fp8': 101, 'mxfp8': 154, 'nvfp4': 33},
