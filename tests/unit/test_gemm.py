@@ -189,6 +189,19 @@ def test_the_loss_moves_its_kernels_bytes_per_logit_on_the_stage_with_the_output
     assert two["time/loss_traffic_forward"] == pytest.approx(2 * forward * logits / 3.35e12, rel=1e-12)
 
 
+def test_fp32_logits_make_no_copy_for_the_pytorch_loss():
+    """F.cross_entropy(logits.float()): with fp32 logits (e = 4) `.float()` returns the tensor itself and its
+    backward passes the gradient through, so the copy (e + 4 forward) and its cast back (4 + e backward) vanish:
+    12 and 20 bytes per logit, log_softmax's and nll_loss's kernels alone; bf16 (e = 2) keeps 18 and 26. The same
+    on a NumPy array of element sizes (the search evaluates a column per configuration)."""
+    import numpy as np
+    from fitplan.timing.elementwise import loss_traffic_per_logit
+    assert loss_traffic_per_logit("pytorch", 4) == (12, 20) == loss_traffic_per_logit("chunked", 4)
+    assert loss_traffic_per_logit("pytorch", 2) == (18, 26)
+    f, b = loss_traffic_per_logit("pytorch", np.array([2, 4, 1]))
+    assert f.tolist() == [18, 12, 17] and b.tolist() == [26, 20, 25]
+
+
 def test_eager_attention_writes_its_scores_and_reruns_their_traffic_under_selective_recompute():
     """Eager with dropout stores the s^2 scores, their mask and dropout output, a*s^2*b*(2e + M)
     = 12*2048^2*2*5 = 503,316,480 B per layer, which selective recompute reruns in the backward, at

@@ -235,7 +235,8 @@ def fp8_casts(ev, setup, sh, kinds, *, L, n_dense, m, like, weights=None):
 #            gradient twice and the output once and writing (16), the copy's backward cast (4 + e). Measured on one
 #            H200 (docs/measurements/gpu-step-profile-2026-12-04-nvidia-h200.json, 16,384 tokens x 32,000 logits):
 #            the two softmax kernels took 1.651 and 2.142 ms, 12 and 16 bytes per logit at 3.81 and 3.92 TB/s, the
-#            rate a device copy reached there (3.78).
+#            rate a device copy reached there (3.78). With fp32 logits (e = 4) `.float()` returns its input and its
+#            backward passes the gradient through: no copy either way (12 and 20).
 #   chunked  torchtune's chunked loss: the same kernels, a chunk at a time.
 #   linear   Liger's fused linear cross-entropy: per chunk the GEMM writes the logits (counted with the GEMM), its
 #            kernel reads them twice and writes the gradient in their place (3e), all in the forward.
@@ -245,7 +246,8 @@ def loss_traffic_per_logit(kernel: str, e) -> tuple:
         return 3 * e, 0 * e
     if kernel == "fused":
         return 2 * e + 4, 12 + e
-    return e + 16, 24 + e   # pytorch, chunked
+    copy = (e < 4) * (e + 4)   # pytorch, chunked: the fp32 copy and its backward cast, none for fp32 logits
+    return 12 + copy, 20 + copy
 
 
 LOSS_TRAFFIC = Cite("fitplan", "formulas.md#loss-traffic (transformer_engine/common/triton/cross_entropy.py; "
