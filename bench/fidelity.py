@@ -48,12 +48,11 @@ def quantiles(r, alpha=0.1) -> tuple[float, float]:
     return float(np.quantile(x, alpha)), float(np.quantile(x, 1 - alpha))
 
 
-def cv_bands(runs, cv_res, alphas: dict, rows=None) -> list:
+def cv_bands(runs, cv_res, alphas: dict, kind: list, rows=None) -> list:
     """Each row's band as the fit without its family would have drawn it: quantiles from the other families'
     rows of its class (fitplan.timing.uncertainty.model_class), support from all the other families' rows.
-    alphas: {class: alpha}; rows: the indices to draw (all by default, (None, None) for the rest). Returns
-    (low, high) multipliers of the row's cross-validated prediction."""
-    kind = [U.model_class(r.setup.model) for r in runs]
+    alphas: {class: alpha}; kind: each row's class; rows: the indices to draw (all by default, (None, None) for
+    the rest). Returns (low, high) multipliers of the row's cross-validated prediction."""
     out = []
     for i, r in enumerate(runs):
         if rows is not None and i not in rows:
@@ -80,15 +79,15 @@ def cv_bands(runs, cv_res, alphas: dict, rows=None) -> list:
 ALPHAS = (0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)
 
 
-def band_quantile(runs, cv_res):
-    """({class: alpha}, each row's (low, high), whether each row's band holds its published figure)."""
-    kind = [U.model_class(r.setup.model) for r in runs]
+def band_quantile(runs, cv_res, kind):
+    """({class: alpha}, each row's (low, high), whether each row's band holds its published figure); kind: each
+    row's class."""
     alphas, bands, covered = {}, [None] * len(runs), [False] * len(runs)
     for cls in sorted(set(kind)):
         idx = [i for i, k in enumerate(kind) if k == cls]
         for alpha in ALPHAS:
             alphas[cls] = alpha
-            drawn = cv_bands(runs, cv_res, alphas, rows=set(idx))
+            drawn = cv_bands(runs, cv_res, alphas, kind, rows=set(idx))
             held = {i: drawn[i][0] is not None and drawn[i][0] <= math.exp(-cv_res[i]) <= drawn[i][1] for i in idx}
             if sum(held.values()) / len(idx) >= U.COVERAGE:
                 break
@@ -117,7 +116,8 @@ def main(argv=None) -> int:
     before = np.log(R.predict(runs, CAL.PRIORS)[:, 0] / measured)
     fit = R.fit(runs, start=CAL.PRIORS, pool_unseen_clocks=True)
     cv = R.cross_validate(runs, start=fit.values, pool_unseen_clocks=True)
-    alphas, bands, covered = band_quantile(runs, cv.residuals)
+    kind = [U.model_class(r.setup.model) for r in runs]
+    alphas, bands, covered = band_quantile(runs, cv.residuals, kind)
     n = len(runs) + len(missed)
     cv_abs = sorted([abs(rel(r)) for r in cv.residuals] + [math.inf] * len(missed))
     fit_abs = sorted([abs(rel(r)) for r in fit.residuals] + [math.inf] * len(missed))
@@ -129,7 +129,6 @@ def main(argv=None) -> int:
         "band_coverage_cv": sum(covered) / len(runs), "groups": len(cv.fits),
         "cpu_s": round(time.process_time() - t0, 2)}
     band_table = {"runs": len(runs), "support": support(runs), "classes": {}}
-    kind = [U.model_class(r.setup.model) for r in runs]
     for cls, alpha in alphas.items():
         res = cv.residuals[[i for i, k in enumerate(kind) if k == cls]]
         q_low, q_high = quantiles(res, alpha)
