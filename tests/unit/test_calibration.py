@@ -16,7 +16,7 @@ from fitplan.timing import calibration as CAL
 from fitplan.timing import evaluate_step, fitted
 from fitplan.timing import overheads as OV
 from fitplan.timing import uncertainty as U
-from fitplan.timing.expert import deepep_s, remote_nodes
+from fitplan.timing.expert import deepep_s, ranks_hit, remote_nodes
 from fitplan.timing.uncertainty import band
 from tests.conftest import make_setup
 from tests.scripts import ROOT, load
@@ -350,24 +350,30 @@ def test_the_straggler_term_is_the_expected_maximum():
     assert OV.straggler_factor(N=1) == 0
 
 
-def test_deepep_sends_a_token_once_per_remote_node():
+def test_deepep_sends_a_token_once_per_remote_node_and_once_per_rank():
     """N = 4 nodes, top-8: a token reaches 3 x (1 - (3/4)^8) = 2.70 other nodes; node-limited to M = 2 nodes,
-    2 x 3/4 = 1.5. The NIC leg moves D/k of the k copies' bytes, the NVLink leg (r - 1)/r of them; the longer
-    counts (S = 1 GB, 50 and 400 GB/s, ep = 32 over 4 nodes: r = 8)."""
+    2 x 3/4 = 1.5. Over NVLink it reaches each rank holding any of its experts once (DeepEP's is_token_in_rank,
+    HybridEP's tokens with any local expert): of ep 8, 8 x (1 - (7/8)^8) = 5.25 ranks, not 8 copies; of ep 32,
+    32 x (1 - (31/32)^8) = 7.18. The NIC leg moves D/k of the k copies' bytes, the NVLink leg R/k of them; the
+    longer counts (S = 1 GB, 50 and 400 GB/s, ep = 32 over 4 nodes)."""
     assert remote_nodes(N=4, k=8) == pytest.approx(3 * (1 - 0.75 ** 8))
     assert remote_nodes(N=4, k=8, M=2) == pytest.approx(1.5)
     assert remote_nodes(N=1, k=8) == 0
-    D = remote_nodes(N=4, k=8, M=2)
-    t = deepep_s(count=10, S=1e9, k=8, n=32, N=4, D=D, B_in=400e9, B_net=50e9, alpha=14e-6)
-    assert t == pytest.approx(10 * (14e-6 + max(7 / 8 * 1e9 / 400e9, D / 8 * 1e9 / 50e9)))
-    assert deepep_s(count=10, S=1e9, k=8, n=1, N=1, D=0, B_in=400e9, B_net=50e9, alpha=14e-6) == 0
+    assert ranks_hit(n=8, k=8) == pytest.approx(5.2511, abs=1e-4)
+    assert ranks_hit(n=32, k=8) == pytest.approx(7.1776, abs=1e-4)
+    assert ranks_hit(n=64, k=1) == pytest.approx(1.0)        # one expert: one rank, whatever the group
+    D, R = remote_nodes(N=4, k=8, M=2), ranks_hit(n=32, k=8)
+    t = deepep_s(count=10, S=1e9, k=8, n=32, D=D, R=R, B_in=400e9, B_net=50e9, alpha=14e-6)
+    assert t == pytest.approx(10 * (14e-6 + max(R / 8 * 1e9 / 400e9, D / 8 * 1e9 / 50e9)))
+    assert deepep_s(count=10, S=1e9, k=8, n=1, D=0, R=1, B_in=400e9, B_net=50e9, alpha=14e-6) == 0
 
 
 def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
     """64 GPUs of a 72-GPU GB200 rack, ep 64: the node rule (a span inside a node only where it divides 72) sends an
     NCCL group of 64 over the network, but DeepEP's group is placed on the job's NVLink domain (comm.domain_ranks:
-    64) and timed as deepep_s with no remote node: count*(alpha_in + a_fw + 63/64*S/B_in), NVLink 5 at 900 GB/s x
-    its bus efficiency. The same job with NCCL's all-to-all still crosses "nodes"."""
+    64) and timed as deepep_s with no remote node: count*(alpha_in + a_fw + R/k*S/B_in), R = 64 x (1 - (63/64)^8)
+    = 7.58 ranks a token of Qwen3's top-8 reaches, NVLink 5 at 900 GB/s x its bus efficiency. The same job with
+    NCCL's all-to-all still crosses "nodes"."""
     setup = make_setup("qwen3-30b-a3b", 64, gpu="gb200")
     c = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch=1)
     deepep = replace(setup, training=replace(setup.training, moe_dispatcher="deepep"))
@@ -376,7 +382,8 @@ def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
     gpu, k = deepep.cluster.gpu, CAL.of_setup(deepep)
     count, S = terms["comm/moe_a2a_count"], terms["comm/moe_a2a_message"]
     B_in = gpu.intra_node.bytes_per_s * gpu.intra_node.bus_efficiency
-    want = count * (gpu.intra_node.latency_s + k.collective_overhead_s + 63 / 64 * S / B_in)
+    assert terms["comm/moe_ranks_hit"] == pytest.approx(7.5759, abs=1e-4)
+    want = count * (gpu.intra_node.latency_s + k.collective_overhead_s + terms["comm/moe_ranks_hit"] / 8 * S / B_in)
     assert terms["comm/ep_s"] == pytest.approx(want, rel=1e-12)
     nccl = replace(setup, training=replace(setup.training, moe_dispatcher="alltoall"))
     assert not bool({t.key: t.value for t in evaluate_step(nccl, c).terms}["link/ep_intra"])

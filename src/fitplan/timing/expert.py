@@ -3,8 +3,9 @@
 Each MoE layer sends every local token's k routed copies to the ranks holding their experts and back,
 in forward and backward. With Megatron-LM's alltoall dispatcher (and torchtitan's) that is an NCCL
 all-to-all of every copy (fitplan.timing.comm.collective_s); DeepEP (--moe-dispatcher deepep, Megatron-LM's
-flex dispatcher) sends a token once over the network to each other node its experts are on and forwards it
-over NVLink there. Exposed unless overlapped (DualPipe, --overlap-moe-expert-parallel-comm).
+flex dispatcher, and its HybridEP backend) sends a token once over the network to each other node its experts
+are on and once over NVLink to each GPU holding any of them. Exposed unless overlapped (DualPipe,
+--overlap-moe-expert-parallel-comm).
 """
 from fitplan.arith import maximum, minimum, select
 from fitplan.explain import formula
@@ -54,14 +55,26 @@ def remote_nodes(*, N, k, M=None):
     return hit if M is None else minimum(hit, M * (N - 1) / maximum(N, 1))
 
 
-@formula("comm/moe_deepep_s", "count*(alpha + max((r-1)/r*S/B_in, D/k*S/B_net) + a_fw), r = n/N  (S: the k "
-         "copies' bytes; D distinct remote nodes per token)",
-         Cite("fitplan", "formulas.md#moe (deepseek-ai/DeepEP: NVLink forwarding of RDMA-received tokens)"), "s",
-         ("DeepEP sends each token once to every other node its experts are on, over that GPU's NIC, and forwards "
-          "it over NVLink to the experts' GPUs inside the node",))
-def deepep_s(*, count, S, k, n, N, D, B_in, B_net, alpha, a_fw=0):
-    r = n / N
-    t = alpha + maximum((r - 1) / maximum(r, 1) * S / B_in, D / k * S / B_net) + a_fw
+@formula("comm/moe_ranks_hit", "n*(1 - (1 - 1/n)^k)",
+         Cite("fitplan", "formulas.md#moe (DeepEP get_dispatch_layout: is_token_in_rank, one copy per rank; "
+                         "HybridEP: the tokens with any expert on the rank)"), "count",
+         ("a token's k experts fall on the group's n ranks uniformly (balanced routing): each rank, its own "
+          "included, receives it once with probability 1 - (1 - 1/n)^k, however many of its experts it holds",))
+def ranks_hit(*, n, k):
+    """The distinct ranks of the ep group a token's k routed copies reach: what DeepEP and HybridEP deliver over
+    NVLink per token (their benchmarks' algorithm bandwidth counts these received tokens, the sender's own
+    included)."""
+    return n * (1 - (1 - 1 / maximum(n, 1)) ** k)
+
+
+@formula("comm/moe_deepep_s", "count*(alpha + max(R/k*S/B_in, D/k*S/B_net) + a_fw)  (S: the k copies' bytes; "
+         "R distinct ranks, D distinct remote nodes per token)",
+         Cite("fitplan", "formulas.md#moe (deepseek-ai/DeepEP: one copy per rank, NVLink forwarding of "
+                         "RDMA-received tokens)"), "s",
+         ("DeepEP sends each token once to every other node its experts are on, over that GPU's NIC, and once to "
+          "each GPU that holds any of them over NVLink (forwarded inside the destination node)",))
+def deepep_s(*, count, S, k, n, D, R, B_in, B_net, alpha, a_fw=0):
+    t = alpha + maximum(R / k * S / B_in, D / k * S / B_net) + a_fw
     return select(n > 1, count * t, 0 * t)
 
 
@@ -93,7 +106,8 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
         # @eb0783b6). Its 400 and 190 GB/s for DeepEP at EP 32 on GB200 are DeepEP's through a community patch,
         # before HybridEP: not what those runs use (docs/calibration.md, the biases)
         tiers = CM.tiers(setup.cluster.gpu)
-        secs = ev(deepep_s, key="comm/ep_s", count=n_ep, S=S_ep, k=sh.moe.k, n=c.ep, N=nodes, D=D,
+        R = ev(ranks_hit, n=c.ep, k=sh.moe.k)
+        secs = ev(deepep_s, key="comm/ep_s", count=n_ep, S=S_ep, k=sh.moe.k, n=c.ep, D=D, R=R,
                   B_in=tiers["B_in"], B_net=tiers["B_net"], alpha=select(intra, tiers["a_in"], tiers["a_net"]),
                   a_fw=e2e.collective_overhead_s)
     else:
