@@ -385,6 +385,8 @@ def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
     assert terms["comm/moe_ranks_hit"] == pytest.approx(7.5759, abs=1e-4)
     want = count * (gpu.intra_node.latency_s + k.collective_overhead_s + terms["comm/moe_ranks_hit"] / 8 * S / B_in)
     assert terms["comm/ep_s"] == pytest.approx(want, rel=1e-12)
+    # the bytes that leave each GPU: the deliveries to the 63 other ranks, (n-1)/n of R/k of the copies
+    assert terms["comm/ep_bytes"] == pytest.approx(count * 63 / 64 * terms["comm/moe_ranks_hit"] / 8 * S, rel=1e-12)
     nccl = replace(setup, training=replace(setup.training, moe_dispatcher="alltoall"))
     assert not bool({t.key: t.value for t in evaluate_step(nccl, c).terms}["link/ep_intra"])
 

@@ -113,7 +113,9 @@ def ep_time(ev, setup: Setup, c, sh: Shapes, *, m, L, n_dense, like, lay: LayerT
     else:
         secs = collective(ev, "comm/ep_s", setup, count=n_ep, kind="all_to_all", n=c.ep, nodes=nodes, S=S_ep,
                           e2e=e2e, bandwidth=e2e.a2a_efficiency)
-    wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep, kind="all_to_all")
+    # what leaves each GPU: (n-1)/n of its all-to-all's copies; DeepEP's deliveries, R/k of them, the own rank's not
+    wire = ev(CM.ring_wire_bytes, key="comm/ep_bytes", count=n_ep, n=c.ep, S=S_ep * R / sh.moe.k if deepep else S_ep,
+              kind="all_to_all")
     per_layer = secs / maximum(m * L_moe, 1)
     overlapped = overlaps_ep_comm(c)
     window = (lay.forward + lay.backward + lay.recompute) if overlapped else 0 * per_layer
