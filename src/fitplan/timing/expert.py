@@ -40,6 +40,12 @@ def moe_a2a_bytes(*, e, k, rho, s, b, h, t, c, e_l=None):
     return e_eff * k * rho * s * b * h / (t * c)
 
 
+def hit_chance(n, k):
+    """The chance that one of n equal members (a node, a rank) holds at least one of a token's k experts, the
+    experts falling on the members uniformly (balanced routing): 1 - (1 - 1/n)^k."""
+    return 1 - (1 - 1 / maximum(n, 1)) ** k
+
+
 def _remote_text(*, M=None, **_):
     return "(N-1)*(1 - (1 - 1/N)^k)" + ("" if M is None else ", at most M*(N-1)/N (node-limited routing)")
 
@@ -51,7 +57,7 @@ def _remote_text(*, M=None, **_):
           "with probability 1 - (1 - 1/N)^k",))
 def remote_nodes(*, N, k, M=None):
     """The distinct other nodes a token's k routed copies reach: what DeepEP sends over the network per token."""
-    hit = (N - 1) * (1 - (1 - 1 / maximum(N, 1)) ** k)
+    hit = (N - 1) * hit_chance(N, k)
     return hit if M is None else minimum(hit, M * (N - 1) / maximum(N, 1))
 
 
@@ -64,7 +70,7 @@ def ranks_hit(*, n, k):
     """The distinct ranks of the ep group a token's k routed copies reach: what DeepEP and HybridEP deliver over
     NVLink per token (their benchmarks' algorithm bandwidth counts these received tokens, the sender's own
     included)."""
-    return n * (1 - (1 - 1 / maximum(n, 1)) ** k)
+    return n * hit_chance(n, k)
 
 
 @formula("comm/moe_deepep_s", "count*(alpha + max(R/k*S/B_in, D/k*S/B_net) + a_fw)  (S: the k copies' bytes; "
