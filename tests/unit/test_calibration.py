@@ -87,7 +87,8 @@ def test_the_mlp_recompute_module_reruns_no_moe_layer():
 def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
     """src/fitplan/timing/fitted.py is what `bench/fidelity.py --write` wrote for this set and this model: a fit
     started from it moves no constant by more than its 4 printed significant digits allow (5e-4) plus the
-    fit's own convergence (together 1e-3), and the band's run count and support are this set's."""
+    fit's own convergence (together 1e-3), and the band's run counts (in all, by class, by class and architecture) and
+    support are this set's."""
     runs, missed = calibration_runs
     fidelity = load("bench/fidelity.py")
     f = R.fit(runs, start=CAL.SHIPPED)
@@ -97,6 +98,8 @@ def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
     assert fitted.BAND["support"] == fidelity.support(runs)
     kinds = [U.model_class(r.setup.model) for r in runs]
     assert {k: q["runs"] for k, q in fitted.BAND["classes"].items()} == {k: kinds.count(k) for k in set(kinds)}
+    cells = [f"{k}/{U.support_tags(r.setup)['architecture']}" for k, r in zip(kinds, runs)]
+    assert {c: q["runs"] for c, q in fitted.BAND["cells"].items()} == {c: cells.count(c) for c in set(cells)}
 
 
 def test_each_constant_is_named_with_a_unit_and_a_prior():
@@ -430,6 +433,25 @@ def test_the_band_is_drawn_from_the_plans_class():
         - classes["moe_or_hybrid"]["q_low"]
 
 
+def test_the_band_says_how_it_held_on_runs_like_the_plan():
+    """The band's basis states how the class's band held, under cross-validation, the set's runs of the plan's class
+    on its GPU architecture (fitted.BAND["cells"], written by bench/fidelity.py --write from the same rows it
+    prints): a dense plan on H100s quotes the dense/hopper cell, an MoE plan on GB200s the moe_or_hybrid/blackwell
+    one; an architecture with no run in the set (mi300x) quotes none, and the band's numbers do not depend on it."""
+    cells = fitted.BAND["cells"]
+    for preset, gpu, cell in (("llama3-8b", "h100-80gb", "dense/hopper"),
+                              ("mixtral-8x7b", "gb200", "moe_or_hybrid/blackwell")):
+        setup = make_setup(preset, 8, gpu=gpu)
+        kind, arch = cell.split("/")
+        b = band(setup, 1.0)
+        assert (f"drawn so, it held {cells[cell]['holds']:.0%} of the set's {cells[cell]['runs']} "
+                f"{U.CLASSES[kind]} runs on {arch} GPUs") in b.basis
+        bare = band(setup, 1.0, basis_table={k: v for k, v in fitted.BAND.items() if k != "cells"})
+        assert (bare.low_s, bare.high_s) == (b.low_s, b.high_s) and "drawn so" not in bare.basis
+    assert "drawn so" not in band(make_setup("llama3-8b", 8, gpu="mi300x"), 1.0).basis
+    assert sum(c["runs"] for c in cells.values()) == fitted.BAND["runs"]   # every stated run in one cell
+
+
 def test_a_plan_far_from_the_set_gets_a_wider_band():
     """An AMD part has no run in the set: its band widens by sqrt(1 + N0) (no run shares its architecture)."""
     setup = make_setup("llama3-8b", 8, gpu="mi300x")
@@ -563,3 +585,10 @@ def test_fidelity_json_reports_its_summary():
         "korthikanti22-t5-22b-full-recompute", "korthikanti22-t5-22b-sp-selective"]
     for r in data["rows"]:
         assert {"before_error", "fit_error", "cv_error", "cv_band", "band_holds"} <= set(r)
+    # where the errors lie: both rows are a dense model on A100s, so one cell, its figures the rows' own
+    cell = data["by_class_architecture"]["dense/ampere"]
+    errors = [abs(r["cv_error"]) for r in data["rows"]]
+    assert list(data["by_class_architecture"]) == ["dense/ampere"] and cell["runs"] == 2
+    assert cell["cv_median_abs_error"] == pytest.approx(sum(errors) / 2, rel=1e-12)   # the median of two
+    assert cell["cv_within_15"] == sum(e <= 0.15 for e in errors) / 2
+    assert cell["band_coverage_cv"] == sum(r["band_holds"] for r in data["rows"]) / 2

@@ -33,4 +33,13 @@ BAND = {
         'power limit': {'the TDP': 354},
         'framework': {'fsdp': 20, 'megatron-lm': 18, 'nemo': 316},
     },
+    "cells": {
+        'dense/ampere': {"runs": 18, "holds": 1.0},
+        'dense/blackwell': {"runs": 49, "holds": 0.878},
+        'dense/blackwell-ultra': {"runs": 35, "holds": 0.857},
+        'dense/hopper': {"runs": 53, "holds": 0.66},
+        'moe_or_hybrid/blackwell': {"runs": 83, "holds": 0.843},
+        'moe_or_hybrid/blackwell-ultra': {"runs": 84, "holds": 0.821},
+        'moe_or_hybrid/hopper': {"runs": 32, "holds": 0.844},
+    },
 }

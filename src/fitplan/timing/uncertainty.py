@@ -94,6 +94,10 @@ def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
         basis = (f"cross-validated errors over {runs} published {CLASSES[cls]} runs (leave one model family out; "
                  f"their {alpha:.0%}-{1 - alpha:.0%} quantiles); {n} of the set's {table['runs']} runs share this "
                  f"plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
+        cell = table.get("cells", {}).get(f"{cls}/{tags['architecture']}")
+        if cell is not None:   # how the class's band fared on the set's runs like this plan's (bench/fidelity.py)
+            basis += (f"; drawn so, it held {cell['holds']:.0%} of the set's {cell['runs']} {CLASSES[cls]} runs on "
+                      f"{tags['architecture']} GPUs")
         if setup.cluster.gpu.architecture not in CLOCK_OF:
             basis += ("; no clock constant for its architecture: it sustains the fitted generations' geometric "
                       "mean (docs/calibration.md#unseen-generations)")
