@@ -48,11 +48,12 @@ def quantiles(r, alpha=0.1) -> tuple[float, float]:
     return float(np.quantile(x, alpha)), float(np.quantile(x, 1 - alpha))
 
 
-def cv_bands(runs, cv_res, alphas: dict, kind: list, rows=None) -> list:
+def cv_bands(runs, cv_res, alphas: dict, kind: list, unit: list, rows=None) -> list:
     """Each row's band as the fit without its family would have drawn it: quantiles from the other families'
-    rows of its class (fitplan.timing.uncertainty.model_class), support from all the other families' rows.
-    alphas: {class: alpha}; kind: each row's class; rows: the indices to draw (all by default, (None, None) for
-    the rest). Returns (low, high) multipliers of the row's cross-validated prediction."""
+    rows of its class (fitplan.timing.uncertainty.model_class) at its unit's alpha, support from all the other
+    families' rows. alphas: {unit: alpha}; kind: each row's class; unit: each row's unit of coverage (its class,
+    or its class and GPU architecture); rows: the indices to draw (all by default, (None, None) for the rest).
+    Returns (low, high) multipliers of the row's cross-validated prediction."""
     out = []
     for i, r in enumerate(runs):
         if rows is not None and i not in rows:
@@ -63,31 +64,33 @@ def cv_bands(runs, cv_res, alphas: dict, kind: list, rows=None) -> list:
         if not alike:   # no other family of its class (--only): nothing to draw its band from
             out.append((None, None))
             continue
-        q_low, q_high = quantiles(cv_res[alike], alphas[kind[i]])
+        q_low, q_high = quantiles(cv_res[alike], alphas[unit[i]])
         table = {"runs": len(others), "support": support([runs[j] for j in others]),
-                 "classes": {kind[i]: {"runs": len(alike), "alpha": alphas[kind[i]], "q_low": q_low,
+                 "classes": {kind[i]: {"runs": len(alike), "alpha": alphas[unit[i]], "q_low": q_low,
                                        "q_high": q_high}}}
         b = U.band(r.setup, 1.0, basis_table=table)
         out.append((b.low_s, b.high_s))
     return out
 
 
-# The band's quantiles, class by class: the narrowest pair (alpha, 1 - alpha) whose bands, drawn for each run
-# from the other families' cross-validated errors in its class, hold at least U.COVERAGE of the class's runs.
-# The 10th/90th percentiles would do for errors alike across families; families err apart, so the band may
-# reach further into the tails.
+# The band's quantiles, unit by unit: the narrowest pair (alpha, 1 - alpha) of its class's cross-validated errors
+# whose bands, drawn for each run from the other families' errors in its class, hold at least U.COVERAGE of the
+# unit's runs. The 10th/90th percentiles would do for errors alike across families; families err apart, so the band
+# may reach further into the tails. The units are the classes (the band of a plan on an architecture the set lacks)
+# and each class's runs on one GPU architecture (a plan on one the set has): a class's runs on one architecture can
+# spread wider than the class's (the set's dense Hopper runs do), and they need their own tails to be held.
 ALPHAS = (0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)
 
 
-def band_quantile(runs, cv_res, kind):
-    """({class: alpha}, each row's (low, high), whether each row's band holds its published figure); kind: each
-    row's class."""
+def band_quantile(runs, cv_res, kind, unit):
+    """({unit: alpha}, each row's (low, high), whether each row's band holds its published figure); kind: each
+    row's class, unit: each row's unit of coverage."""
     alphas, bands, covered = {}, [None] * len(runs), [False] * len(runs)
-    for cls in sorted(set(kind)):
-        idx = [i for i, k in enumerate(kind) if k == cls]
+    for u in sorted(set(unit)):
+        idx = [i for i, k in enumerate(unit) if k == u]
         for alpha in ALPHAS:
-            alphas[cls] = alpha
-            drawn = cv_bands(runs, cv_res, alphas, kind, rows=set(idx))
+            alphas[u] = alpha
+            drawn = cv_bands(runs, cv_res, alphas, kind, unit, rows=set(idx))
             held = {i: drawn[i][0] is not None and drawn[i][0] <= math.exp(-cv_res[i]) <= drawn[i][1] for i in idx}
             if sum(held.values()) / len(idx) >= U.COVERAGE:
                 break
@@ -101,16 +104,20 @@ def rel(r):
     return math.exp(r) - 1
 
 
-def breakdown(runs, cv_res, kind, covered) -> dict:
+def breakdown(cv_res, cell, covered, alphas, kind, quantiles_of) -> dict:
     """Where the set's errors lie: for each band class and GPU architecture, the stated rows, their
-    cross-validated median |error|, the share within 15% and the share whose band holds the published figure."""
+    cross-validated median |error|, the share within 15%, the band's alpha and quantiles there (its class's
+    errors) and the share whose band holds the published figure."""
     cells = {}
-    for r, c, k, ok in zip(runs, cv_res, kind, covered):
-        cells.setdefault(f"{k}/{U.support_tags(r.setup)['architecture']}", []).append((abs(rel(c)), ok))
-    return {cell: {"runs": len(v), "cv_median_abs_error": float(np.median([e for e, _ in v])),
-                   "cv_within_15": sum(e <= 0.15 for e, _ in v) / len(v),
-                   "band_coverage_cv": sum(ok for _, ok in v) / len(v)}
-            for cell, v in sorted(cells.items())}
+    for c, u, k, ok in zip(cv_res, cell, kind, covered):
+        cells.setdefault(u, (k, []))[1].append((abs(rel(c)), ok))
+    out = {}
+    for u, (k, v) in sorted(cells.items()):
+        q_low, q_high = quantiles_of(k, alphas[u])
+        out[u] = {"runs": len(v), "cv_median_abs_error": float(np.median([e for e, _ in v])),
+                  "cv_within_15": sum(e <= 0.15 for e, _ in v) / len(v), "alpha": alphas[u],
+                  "q_low": q_low, "q_high": q_high, "band_coverage_cv": sum(ok for _, ok in v) / len(v)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -129,7 +136,9 @@ def main(argv=None) -> int:
     fit = R.fit(runs, start=CAL.PRIORS, pool_unseen_clocks=True)
     cv = R.cross_validate(runs, start=fit.values, pool_unseen_clocks=True)
     kind = [U.model_class(r.setup.model) for r in runs]
-    alphas, bands, covered = band_quantile(runs, cv.residuals, kind)
+    cell = [U.cell_of(r.setup) for r in runs]
+    alphas, _, class_covered = band_quantile(runs, cv.residuals, kind, kind)   # a plan on an architecture not in the set
+    cell_alphas, bands, covered = band_quantile(runs, cv.residuals, kind, cell)   # what a plan like the set's draws
     n = len(runs) + len(missed)
     cv_abs = sorted([abs(rel(r)) for r in cv.residuals] + [math.inf] * len(missed))
     fit_abs = sorted([abs(rel(r)) for r in fit.residuals] + [math.inf] * len(missed))
@@ -145,8 +154,9 @@ def main(argv=None) -> int:
         res = cv.residuals[[i for i, k in enumerate(kind) if k == cls]]
         q_low, q_high = quantiles(res, alpha)
         band_table["classes"][cls] = {"runs": len(res), "alpha": alpha, "q_low": q_low, "q_high": q_high,
-                                      "coverage_cv": sum(c for c, k in zip(covered, kind) if k == cls) / len(res)}
-    cells = breakdown(runs, cv.residuals, kind, covered)
+                                      "coverage_cv": sum(c for c, k in zip(class_covered, kind) if k == cls) / len(res)}
+    quantiles_of = lambda k, alpha: quantiles(cv.residuals[[i for i, c in enumerate(kind) if c == k]], alpha)
+    cells = breakdown(cv.residuals, cell, covered, cell_alphas, kind, quantiles_of)
     constants = {name: {"value": fit.values[name], "prior": CAL.PRIORS[name], "unit": CAL.BY_NAME[name].unit,
                         "meaning": CAL.BY_NAME[name].meaning, "rows": _determining(runs, fit, name)}
                  for name in CAL.NAMES}
@@ -213,14 +223,16 @@ def markdown(rows, summary, constants, band, cells) -> str:
            f"**{summary['cv_median_abs_error']:.1%} under leave-one-family-out cross-validation**; within 15%: "
            f"{summary['fit_within_15']:.0%} fitted, **{summary['cv_within_15']:.0%} cross-validated**. The 80% band "
            f"holds the published figure for {summary['band_coverage_cv']:.0%} of the stated rows under "
-           f"cross-validation. Band, class by class: " + "; ".join(
+           f"cross-validation (each drawn at its class and architecture's quantiles, below). Band, class by class "
+           f"(a plan on an architecture the set lacks): " + "; ".join(
                f"{U.CLASSES[cls]} runs ({q['runs']}), the {q['alpha']:.0%} and {1 - q['alpha']:.0%} quantiles of "
                f"ln(published/predicted) under cross-validation, {q['q_low']:+.3f} and {q['q_high']:+.3f} (holds "
                f"{q['coverage_cv']:.0%})" for cls, q in band["classes"].items()) + ".", "",
            "| band class / GPU architecture | stated runs | cross-validated median \\|error\\| | within 15% "
-           "| band holds |",
-           "|---|---|---|---|---|"]
+           "| band: the class's quantiles | band holds |",
+           "|---|---|---|---|---|---|"]
     out += [f"| {cell} | {c['runs']} | {c['cv_median_abs_error']:.1%} | {c['cv_within_15']:.0%} | "
+            f"{c['alpha']:.0%}/{1 - c['alpha']:.0%}: {c['q_low']:+.3f}/{c['q_high']:+.3f} | "
             f"{c['band_coverage_cv']:.0%} |" for cell, c in cells.items()]
     out += ["", "| constant | value | unit | prior | what it is | the rows that move it most |",
             "|---|---|---|---|---|---|"]
@@ -257,7 +269,9 @@ def write(values: dict, band: dict, cells: dict) -> None:
         lines.append(f"        {dim!r}: {dict(sorted(counts.items()))!r},")
     lines += ["    },", "    \"cells\": {"]
     for cell, c in cells.items():
-        lines.append(f"        {cell!r}: {{\"runs\": {c['runs']}, \"holds\": {round(c['band_coverage_cv'], 3)!r}}},")
+        lines.append(f"        {cell!r}: {{\"runs\": {c['runs']}, \"alpha\": {c['alpha']!r}, \"q_low\": "
+                     f"{round(c['q_low'], 4)!r}, \"q_high\": {round(c['q_high'], 4)!r}, \"holds\": "
+                     f"{round(c['band_coverage_cv'], 3)!r}}},")
     lines += ["    },", "}", ""]
     FITTED.write_text("\n".join(lines))
 

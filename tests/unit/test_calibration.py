@@ -399,9 +399,10 @@ def test_deepep_is_placed_on_the_nvlink_domains_the_job_fills():
 def test_every_time_carries_its_band():
     """Each suggestion, the recommended and the minimum viable layout: time.uncertainty holds the step between
     low_s and high_s, at 80% coverage, the basis naming the runs behind it; the factors are the shipped dense
-    class's quantiles exp(q_low), exp(q_high) (Llama 3 8B is a dense model), widened by sqrt(1 + N0/(n + 1))
-    for the n runs that share the plan's least-represented tag."""
-    dense = fitted.BAND["classes"]["dense"]
+    class's quantiles exp(q_low), exp(q_high) at the alpha its Hopper runs need (Llama 3 8B is a dense model, here
+    on H100s: the dense/hopper cell), widened by sqrt(1 + N0/(n + 1)) for the n runs that share the plan's
+    least-represented tag."""
+    dense = dict(fitted.BAND["cells"]["dense/hopper"], runs=fitted.BAND["classes"]["dense"]["runs"])
     code, out, _ = run(["plan", "--preset", "llama3-8b", "--gpus", "64", "--gpu", "h100-80gb", "--suggest",
                         "--json"])
     data = json.loads(out)
@@ -419,36 +420,44 @@ def test_every_time_carries_its_band():
 def test_the_band_is_drawn_from_the_plans_class():
     """The set's dense runs err about a third as much as its MoE and hybrid ones (docs/calibration.md#the-band),
     so each class has its own quantiles: a Mixtral or Nemotron-H plan takes the MoE-or-hybrid class's, a Llama
-    plan the dense class's, on the same GPU (so the same support and widening w): log(high/T) = w*q_high."""
-    classes = fitted.BAND["classes"]
+    plan the dense class's, on the same GPU (so the same support and widening w): log(high/T) = w*q_high, the
+    quantiles those of the class's cell on H100s (hopper)."""
+    classes, cells = fitted.BAND["classes"], fitted.BAND["cells"]
     plans = {"llama3-8b": "dense", "mixtral-8x7b": "moe_or_hybrid", "nemotron-h-8b": "moe_or_hybrid"}
     for preset, kind in plans.items():
         setup = make_setup(preset, 8, gpu="h100-80gb")
-        assert U.model_class(setup.model) == kind
+        assert U.model_class(setup.model) == kind and U.cell_of(setup) == f"{kind}/hopper"
         b = band(setup, 1.0)
-        w = math.log(b.high_s) / classes[kind]["q_high"]
-        assert math.log(b.low_s) == pytest.approx(w * classes[kind]["q_low"], rel=1e-9) and 1 <= w < 1.1
+        w = math.log(b.high_s) / cells[f"{kind}/hopper"]["q_high"]
+        assert math.log(b.low_s) == pytest.approx(w * cells[f"{kind}/hopper"]["q_low"], rel=1e-9) and 1 <= w < 1.1
         assert f"published {U.CLASSES[kind]} runs" in b.basis
     assert classes["dense"]["q_high"] - classes["dense"]["q_low"] < classes["moe_or_hybrid"]["q_high"] \
         - classes["moe_or_hybrid"]["q_low"]
 
 
-def test_the_band_says_how_it_held_on_runs_like_the_plan():
-    """The band's basis states how the class's band held, under cross-validation, the set's runs of the plan's class
-    on its GPU architecture (fitted.BAND["cells"], written by bench/fidelity.py --write from the same rows it
-    prints): a dense plan on H100s quotes the dense/hopper cell, an MoE plan on GB200s the moe_or_hybrid/blackwell
-    one; an architecture with no run in the set (mi300x) quotes none, and the band's numbers do not depend on it."""
-    cells = fitted.BAND["cells"]
+def test_the_band_takes_the_alpha_its_class_needs_on_the_plans_architecture():
+    """A plan on an architecture the set has takes its class's quantiles at the alpha that held 80% of the set's
+    runs of its class there under cross-validation (fitted.BAND["cells"], written by bench/fidelity.py --write),
+    and its basis says so: the dense runs on Hopper spread wider than the class (docs/calibration.md#the-band), so
+    their cell's pair reaches further than the class's (q_low lower, q_high higher); a dense plan on Blackwell keeps
+    the class's pair. Without the cells (or on an architecture the set lacks, mi300x) the class's own pair."""
+    classes, cells = fitted.BAND["classes"], fitted.BAND["cells"]
+    hopper, dense = cells["dense/hopper"], classes["dense"]
+    assert hopper["alpha"] < dense["alpha"] and hopper["q_low"] < dense["q_low"] and hopper["q_high"] > dense["q_high"]
+    assert hopper["holds"] >= 0.8
     for preset, gpu, cell in (("llama3-8b", "h100-80gb", "dense/hopper"),
                               ("mixtral-8x7b", "gb200", "moe_or_hybrid/blackwell")):
         setup = make_setup(preset, 8, gpu=gpu)
         kind, arch = cell.split("/")
         b = band(setup, 1.0)
-        assert (f"drawn so, it held {cells[cell]['holds']:.0%} of the set's {cells[cell]['runs']} "
-                f"{U.CLASSES[kind]} runs on {arch} GPUs") in b.basis
+        w = math.log(b.high_s) / cells[cell]["q_high"]
+        assert math.log(b.low_s) == pytest.approx(w * cells[cell]["q_low"], rel=1e-9)
+        assert (f"the narrowest pair whose bands held 80% of the set's {cells[cell]['runs']} {U.CLASSES[kind]} runs "
+                f"on {arch} GPUs under cross-validation (they held {cells[cell]['holds']:.0%})") in b.basis
         bare = band(setup, 1.0, basis_table={k: v for k, v in fitted.BAND.items() if k != "cells"})
-        assert (bare.low_s, bare.high_s) == (b.low_s, b.high_s) and "drawn so" not in bare.basis
-    assert "drawn so" not in band(make_setup("llama3-8b", 8, gpu="mi300x"), 1.0).basis
+        assert math.log(bare.high_s) == pytest.approx(w * classes[kind]["q_high"], rel=1e-9)
+        assert "narrowest pair" not in bare.basis
+    assert "narrowest pair" not in band(make_setup("llama3-8b", 8, gpu="mi300x"), 1.0).basis
     assert sum(c["runs"] for c in cells.values()) == fitted.BAND["runs"]   # every stated run in one cell
 
 
@@ -469,7 +478,7 @@ def test_a_power_cap_no_run_tests_gets_a_wider_band():
         s = make_setup("llama3-8b", 8, gpu="h100-80gb")
         return replace(s, cluster=replace(s.cluster, gpu=replace(s.cluster.gpu, power_watts=watts)))
     wide, narrow, same = band(at(500.0), 1.0), band(at(None), 1.0), band(at(700.0), 1.0)
-    dense = fitted.BAND["classes"]["dense"]
+    dense = fitted.BAND["cells"]["dense/hopper"]   # the class's quantiles at its Hopper runs' alpha
     assert math.log(wide.high_s) == pytest.approx(math.sqrt(5) * dense["q_high"], rel=1e-12)
     assert math.log(wide.low_s) == pytest.approx(math.sqrt(5) * dense["q_low"], rel=1e-12)
     assert f"0 of the set's {fitted.BAND['runs']} runs share this plan's power limit (below the TDP)" in wide.basis

@@ -4,10 +4,11 @@ bench/fidelity.py fits the end-to-end constants leaving one model family out at 
 for every published run, r = ln(published/predicted) from the fit that did not see its family
 (fitplan.timing.fitted.BAND: for each class of model, dense or MoE-or-hybrid, the alpha and 1 - alpha
 quantiles of that class's r, alpha the largest that lets bands drawn from the other families' runs of the
-class hold 80% of them; and how many runs each GPU architecture, GEMM precision, kernel family and framework
-has). The classes err apart: the set's dense runs are predicted about three times as closely (median
-|error| 5% against 14%) as its runs with routed experts or Mamba layers, so one pooled band would be too wide
-for the first and too narrow for the second. A plan's band is
+class hold 80% of them; the same for each class's runs on one GPU architecture ("cells": the class's
+quantiles at the alpha that holds 80% of the cell's runs, which a plan on that architecture takes); and how many
+runs each GPU architecture, GEMM precision, kernel family and framework has). The classes err apart: the set's
+dense runs are predicted about three times as closely (median |error| 5% against 14%) as its runs with routed
+experts or Mamba layers, so one pooled band would be too wide for the first and too narrow for the second. A plan's band is
 
     [T*exp(w*q_low), T*exp(w*q_high)],  w = sqrt(1 + N0/(n + 1))
 
@@ -64,6 +65,11 @@ def model_class(model) -> str:
     return "moe_or_hybrid" if model.moe is not None or model.mamba is not None else "dense"
 
 
+def cell_of(setup) -> str:
+    """The band's finer unit: the model's class and the GPU's architecture, e.g. "dense/hopper"."""
+    return f"{model_class(setup.model)}/{setup.cluster.gpu.architecture or 'unknown'}"
+
+
 def widening(n: int) -> float:
     return math.sqrt(1 + N0 / (n + 1))
 
@@ -90,14 +96,18 @@ def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
         q = table["classes"].get(cls)
         if q is None:
             return None
-        lo, hi, runs, alpha = q["q_low"], q["q_high"], q["runs"], q["alpha"]
+        cell = table.get("cells", {}).get(cell_of(setup))
+        runs = q["runs"]
+        if cell is None:   # an architecture the set lacks: the class's quantiles, at the alpha its runs need
+            lo, hi, alpha = q["q_low"], q["q_high"], q["alpha"]
+            held = ""
+        else:   # the class's quantiles, at the alpha its runs on this architecture need (bench/fidelity.py)
+            lo, hi, alpha = cell["q_low"], cell["q_high"], cell["alpha"]
+            held = (f", the narrowest pair whose bands held 80% of the set's {cell['runs']} {CLASSES[cls]} runs on "
+                    f"{tags['architecture']} GPUs under cross-validation (they held {cell['holds']:.0%})")
         basis = (f"cross-validated errors over {runs} published {CLASSES[cls]} runs (leave one model family out; "
-                 f"their {alpha:.0%}-{1 - alpha:.0%} quantiles); {n} of the set's {table['runs']} runs share this "
-                 f"plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
-        cell = table.get("cells", {}).get(f"{cls}/{tags['architecture']}")
-        if cell is not None:   # how the class's band fared on the set's runs like this plan's (bench/fidelity.py)
-            basis += (f"; drawn so, it held {cell['holds']:.0%} of the set's {cell['runs']} {CLASSES[cls]} runs on "
-                      f"{tags['architecture']} GPUs")
+                 f"their {alpha:.0%}-{1 - alpha:.0%} quantiles{held}); {n} of the set's {table['runs']} runs share "
+                 f"this plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
         if setup.cluster.gpu.architecture not in CLOCK_OF:
             basis += ("; no clock constant for its architecture: it sustains the fitted generations' geometric "
                       "mean (docs/calibration.md#unseen-generations)")
