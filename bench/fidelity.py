@@ -137,8 +137,9 @@ def main(argv=None) -> int:
     cv = R.cross_validate(runs, start=fit.values, pool_unseen_clocks=True)
     kind = [U.model_class(r.setup.model) for r in runs]
     cell = [U.cell_of(r.setup) for r in runs]
-    alphas, _, class_covered = band_quantile(runs, cv.residuals, kind, kind)   # a plan on an architecture not in the set
-    cell_alphas, bands, covered = band_quantile(runs, cv.residuals, kind, cell)   # what a plan like the set's draws
+    # by class (a plan on an architecture the set lacks), and by class and architecture (what the set's plans draw)
+    alphas, _, class_covered = band_quantile(runs, cv.residuals, kind, kind)
+    cell_alphas, bands, covered = band_quantile(runs, cv.residuals, kind, cell)
     n = len(runs) + len(missed)
     cv_abs = sorted([abs(rel(r)) for r in cv.residuals] + [math.inf] * len(missed))
     fit_abs = sorted([abs(rel(r)) for r in fit.residuals] + [math.inf] * len(missed))
@@ -150,13 +151,13 @@ def main(argv=None) -> int:
         "band_coverage_cv": sum(covered) / len(runs), "groups": len(cv.fits),
         "cpu_s": round(time.process_time() - t0, 2)}
     band_table = {"runs": len(runs), "support": support(runs), "classes": {}}
+    of_class = {cls: cv.residuals[[i for i, k in enumerate(kind) if k == cls]] for cls in alphas}
     for cls, alpha in alphas.items():
-        res = cv.residuals[[i for i, k in enumerate(kind) if k == cls]]
+        res = of_class[cls]
         q_low, q_high = quantiles(res, alpha)
         band_table["classes"][cls] = {"runs": len(res), "alpha": alpha, "q_low": q_low, "q_high": q_high,
                                       "coverage_cv": sum(c for c, k in zip(class_covered, kind) if k == cls) / len(res)}
-    quantiles_of = lambda k, alpha: quantiles(cv.residuals[[i for i, c in enumerate(kind) if c == k]], alpha)
-    cells = breakdown(cv.residuals, cell, covered, cell_alphas, kind, quantiles_of)
+    cells = breakdown(cv.residuals, cell, covered, cell_alphas, kind, lambda k, alpha: quantiles(of_class[k], alpha))
     constants = {name: {"value": fit.values[name], "prior": CAL.PRIORS[name], "unit": CAL.BY_NAME[name].unit,
                         "meaning": CAL.BY_NAME[name].meaning, "rows": _determining(runs, fit, name)}
                  for name in CAL.NAMES}

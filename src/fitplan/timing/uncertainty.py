@@ -8,7 +8,8 @@ class hold 80% of them; the same for each class's runs on one GPU architecture (
 quantiles at the alpha that holds 80% of the cell's runs, which a plan on that architecture takes); and how many
 runs each GPU architecture, GEMM precision, kernel family and framework has). The classes err apart: the set's
 dense runs are predicted about three times as closely (median |error| 5% against 14%) as its runs with routed
-experts or Mamba layers, so one pooled band would be too wide for the first and too narrow for the second. A plan's band is
+experts or Mamba layers, so one pooled band would be too wide for the first and too narrow for the second. A
+plan's band is
 
     [T*exp(w*q_low), T*exp(w*q_high)],  w = sqrt(1 + N0/(n + 1))
 
@@ -50,7 +51,7 @@ def support_tags(setup) -> dict:
     one (--framework)."""
     gpu = setup.cluster.gpu
     capped = gpu.power_watts is not None and gpu.tdp_watts is not None and gpu.power_watts < gpu.tdp_watts
-    tags = {"architecture": gpu.architecture or "unknown", "precision": setup.training.recipe.compute,
+    tags = {"architecture": architecture_of(gpu), "precision": setup.training.recipe.compute,
             "kernels": setup.training.kernels, "power limit": "below the TDP" if capped else "the TDP"}
     if setup.training.framework is not None:
         tags["framework"] = setup.training.framework
@@ -65,9 +66,13 @@ def model_class(model) -> str:
     return "moe_or_hybrid" if model.moe is not None or model.mamba is not None else "dense"
 
 
+def architecture_of(gpu) -> str:
+    return gpu.architecture or "unknown"
+
+
 def cell_of(setup) -> str:
     """The band's finer unit: the model's class and the GPU's architecture, e.g. "dense/hopper"."""
-    return f"{model_class(setup.model)}/{setup.cluster.gpu.architecture or 'unknown'}"
+    return f"{model_class(setup.model)}/{architecture_of(setup.cluster.gpu)}"
 
 
 def widening(n: int) -> float:
@@ -103,8 +108,8 @@ def band(setup, step_s: float, basis_table: dict | None = None) -> Band | None:
             held = ""
         else:   # the class's quantiles, at the alpha its runs on this architecture need (bench/fidelity.py)
             lo, hi, alpha = cell["q_low"], cell["q_high"], cell["alpha"]
-            held = (f", the narrowest pair whose bands held 80% of the set's {cell['runs']} {CLASSES[cls]} runs on "
-                    f"{tags['architecture']} GPUs under cross-validation (they held {cell['holds']:.0%})")
+            held = (f", the narrowest pair whose bands held {COVERAGE:.0%} of the set's {cell['runs']} {CLASSES[cls]} "
+                    f"runs on {tags['architecture']} GPUs under cross-validation (they held {cell['holds']:.0%})")
         basis = (f"cross-validated errors over {runs} published {CLASSES[cls]} runs (leave one model family out; "
                  f"their {alpha:.0%}-{1 - alpha:.0%} quantiles{held}); {n} of the set's {table['runs']} runs share "
                  f"this plan's {dim} ({tags[dim]}), so the band is x{w:.2f} wider")
