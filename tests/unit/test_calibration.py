@@ -98,7 +98,7 @@ def test_the_shipped_constants_are_a_fresh_fit(calibration_runs):
     assert fitted.BAND["support"] == fidelity.support(runs)
     kinds = [U.model_class(r.setup.model) for r in runs]
     assert {k: q["runs"] for k, q in fitted.BAND["classes"].items()} == {k: kinds.count(k) for k in set(kinds)}
-    cells = [f"{k}/{U.support_tags(r.setup)['architecture']}" for k, r in zip(kinds, runs)]
+    cells = [U.cell_of(r.setup) for r in runs]
     assert {c: q["runs"] for c, q in fitted.BAND["cells"].items()} == {c: cells.count(c) for c in set(cells)}
 
 
